@@ -1,0 +1,399 @@
+"""The on-disk dataset format shared by every training program.
+
+A dataset is a directory holding `dataset.json` and `.npz` shards with arrays `x` (float32,
+channel-first features) and `y` (int64 labels)::
+
+    dataset.json
+    train-00000-of-00004.npz ... train-00003-of-00004.npz
+    test-00000-of-00001.npz
+
+`dataset.json` names the dataset, its feature shape, dtype, number of classes, the normalisation
+already applied to `x`, the source, and per split the shard files with their record counts and
+sha256. A record is addressed by (split, shard, index). The directory is written under a temporary
+name and renamed into place, so a crash never leaves a directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kubetrain.errors import DataError
+
+__all__ = [
+    "DATASET_JSON",
+    "FORMAT_VERSION",
+    "DatasetInfo",
+    "ShardInfo",
+    "file_sha256",
+    "load_shard",
+    "load_split",
+    "read_dataset_info",
+    "shard_file_name",
+    "write_dataset",
+]
+
+DATASET_JSON = "dataset.json"
+FORMAT_VERSION = 1
+_HASH_CHUNK = 1 << 20
+
+
+def shard_file_name(split: str, index: int, count: int) -> str:
+    """The file name of shard `index` of `count` in `split`, e.g. ``train-00000-of-00004.npz``."""
+    return f"{split}-{index:05d}-of-{count:05d}.npz"
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The hex sha256 of a file's content, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise DataError(what)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard file of a split: its name relative to the dataset dir, record count and sha256."""
+
+    file: str
+    records: int
+    sha256: str
+
+    def __post_init__(self) -> None:
+        name = Path(self.file)
+        _require(
+            bool(self.file) and not name.is_absolute() and len(name.parts) == 1,
+            f"shard file: got {self.file!r}; expected a plain file name inside the dataset dir",
+        )
+        _require(
+            isinstance(self.records, int) and self.records > 0,
+            f"shard {self.file}: records: got {self.records!r}; expected a positive integer",
+        )
+        _require(
+            isinstance(self.sha256, str)
+            and len(self.sha256) == 64
+            and all(c in "0123456789abcdef" for c in self.sha256),
+            f"shard {self.file}: sha256: got {self.sha256!r}; expected 64 lower-case hex digits",
+        )
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """The content of `dataset.json`: what the shards hold and how they were made."""
+
+    name: str
+    feature_shape: tuple[int, ...]
+    dtype: str
+    num_classes: int
+    splits: Mapping[str, tuple[ShardInfo, ...]]
+    normalization: Mapping[str, float]
+    source: str
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name), "dataset name: got an empty string; expected a name")
+        _require(
+            len(self.feature_shape) >= 1
+            and all(isinstance(d, int) and d > 0 for d in self.feature_shape),
+            f"feature_shape: got {self.feature_shape!r}; expected positive integer dimensions",
+        )
+        _require(self.dtype == "float32", f"dtype: got {self.dtype!r}; expected 'float32'")
+        _require(
+            isinstance(self.num_classes, int) and self.num_classes >= 2,
+            f"num_classes: got {self.num_classes!r}; expected an integer >= 2",
+        )
+        _require(
+            "train" in self.splits and all(self.splits.values()),
+            f"splits: got {sorted(self.splits)!r} with shard counts "
+            f"{[len(s) for s in self.splits.values()]}; expected a 'train' split and at least "
+            "one shard per split",
+        )
+        files = [s.file for shards in self.splits.values() for s in shards]
+        _require(len(files) == len(set(files)), f"splits: shard files repeat: {files!r}")
+        for key in ("mean", "std"):
+            _require(
+                key in self.normalization,
+                f"normalization: got {dict(self.normalization)!r}; expected keys 'mean' and 'std'",
+            )
+        # Read-only copies, so a frozen instance cannot be changed through its mappings.
+        object.__setattr__(self, "feature_shape", tuple(self.feature_shape))
+        object.__setattr__(
+            self, "splits", MappingProxyType({k: tuple(v) for k, v in self.splits.items()})
+        )
+        object.__setattr__(
+            self,
+            "normalization",
+            MappingProxyType({k: float(v) for k, v in self.normalization.items()}),
+        )
+
+    def num_records(self, split: str) -> int:
+        """The number of records in `split` (all shards together)."""
+        return sum(s.records for s in self.shards(split))
+
+    def shards(self, split: str) -> tuple[ShardInfo, ...]:
+        """The shards of `split` in order; raises DataError naming the known splits if absent."""
+        try:
+            return self.splits[split]
+        except KeyError:
+            raise DataError(
+                f"dataset {self.name!r} has no split {split!r}; it has {sorted(self.splits)}"
+            ) from None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the content of `dataset.json`)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "feature_shape": list(self.feature_shape),
+            "dtype": self.dtype,
+            "num_classes": self.num_classes,
+            "normalization": dict(self.normalization),
+            "source": self.source,
+            "splits": {
+                split: {
+                    "records": sum(s.records for s in shards),
+                    "shards": [
+                        {"file": s.file, "records": s.records, "sha256": s.sha256} for s in shards
+                    ],
+                }
+                for split, shards in self.splits.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> DatasetInfo:
+        """Parse and validate a `dataset.json` dict; raises DataError on any problem."""
+        try:
+            version = d.get("format_version", FORMAT_VERSION)
+            _require(
+                version == FORMAT_VERSION,
+                f"format_version: got {version!r}; expected {FORMAT_VERSION}",
+            )
+            splits: dict[str, tuple[ShardInfo, ...]] = {}
+            for split, body in d["splits"].items():
+                shards = tuple(
+                    ShardInfo(file=s["file"], records=s["records"], sha256=s["sha256"])
+                    for s in body["shards"]
+                )
+                total = sum(s.records for s in shards)
+                _require(
+                    body.get("records", total) == total,
+                    f"split {split}: records {body.get('records')!r} != sum of shards {total}",
+                )
+                splits[split] = shards
+            return cls(
+                name=d["name"],
+                feature_shape=tuple(d["feature_shape"]),
+                dtype=d["dtype"],
+                num_classes=d["num_classes"],
+                splits=splits,
+                normalization=d["normalization"],
+                source=d.get("source", ""),
+            )
+        except (KeyError, TypeError, AttributeError) as e:
+            raise DataError(f"{DATASET_JSON}: malformed ({type(e).__name__}: {e})") from e
+
+
+def read_dataset_info(dataset_dir: str | os.PathLike[str]) -> DatasetInfo:
+    """Read and validate `dataset_dir/dataset.json`."""
+    path = Path(dataset_dir) / DATASET_JSON
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+    except FileNotFoundError as e:
+        raise DataError(
+            f"{path}: not found; expected a dataset directory (run `kubetrain download` first)"
+        ) from e
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: cannot read: {e}") from e
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    try:
+        return DatasetInfo.from_json(raw)
+    except DataError as e:
+        raise DataError(f"{path}: {e}") from e
+
+
+def load_shard(
+    dataset_dir: str | os.PathLike[str], split: str, shard_index: int, *, verify: bool = False
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """Load one shard: x float32 (n, *feature_shape), y int64 (n,). `verify` checks its sha256."""
+    info = read_dataset_info(dataset_dir)
+    return _load_shard(Path(dataset_dir), info, split, shard_index, verify=verify)
+
+
+def _load_shard(
+    root: Path, info: DatasetInfo, split: str, shard_index: int, *, verify: bool
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    shards = info.shards(split)
+    if not 0 <= shard_index < len(shards):
+        raise DataError(
+            f"{root}: split {split!r} has {len(shards)} shards; got shard index {shard_index}"
+        )
+    shard = shards[shard_index]
+    path = root / shard.file
+    if verify:
+        actual = file_sha256(path)
+        if actual != shard.sha256:
+            raise DataError(f"{path}: sha256 mismatch: expected {shard.sha256}, got {actual}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            x = np.asarray(npz["x"])
+            y = np.asarray(npz["y"])
+    except (OSError, KeyError, ValueError) as e:
+        raise DataError(f"{path}: cannot read shard: {e}") from e
+    expected = (shard.records, *info.feature_shape)
+    if x.shape != expected or x.dtype != np.float32:
+        raise DataError(f"{path}: x is {x.dtype}{x.shape}; expected float32{expected}")
+    if y.shape != (shard.records,) or y.dtype != np.int64:
+        raise DataError(f"{path}: y is {y.dtype}{y.shape}; expected int64{(shard.records,)}")
+    return x, y
+
+
+def load_split(
+    dataset_dir: str | os.PathLike[str], split: str, *, verify: bool = False
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """All shards of `split` concatenated in shard order."""
+    root = Path(dataset_dir)
+    info = read_dataset_info(root)
+    parts = [
+        _load_shard(root, info, split, i, verify=verify) for i in range(len(info.shards(split)))
+    ]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def _checked_arrays(
+    split: str, x: npt.ArrayLike, y: npt.ArrayLike, num_classes: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    xa = np.asarray(x)
+    ya = np.asarray(y)
+    if xa.ndim < 2 or xa.shape[0] == 0:
+        raise DataError(f"{split} split: x has shape {xa.shape}; expected (n >= 1, *features)")
+    if ya.shape != (xa.shape[0],):
+        raise DataError(f"{split} split: y has shape {ya.shape}; expected ({xa.shape[0]},)")
+    if not np.issubdtype(ya.dtype, np.integer):
+        raise DataError(f"{split} split: y has dtype {ya.dtype}; expected integer labels")
+    if ya.min() < 0 or ya.max() >= num_classes:
+        raise DataError(
+            f"{split} split: labels span [{ya.min()}, {ya.max()}]; expected [0, {num_classes - 1}]"
+        )
+    xf = xa.astype(np.float32, copy=False)
+    if not np.isfinite(xf).all():
+        raise DataError(f"{split} split: x contains NaN or infinite values")
+    return xf, ya.astype(np.int64, copy=False)
+
+
+def _write_shards(
+    tmp: Path,
+    split: str,
+    x: npt.NDArray[np.float32],
+    y: npt.NDArray[np.int64],
+    count: int,
+) -> tuple[ShardInfo, ...]:
+    # Contiguous, nearly equal shards: record (split, shard, index) maps to one row, in order.
+    bounds = np.linspace(0, len(x), count + 1).round().astype(int)
+    shards = []
+    for i in range(count):
+        name = shard_file_name(split, i, count)
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        with open(tmp / name, "wb") as f:
+            np.savez(f, x=x[lo:hi], y=y[lo:hi])
+        shards.append(ShardInfo(file=name, records=hi - lo, sha256=file_sha256(tmp / name)))
+    return tuple(shards)
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished `tmp` dir to `out`, replacing an earlier dataset or an empty dir only."""
+    if out.is_dir() and any(out.iterdir()) and not (out / DATASET_JSON).is_file():
+        raise DataError(
+            f"{out}: exists, is not empty and holds no {DATASET_JSON}; refusing to overwrite it "
+            "(choose another --out or empty it)"
+        )
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: exists and is not a directory")
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rename(out, old / out.name)
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        if old is not None:
+            os.rename(old / out.name, out)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def write_dataset(
+    out_dir: str | os.PathLike[str],
+    *,
+    name: str,
+    x_train: npt.ArrayLike,
+    y_train: npt.ArrayLike,
+    x_test: npt.ArrayLike,
+    y_test: npt.ArrayLike,
+    num_classes: int,
+    shards: int = 1,
+    normalization: Mapping[str, float],
+    source: str,
+) -> DatasetInfo:
+    """Write train (`shards` shards) and test (one shard) plus `dataset.json`, atomically.
+
+    x arrays must already be normalised as `normalization` says and shaped (n, *feature_shape);
+    they are stored as float32, labels as int64 in [0, num_classes). An existing dataset at
+    `out_dir` is replaced only once the new one is complete.
+    """
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
+    xtr, ytr = _checked_arrays("train", x_train, y_train, num_classes)
+    xte, yte = _checked_arrays("test", x_test, y_test, num_classes)
+    if xtr.shape[1:] != xte.shape[1:]:
+        raise DataError(f"train x has features {xtr.shape[1:]}, test x has {xte.shape[1:]}")
+    if shards > len(xtr):
+        raise DataError(
+            f"shards: got {shards}; the train split has only {len(xtr)} records "
+            "(expected at most one shard per record)"
+        )
+    out = Path(out_dir).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        info = DatasetInfo(
+            name=name,
+            feature_shape=tuple(int(d) for d in xtr.shape[1:]),
+            dtype="float32",
+            num_classes=num_classes,
+            splits={
+                "train": _write_shards(tmp, "train", xtr, ytr, shards),
+                "test": _write_shards(tmp, "test", xte, yte, 1),
+            },
+            normalization=normalization,
+            source=source,
+        )
+        with open(tmp / DATASET_JSON, "w", encoding="utf-8") as f:
+            json.dump(info.to_json(), f, indent=2)
+            f.write("\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; other pods' users must read the dataset
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info

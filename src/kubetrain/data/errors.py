@@ -1,0 +1,41 @@
+"""Errors of the data layer, all subclasses of :class:`kubetrain.errors.DataError`.
+
+`DataError` (exit code 2, invalid input) covers anything wrong with the data or the source: a 404,
+a file that is not idx, a truncated gzip, a wrong checksum, an unsafe archive. Only failures that
+may go away on their own (connection errors and 5xx/429 that outlast the retries) use
+:class:`DownloadUnavailableError`, which maps to the infrastructure exit code.
+"""
+
+from __future__ import annotations
+
+from kubetrain.errors import DataError, ExitCode
+
+__all__ = ["ChecksumError", "DataError", "DownloadUnavailableError", "HTTPStatusError"]
+
+
+class HTTPStatusError(DataError):
+    """The server answered with a status that retrying cannot fix (a 4xx other than 429)."""
+
+    def __init__(self, url: str, status: int, reason: str) -> None:
+        self.url = url
+        self.status = status
+        super().__init__(f"{url}: HTTP {status} {reason}".rstrip())
+
+
+class DownloadUnavailableError(DataError):
+    """The source kept failing (connection errors, 5xx, 429) after every retry."""
+
+    exit_code = ExitCode.INFRASTRUCTURE
+
+
+class ChecksumError(DataError):
+    """A downloaded file's sha256 differs from the expected one; the file has been deleted."""
+
+    def __init__(self, source: str, expected: str, actual: str) -> None:
+        self.source = source
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"{source}: sha256 mismatch: expected {expected}, got {actual}; "
+            "the downloaded file was deleted (check the URL and the --sha256 value)"
+        )
