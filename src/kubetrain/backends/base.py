@@ -1,0 +1,116 @@
+"""The backend interface: where a job manifest runs.
+
+Two implementations: `kubernetes` (the real API server) and `local` (processes on this machine,
+imitating the operators). The launcher drives both through this interface only, and both return
+job objects whose `status.conditions` the shared status parser reads, so the launcher cannot tell
+them apart.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubetrain.manifests.kinds import JobKind, kind_of
+
+JobObject = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Identifies one submitted job."""
+
+    kind: JobKind
+    name: str
+    namespace: str
+    uid: str = ""
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any], default_namespace: str = "default") -> JobRef:
+        """The reference of a job object (manifest or object returned by a backend)."""
+        meta = obj.get("metadata") or {}
+        return cls(
+            kind=kind_of(obj),
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace") or default_namespace),
+            uid=str(meta.get("uid") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """One pod of a job, as much as the launcher reports about it."""
+
+    name: str
+    replica_type: str  # Master / Worker / Launcher / master / ps / worker
+    index: int
+    phase: str  # Pending / Running / Succeeded / Failed / Unknown
+    container: str  # the container whose log is the replica's log
+    reason: str = ""  # e.g. ImagePullBackOff, Unschedulable, OOMKilled, Error
+    message: str = ""
+    restart_count: int = 0
+    exit_code: int | None = None
+    created: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """One Kubernetes Event about the job or its pods."""
+
+    type: str  # Normal / Warning
+    reason: str
+    message: str
+    involved_object: str
+    count: int = 1
+    last_timestamp: datetime | None = None
+
+
+class Backend(abc.ABC):
+    """Runs job manifests and reports on them."""
+
+    name: str = "backend"
+
+    @abc.abstractmethod
+    def submit(self, manifest: Mapping[str, Any]) -> JobRef:
+        """Create the job. If a job of that name exists and carries the same KFP run and task
+        labels, adopt it (return its ref); if it belongs to someone else, raise JobConflictError."""
+
+    @abc.abstractmethod
+    def get(self, ref: JobRef) -> JobObject:
+        """The job object now (with `status`). Raises BackendError if it is gone."""
+
+    @abc.abstractmethod
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
+        """Yield the job object each time it changes, starting with its current state.
+
+        Returns (ends the iteration) after about `timeout_seconds` without raising, so the caller
+        can check its own deadline and call again; implementations hide reconnects and re-lists.
+        """
+
+    @abc.abstractmethod
+    def pods(self, ref: JobRef) -> list[PodInfo]:
+        """The job's pods now."""
+
+    @abc.abstractmethod
+    def pod_log(
+        self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
+    ) -> Iterator[str]:
+        """Lines of one pod's log (its replica container, named explicitly)."""
+
+    @abc.abstractmethod
+    def events(self, ref: JobRef) -> list[EventInfo]:
+        """Events about the job object and its pods, oldest first."""
+
+    @abc.abstractmethod
+    def delete(self, ref: JobRef) -> None:
+        """Delete the job and (foreground) its pods. Deleting a job that is gone is not an error."""
+
+    @abc.abstractmethod
+    def suspend(self, ref: JobRef) -> None:
+        """Suspend the job (`runPolicy.suspend` / `spec.suspend`): pods go, the object stays."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook with a do-nothing default
+        """Release resources (threads, connections, processes). Idempotent."""

@@ -1,0 +1,139 @@
+"""The parameter-server job as a JobSet `jobset.x-k8s.io/v1alpha2` (JobSet v0.12).
+
+Three replicated jobs started in order with `dependsOn`: the master, then P parameter servers (one
+single-pod Job each, so shard i has the stable host name `<js>-ps-<i>-0.<js>`), then one Indexed Job
+of W workers. Master and servers carry gRPC readiness probes (grpc.health.v1), so "Ready" means
+"serving" and workers never start against a server that is still loading its checkpoint.
+The set succeeds when the master completes; workers may restart inside their Job's backoffLimit
+without failing the set, and a failed child Job restarts the whole set up to `max_restarts`, which
+the master's durable state and the servers' checkpoints turn into a resume, not a fresh start.
+"""
+
+from __future__ import annotations
+
+from kubetrain.manifests.kinds import JOBSET, PS_CONTAINER
+from kubetrain.manifests.pod import Manifest, build_pod_template, job_metadata, workspace_env
+from kubetrain.specs.common import ReplicaSpec
+from kubetrain.specs.jobs import PSJobSpec
+
+JOBSET_LABEL_PREFIX = "jobset.sigs.k8s.io"
+JOB_INDEX_FIELD = f"metadata.labels['{JOBSET_LABEL_PREFIX}/job-index']"
+POD_RESTART_POLICY = "OnFailure"
+
+
+def master_address(spec: PSJobSpec) -> str:
+    """host:port of the master, as every pod of the set resolves it."""
+    return f"{spec.meta.name}-master-0-0.{spec.meta.name}:{spec.master_port}"
+
+
+def ps_addresses(spec: PSJobSpec) -> list[str]:
+    """host:port of every parameter server, in shard order."""
+    return [f"{spec.meta.name}-ps-{i}-0.{spec.meta.name}:{spec.ps_port}" for i in range(spec.ps.replicas)]
+
+
+def _grpc_probe(port: int) -> Manifest:
+    return {"grpc": {"port": port}, "periodSeconds": 2, "failureThreshold": 3, "timeoutSeconds": 2}
+
+
+def _replicated_job(
+    spec: PSJobSpec,
+    *,
+    name: str,
+    replica: ReplicaSpec,
+    job_replicas: int,
+    pods_per_job: int,
+    backoff_limit: int,
+    port: int | None,
+    depends_on: str | None,
+) -> Manifest:
+    env: list[Manifest] = [
+        {"name": "KUBETRAIN_PS_MODE", "value": spec.mode},
+        {"name": "KUBETRAIN_PS_MASTER", "value": master_address(spec)},
+        {"name": "KUBETRAIN_PS_ADDRS", "value": ",".join(ps_addresses(spec))},
+        {"name": "KUBETRAIN_PS_STATE_DIR", "value": spec.state_dir},
+        {"name": "KUBETRAIN_PS_CHECKPOINT_DIR", "value": spec.checkpoint_dir},
+        # The shard a server owns is its Job's index within the replicated job.
+        {"name": "KUBETRAIN_PS_INDEX", "valueFrom": {"fieldRef": {"fieldPath": JOB_INDEX_FIELD}}},
+        *workspace_env(spec.workspace),
+    ]
+    template = build_pod_template(
+        meta=spec.meta,
+        replica=replica,
+        container_name=PS_CONTAINER,
+        role_labels={"kubetrain.io/replica-type": name},
+        extra_env=env,
+        ports=[{"name": "grpc", "containerPort": port, "protocol": "TCP"}] if port else [],
+        pod_restart_policy=replica.restart_policy or POD_RESTART_POLICY,
+        readiness_probe=_grpc_probe(port) if port else None,
+        workspace=spec.workspace,
+    )
+    job_spec: Manifest = {
+        "parallelism": pods_per_job,
+        "completions": pods_per_job,
+        "completionMode": "Indexed",
+        "backoffLimit": backoff_limit,
+        "template": template,
+    }
+    if spec.run_policy.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.run_policy.active_deadline_seconds
+    out: Manifest = {"name": name, "replicas": job_replicas, "template": {"spec": job_spec}}
+    if depends_on is not None:
+        out["dependsOn"] = [{"name": depends_on, "status": "Ready"}]
+    return out
+
+
+def build_ps_jobset(spec: PSJobSpec) -> Manifest:
+    """The JobSet for `spec` (master → ps → worker, success when the master completes)."""
+    server_backoff = spec.run_policy.backoff_limit if spec.run_policy.backoff_limit is not None else 3
+    replicated = [
+        _replicated_job(
+            spec,
+            name="master",
+            replica=spec.master,
+            job_replicas=1,
+            pods_per_job=1,
+            backoff_limit=server_backoff,
+            port=spec.master_port,
+            depends_on=None,
+        ),
+        _replicated_job(
+            spec,
+            name="ps",
+            replica=spec.ps,
+            job_replicas=spec.ps.replicas,
+            pods_per_job=1,
+            backoff_limit=server_backoff,
+            port=spec.ps_port,
+            depends_on="master",
+        ),
+        _replicated_job(
+            spec,
+            name="worker",
+            replica=spec.worker,
+            job_replicas=1,
+            pods_per_job=spec.worker.replicas,
+            backoff_limit=spec.worker_backoff_limit,
+            port=None,
+            depends_on="ps",
+        ),
+    ]
+    rules: list[Manifest] = []
+    if spec.run_policy.active_deadline_seconds is not None:
+        # A deadline is final: restarting the set would only run into it again.
+        rules.append({"name": "deadline-is-final", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]})
+    job_spec: Manifest = {
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        "successPolicy": {"operator": "All", "targetReplicatedJobs": ["master"]},
+        "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate", "rules": rules},
+        "replicatedJobs": replicated,
+    }
+    if spec.run_policy.suspend:
+        job_spec["suspend"] = True
+    if spec.run_policy.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = spec.run_policy.ttl_seconds_after_finished
+    return {
+        "apiVersion": JOBSET.api_version,
+        "kind": JOBSET.kind,
+        "metadata": job_metadata(spec.meta),
+        "spec": job_spec,
+    }
