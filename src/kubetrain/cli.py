@@ -1,12 +1,68 @@
-"""The `kubetrain` command line (filled in as the subcommands land)."""
+"""The `kubetrain` command line: a dispatcher over `kubetrain.commands.<name>` modules.
+
+Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
+`func=run`; `run(args) -> int` returns the exit code (kubetrain.errors.ExitCode). Errors of the
+project's hierarchy end in one message and their exit code, never a traceback.
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import logging
 import sys
+
+from kubetrain import __version__
+from kubetrain.errors import ExitCode, KubetrainError
+
+SUBCOMMANDS = ("download", "render", "launch", "run", "compile", "submit", "demo")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with INVALID_INPUT (2) and a one-line message on bad flags."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(int(ExitCode.INVALID_INPUT), f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every available subcommand registered."""
+    parser = _Parser(prog="kubetrain", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"kubetrain {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"kubetrain.commands.{name}")
+        except ModuleNotFoundError as e:
+            # A subcommand whose module is not in this build is simply not offered.
+            if e.name != f"kubetrain.commands.{name}":
+                raise
+            continue
+        module.register(subparsers)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the kubetrain command line and return its exit code."""
-    del argv
-    print("kubetrain: no subcommands yet", file=sys.stderr)
-    return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return int(ExitCode.INVALID_INPUT)
+    try:
+        return int(func(args))
+    except KubetrainError as e:
+        print(f"kubetrain {args.command}: {e}", file=sys.stderr)
+        return int(e.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
