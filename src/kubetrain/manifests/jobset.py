@@ -21,14 +21,14 @@ JOB_INDEX_FIELD = f"metadata.labels['{JOBSET_LABEL_PREFIX}/job-index']"
 POD_RESTART_POLICY = "OnFailure"
 
 
-def master_address(spec: PSJobSpec) -> str:
-    """host:port of the master, as every pod of the set resolves it."""
-    return f"{spec.meta.name}-master-0-0.{spec.meta.name}:{spec.master_port}"
+def master_address(*, name: str, port: int) -> str:
+    """host:port of the master of JobSet `name`, as every pod of the set resolves it."""
+    return f"{name}-master-0-0.{name}:{port}"
 
 
-def ps_addresses(spec: PSJobSpec) -> list[str]:
-    """host:port of every parameter server, in shard order."""
-    return [f"{spec.meta.name}-ps-{i}-0.{spec.meta.name}:{spec.ps_port}" for i in range(spec.ps.replicas)]
+def ps_addresses(*, name: str, port: int, count: int) -> list[str]:
+    """host:port of every parameter server of JobSet `name`, in shard order."""
+    return [f"{name}-ps-{i}-0.{name}:{port}" for i in range(count)]
 
 
 def _grpc_probe(port: int) -> Manifest:
@@ -48,8 +48,11 @@ def _replicated_job(
 ) -> Manifest:
     env: list[Manifest] = [
         {"name": "KUBETRAIN_PS_MODE", "value": spec.mode},
-        {"name": "KUBETRAIN_PS_MASTER", "value": master_address(spec)},
-        {"name": "KUBETRAIN_PS_ADDRS", "value": ",".join(ps_addresses(spec))},
+        {"name": "KUBETRAIN_PS_MASTER", "value": master_address(name=spec.meta.name, port=spec.master_port)},
+        {
+            "name": "KUBETRAIN_PS_ADDRS",
+            "value": ",".join(ps_addresses(name=spec.meta.name, port=spec.ps_port, count=spec.ps.replicas)),
+        },
         {"name": "KUBETRAIN_PS_STATE_DIR", "value": spec.state_dir},
         {"name": "KUBETRAIN_PS_CHECKPOINT_DIR", "value": spec.checkpoint_dir},
         # The shard a server owns is its Job's index within the replicated job.

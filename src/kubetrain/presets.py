@@ -1,0 +1,283 @@
+"""The project's own jobs: images, training programs and sensible defaults for each kind.
+
+`kubetrain render` and the KFP components both build their specs here, so what `render` prints
+is exactly what a component submits. Image tags are tied to the package version in this one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kubetrain import __version__
+from kubetrain.errors import SpecError
+from kubetrain.manifests.jobset import master_address, ps_addresses
+from kubetrain.specs import (
+    ElasticPolicy,
+    EnvVar,
+    JobMeta,
+    MPIJobSpec,
+    PSJobSpec,
+    PyTorchJobSpec,
+    ReplicaSpec,
+    Resources,
+    RunPolicy,
+    Toleration,
+    Volume,
+    VolumeMount,
+    Workspace,
+)
+
+IMAGE_REGISTRY = "ghcr.io/kubetrain"
+IMAGE_TAG = __version__
+IMAGE_NAMES = ("launcher", "pytorch", "chainermn", "ps")
+
+
+def image_ref(name: str, *, registry: str = IMAGE_REGISTRY, tag: str = IMAGE_TAG) -> str:
+    """The reference of one of the project's images (`launcher`, `pytorch`, `chainermn`, `ps`)."""
+    if name not in IMAGE_NAMES:
+        raise SpecError("image", name, f"one of {', '.join(IMAGE_NAMES)}")
+    return f"{registry}/{name}:{tag}"
+
+
+LAUNCHER_IMAGE = image_ref("launcher")
+PYTORCH_IMAGE = image_ref("pytorch")
+CHAINERMN_IMAGE = image_ref("chainermn")
+PS_IMAGE = image_ref("ps")
+
+WORKSPACE_MOUNT = "/workspace"
+PS_MASTER_PORT = 50051
+PS_SERVER_PORT = 50052
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingParams:
+    """What every training program takes on its command line (DESIGN.md, "Programs")."""
+
+    data_dir: str = f"{WORKSPACE_MOUNT}/datasets/digits"
+    output_dir: str = f"{WORKSPACE_MOUNT}/runs/output"
+    checkpoint_dir: str | None = f"{WORKSPACE_MOUNT}/runs/checkpoints"
+    epochs: int = 10
+    batch_size: int = 32
+    lr: float = 0.05
+    model: str = "mlp"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(name, value, "an integer ≥ 1")
+        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not self.lr > 0:
+            raise SpecError("lr", self.lr, "a learning rate > 0")
+        for name in ("data_dir", "output_dir"):
+            if not getattr(self, name):
+                raise SpecError(name, getattr(self, name), "a directory path")
+
+    def program_args(self) -> list[str]:
+        """The shared flags of `kubetrain.train.torch_ddp` / `chainermn_mpi`."""
+        args = ["--data", self.data_dir, "--output", self.output_dir]
+        if self.checkpoint_dir:
+            args += ["--checkpoint-dir", self.checkpoint_dir]
+        args += [
+            "--epochs", str(self.epochs),
+            "--batch-size", str(self.batch_size),
+            "--lr", repr(float(self.lr)),
+            "--model", self.model,
+            "--seed", str(self.seed),
+        ]  # fmt: skip
+        return args
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodOptions:
+    """Scheduling and environment applied to the training pods (the component's TaskConfig lands here)."""
+
+    resources: Resources = field(default_factory=Resources)
+    env: tuple[EnvVar, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    volumes: tuple[Volume, ...] = ()
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+
+    def replica(
+        self,
+        *,
+        image: str,
+        replicas: int,
+        command: tuple[str, ...],
+        args: tuple[str, ...] = (),
+        restart_policy: Literal["Never", "OnFailure", "ExitCode", "Always"] | None = None,
+        light: bool = False,
+    ) -> ReplicaSpec:
+        """A replica with these options. `light` replicas (launchers, masters) skip GPU requests."""
+        resources = Resources(cpu=self.resources.cpu, memory=self.resources.memory) if light else self.resources
+        return ReplicaSpec(
+            image=image,
+            replicas=replicas,
+            command=command,
+            args=args,
+            env=self.env,
+            resources=resources,
+            node_selector=self.node_selector,
+            tolerations=self.tolerations,
+            volumes=self.volumes,
+            volume_mounts=self.volume_mounts,
+            image_pull_secrets=self.image_pull_secrets,
+            service_account=self.service_account,
+            restart_policy=restart_policy,
+        )
+
+
+def _meta(name: str, namespace: str | None, run_id: str | None, task_id: str | None, component: str) -> JobMeta:
+    return JobMeta(
+        name=name,
+        namespace=namespace,
+        kfp_run_id=run_id,
+        kfp_task_id=task_id,
+        labels={"kubetrain.io/component": component},
+    )
+
+
+def _workspace(claim: str | None) -> Workspace | None:
+    return Workspace(claim_name=claim, mount_path=WORKSPACE_MOUNT) if claim else None
+
+
+def pytorch_job_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 0,
+    elastic: tuple[int, int] | None = None,
+    image: str = PYTORCH_IMAGE,
+    backend: Literal["gloo", "nccl"] = "gloo",
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    run_policy: RunPolicy | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+) -> PyTorchJobSpec:
+    """DDP training with `python -m kubetrain.train.torch_ddp`: master alone, + workers, or elastic.
+
+    Elastic jobs have workers only and start the program under torchrun, which reads the
+    rendezvous from the `PET_*` variables the operator injects.
+    """
+    pod = pod or PodOptions()
+    args = (*params.program_args(), "--backend", backend)
+    program = ("python", "-m", "kubetrain.train.torch_ddp")
+    policy = ElasticPolicy(min_replicas=elastic[0], max_replicas=elastic[1]) if elastic else None
+    if policy is not None:
+        torchrun = ("python", "-m", "torch.distributed.run", "-m", "kubetrain.train.torch_ddp")
+        master = None
+        worker: ReplicaSpec | None = pod.replica(
+            image=image, replicas=max(workers, policy.min_replicas), command=torchrun, args=args
+        )
+    else:
+        master = pod.replica(image=image, replicas=1, command=program, args=args)
+        worker = pod.replica(image=image, replicas=workers, command=program, args=args) if workers else None
+    return PyTorchJobSpec(
+        meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
+        master=master,
+        worker=worker,
+        backend=backend,
+        elastic=policy,
+        run_policy=run_policy or RunPolicy(backoff_limit=3),
+        workspace=_workspace(workspace_pvc),
+    )
+
+
+def mpi_job_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 2,
+    slots_per_worker: int = 1,
+    image: str = CHAINERMN_IMAGE,
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    run_policy: RunPolicy | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+) -> MPIJobSpec:
+    """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `chainermn_mpi`."""
+    pod = pod or PodOptions()
+    total = workers * slots_per_worker
+    # -x forwards the abort switch to every rank, so an exception on one rank ends the whole
+    # job instead of leaving the others blocked in a collective (chainermn#236).
+    launcher_cmd = (
+        "mpirun", "-n", str(total), "--bind-to", "none", "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION",
+        "-x", "PYTHONUNBUFFERED", "python", "-m", "kubetrain.train.chainermn_mpi",
+    )  # fmt: skip
+    return MPIJobSpec(
+        meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
+        launcher=pod.replica(
+            image=image, replicas=1, command=launcher_cmd, args=tuple(params.program_args()), light=True
+        ),
+        worker=pod.replica(image=image, replicas=workers, command=()),
+        slots_per_worker=slots_per_worker,
+        run_policy=run_policy or RunPolicy(backoff_limit=3),
+        workspace=_workspace(workspace_pvc),
+    )
+
+
+def ps_job_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    ps: int = 2,
+    workers: int = 3,
+    mode: Literal["async", "sync"] = "async",
+    records_per_task: int = 64,
+    optimizer: Literal["sgd", "adam"] = "adam",
+    image: str = PS_IMAGE,
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    run_policy: RunPolicy | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+) -> PSJobSpec:
+    """Parameter-server training: `kubetrain.ps.master`, `.server` and `.worker` in one JobSet."""
+    pod = pod or PodOptions()
+    master_addr = master_address(name=name, port=PS_MASTER_PORT)
+    ps_addrs = ",".join(ps_addresses(name=name, port=PS_SERVER_PORT, count=ps))
+    state_dir = f"{params.output_dir}/ps-state"
+    checkpoint_dir = params.checkpoint_dir or f"{params.output_dir}/ps-checkpoints"
+    master_args = (
+        "--port", str(PS_MASTER_PORT), "--data", params.data_dir, "--output", params.output_dir,
+        "--state-dir", state_dir, "--num-ps", str(ps), "--ps-addrs", ps_addrs,
+        "--epochs", str(params.epochs), "--records-per-task", str(records_per_task), "--mode", mode,
+        "--model", params.model, "--seed", str(params.seed),
+    )  # fmt: skip
+    server_args = (
+        "--port", str(PS_SERVER_PORT), "--num-shards", str(ps), "--checkpoint-dir", checkpoint_dir,
+        "--mode", mode, "--optimizer", optimizer, "--lr", repr(float(params.lr)),
+    )  # fmt: skip
+    worker_args = (
+        "--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir,
+        "--batch-size", str(params.batch_size),
+    )  # fmt: skip
+    return PSJobSpec(
+        meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "ps-train"),
+        master=pod.replica(
+            image=image, replicas=1, command=("python", "-m", "kubetrain.ps.master"), args=master_args, light=True
+        ),
+        ps=pod.replica(
+            image=image, replicas=ps, command=("python", "-m", "kubetrain.ps.server"), args=server_args, light=True
+        ),
+        worker=pod.replica(
+            image=image, replicas=workers, command=("python", "-m", "kubetrain.ps.worker"), args=worker_args
+        ),
+        master_port=PS_MASTER_PORT,
+        ps_port=PS_SERVER_PORT,
+        mode=mode,
+        state_dir=state_dir,
+        checkpoint_dir=checkpoint_dir,
+        run_policy=run_policy or RunPolicy(),
+        workspace=_workspace(workspace_pvc),
+    )
