@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from kubetrain import __version__
@@ -62,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     except KubetrainError as e:
         print(f"kubetrain {args.command}: {e}", file=sys.stderr)
         return int(e.exit_code)
+    except BrokenPipeError:
+        # The reader went away (`kubetrain render ... | head`): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return int(ExitCode.SUCCESS)
 
 
 if __name__ == "__main__":
