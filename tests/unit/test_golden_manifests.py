@@ -1,0 +1,49 @@
+"""Golden YAML for representative manifests. Refresh all of them with `make golden`.
+
+A difference means a change in what kubetrain submits to clusters: review the diff, then refresh.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubetrain.cli import main
+from tests.crd_schema import validate_strict
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "manifests"
+UPDATE = os.environ.get("KUBETRAIN_UPDATE_GOLDEN") == "1"
+
+# The "done when" set of issue 2, rendered exactly as a user would.
+CASES = {
+    "pytorch-master-only": ["pytorchjob", "--name", "mnist-solo"],
+    "pytorch-master-3-workers": ["pytorchjob", "--name", "mnist-ddp", "--workers", "3"],
+    "pytorch-elastic-1-4": ["pytorchjob", "--name", "mnist-elastic", "--workers", "2", "--elastic", "1:4"],
+    "mpi-launcher-2-workers": ["mpijob", "--name", "mnist-chainermn", "--workers", "2"],
+    "ps-1-master-2-ps-3-workers": ["psjob", "--name", "mnist-ps", "--ps", "2", "--workers", "3",
+                                   "--workspace-pvc", "kubetrain-workspace"],
+    "pytorch-gpu-workspace": ["pytorchjob", "--name", "gpu", "--workers", "1", "--gpus", "1", "--backend", "nccl",
+                              "--cpu", "4", "--memory", "16Gi", "--workspace-pvc", "kubetrain-workspace"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_render_matches_golden_and_validates(case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", *CASES[case]]) == 0
+    text = capsys.readouterr().out
+    manifest = yaml.safe_load(text)
+    validate_strict(manifest)
+    path = GOLDEN / f"{case}.yaml"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run `make golden`"
+    assert text == path.read_text(), f"{case}: rendered manifest differs from {path}; review, then `make golden`"
+
+
+def test_no_stale_golden_files() -> None:
+    on_disk = {p.stem for p in GOLDEN.glob("*.yaml")}
+    assert on_disk == set(CASES), f"golden files without a case: {sorted(on_disk - set(CASES))}"

@@ -1,0 +1,214 @@
+"""Rendered manifests follow the operator contracts and validate strictly against the upstream CRDs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from kubetrain.errors import ManifestError
+from kubetrain.manifests import build_manifest
+from kubetrain.manifests.validate import validate_manifest
+from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
+from kubetrain.presets import TrainingParams, mpi_job_spec, ps_job_spec, pytorch_job_spec
+from kubetrain.specs import JobSpec, RunPolicy
+from tests.crd_schema import strict_errors, validate_strict
+
+PARAMS = TrainingParams()
+IDS = {"kfp_run_id": "0f4e-run", "kfp_task_id": "task-7"}
+
+
+def _matrix() -> list[tuple[str, JobSpec]]:
+    return [
+        ("pytorch-master-only", pytorch_job_spec(name="pt-solo", params=PARAMS, **IDS)),
+        ("pytorch-master-3-workers", pytorch_job_spec(name="pt-ddp", params=PARAMS, workers=3, **IDS)),
+        ("pytorch-elastic-1-4", pytorch_job_spec(name="pt-elastic", params=PARAMS, workers=2, elastic=(1, 4), **IDS)),
+        ("pytorch-nccl-deadline", pytorch_job_spec(
+            name="pt-gpu", params=PARAMS, workers=1, backend="nccl", workspace_pvc="ws",
+            run_policy=RunPolicy(active_deadline_seconds=600, ttl_seconds_after_finished=60, backoff_limit=2), **IDS)),
+        ("mpi-1-launcher-2-workers", mpi_job_spec(name="mpi", params=PARAMS, workers=2, **IDS)),
+        ("mpi-4-workers-2-slots", mpi_job_spec(name="mpi-wide", params=PARAMS, workers=4, slots_per_worker=2,
+                                               workspace_pvc="ws", **IDS)),
+        ("ps-1-2-3", ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3, workspace_pvc="ws", **IDS)),
+        ("ps-sync-deadline", ps_job_spec(name="ps-sync", params=PARAMS, ps=1, workers=2, mode="sync",
+                                         run_policy=RunPolicy(active_deadline_seconds=900), **IDS)),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("label", "spec"), _matrix(), ids=[m[0] for m in _matrix()])
+def test_rendered_manifest_is_strictly_valid(label: str, spec: JobSpec) -> None:
+    manifest = build_manifest(spec)
+    assert strict_errors(manifest) == [], label
+    validate_manifest(manifest)
+
+
+def _pods(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = manifest["spec"]
+    if manifest["kind"] == "JobSet":
+        return [rj["template"]["spec"]["template"] for rj in spec["replicatedJobs"]]
+    key = "pytorchReplicaSpecs" if manifest["kind"] == "PyTorchJob" else "mpiReplicaSpecs"
+    return [r["template"] for r in spec[key].values()]
+
+
+@pytest.mark.parametrize(("label", "spec"), _matrix(), ids=[m[0] for m in _matrix()])
+def test_every_pod_is_restricted_labelled_and_istio_free(label: str, spec: JobSpec) -> None:
+    for pod in _pods(build_manifest(spec)):
+        labels = pod["metadata"]["labels"]
+        assert labels[LABEL_RUN_ID] == "0f4e-run"
+        assert labels[LABEL_TASK_ID] == "task-7"
+        assert labels["sidecar.istio.io/inject"] == "false"
+        assert pod["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+        pod_sc = pod["spec"]["securityContext"]
+        assert pod_sc["runAsNonRoot"] is True
+        assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["spec"]["containers"]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_pytorch_contract_container_master_and_run_policy_placement() -> None:
+    manifest = build_manifest(pytorch_job_spec(name="pt", params=PARAMS, workers=3))
+    spec = manifest["spec"]
+    assert set(spec) == {"runPolicy", "nprocPerNode", "pytorchReplicaSpecs"}
+    assert spec["runPolicy"]["backoffLimit"] == 3
+    master = spec["pytorchReplicaSpecs"]["Master"]
+    assert master["replicas"] == 1  # explicit: the webhook rejects a nil Master replica count
+    assert spec["pytorchReplicaSpecs"]["Worker"]["replicas"] == 3
+    for rspec in spec["pytorchReplicaSpecs"].values():
+        container = rspec["template"]["spec"]["containers"][0]
+        assert container["name"] == "pytorch"
+        assert {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"} in container["ports"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert mounts["/dev/shm"] == "dshm"
+        shm = next(v for v in rspec["template"]["spec"]["volumes"] if v["name"] == "dshm")
+        assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_pytorch_master_only_has_no_worker_key() -> None:
+    spec = build_manifest(pytorch_job_spec(name="pt", params=PARAMS))["spec"]
+    assert list(spec["pytorchReplicaSpecs"]) == ["Master"]
+
+
+def test_elastic_pytorch_runs_torchrun_on_workers_only() -> None:
+    spec = build_manifest(pytorch_job_spec(name="pt", params=PARAMS, workers=2, elastic=(1, 4)))["spec"]
+    assert spec["elasticPolicy"] == {"minReplicas": 1, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 3}
+    assert list(spec["pytorchReplicaSpecs"]) == ["Worker"]
+    command = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
+    assert command[:3] == ["python", "-m", "torch.distributed.run"]
+
+
+def test_mpi_workers_run_non_root_sshd_and_are_cleaned_up() -> None:
+    spec = build_manifest(mpi_job_spec(name="m", params=PARAMS, workers=2))["spec"]
+    assert spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+    assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
+    assert spec["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "OnFailure"
+    assert spec["mpiReplicaSpecs"]["Worker"]["restartPolicy"] == "Never"
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["command"][:2] == ["/usr/sbin/sshd", "-De"]
+    assert worker["readinessProbe"]["tcpSocket"]["port"] == 2222
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][:3] == ["mpirun", "-n", "2"]
+
+
+def test_ps_jobset_order_probes_and_success_policy() -> None:
+    spec = build_manifest(ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3))["spec"]
+    names = [rj["name"] for rj in spec["replicatedJobs"]]
+    assert names == ["master", "ps", "worker"]
+    assert "dependsOn" not in spec["replicatedJobs"][0]
+    assert spec["replicatedJobs"][1]["dependsOn"] == [{"name": "master", "status": "Ready"}]
+    assert spec["replicatedJobs"][2]["dependsOn"] == [{"name": "ps", "status": "Ready"}]
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["master"]}
+    assert spec["replicatedJobs"][1]["replicas"] == 2
+    workers = spec["replicatedJobs"][2]["template"]["spec"]
+    assert (workers["parallelism"], workers["completions"], workers["completionMode"]) == (3, 3, "Indexed")
+    assert workers["backoffLimit"] >= 3  # worker restarts do not fail the set
+    for rj in spec["replicatedJobs"][:2]:
+        container = rj["template"]["spec"]["template"]["spec"]["containers"][0]
+        assert "grpc" in container["readinessProbe"]
+    env = {e["name"]: e.get("value") for e in workers["template"]["spec"]["containers"][0]["env"]}
+    assert env["KUBETRAIN_PS_ADDRS"] == "ps-ps-0-0.ps:50052,ps-ps-1-0.ps:50052"
+    assert env["KUBETRAIN_PS_MASTER"] == "ps-master-0-0.ps:50051"
+
+
+# --- the validators refuse what the API server or the operators would refuse ----------------------
+
+
+def _pt_manifest() -> dict[str, Any]:
+    return copy.deepcopy(build_manifest(pytorch_job_spec(name="pt", params=PARAMS, workers=2)))
+
+
+def test_schema_catches_run_policy_at_spec_top_level() -> None:
+    manifest = _pt_manifest()
+    manifest["spec"]["cleanPodPolicy"] = "All"
+    assert any("cleanPodPolicy" in e for e in strict_errors(manifest))
+    with pytest.raises(ManifestError, match=r"must be under spec\.runPolicy"):
+        validate_manifest(manifest)
+
+
+def test_schema_catches_misspelled_container_field() -> None:
+    manifest = _pt_manifest()
+    manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["imagePullPolcy"] = "x"
+    errors = strict_errors(manifest)
+    assert errors and "imagePullPolcy" in errors[0]
+    with pytest.raises(ValueError, match="imagePullPolcy"):
+        validate_strict(manifest)
+
+
+def test_schema_catches_wrong_types() -> None:
+    manifest = _pt_manifest()
+    manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "two"
+    assert any("replicas" in e for e in strict_errors(manifest))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda m: m["spec"]["pytorchReplicaSpecs"].__setitem__("master", m["spec"]["pytorchReplicaSpecs"].pop("Master")),
+         "exactly Master and Worker"),
+        (lambda m: m["spec"]["pytorchReplicaSpecs"]["Master"].pop("replicas"), "replicas: 1 explicitly"),
+        (lambda m: m["spec"]["pytorchReplicaSpecs"]["Worker"].__setitem__("replicas", 0), "must be ≥ 1"),
+        (lambda m: [r["template"]["spec"]["containers"][0].__setitem__("name", "main")
+                    for r in m["spec"]["pytorchReplicaSpecs"].values()], "named 'pytorch'"),
+        (lambda m: m["metadata"].__setitem__("name", "Upper"), "DNS-1035"),
+        (lambda m: m.__setitem__("apiVersion", "kubeflow.org/v2"), "not supported"),
+    ],
+)  # fmt: skip
+def test_pytorch_webhook_rules(mutate: Any, match: str) -> None:
+    manifest = _pt_manifest()
+    mutate(manifest)
+    with pytest.raises(ManifestError, match=match):
+        validate_manifest(manifest)
+
+
+def test_mpi_controller_rules() -> None:
+    manifest = copy.deepcopy(build_manifest(mpi_job_spec(name="m", params=PARAMS)))
+    manifest["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = "Always"
+    with pytest.raises(ManifestError, match="only Never or OnFailure"):
+        validate_manifest(manifest)
+    manifest = copy.deepcopy(build_manifest(mpi_job_spec(name="m", params=PARAMS)))
+    del manifest["spec"]["mpiReplicaSpecs"]["Launcher"]
+    with pytest.raises(ManifestError, match="Launcher: is required"):
+        validate_manifest(manifest)
+
+
+def test_jobset_rules() -> None:
+    base = build_manifest(ps_job_spec(name="ps", params=PARAMS))
+    manifest = copy.deepcopy(base)
+    manifest["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
+    with pytest.raises(ManifestError, match="mutually exclusive"):
+        validate_manifest(manifest)
+    manifest = copy.deepcopy(base)
+    manifest["spec"]["successPolicy"]["targetReplicatedJobs"] = ["chief"]
+    with pytest.raises(ManifestError, match="'chief' is not a replicated job"):
+        validate_manifest(manifest)
+    manifest = copy.deepcopy(base)
+    manifest["spec"]["replicatedJobs"][1]["dependsOn"] = [{"name": "worker", "status": "Ready"}]
+    with pytest.raises(ManifestError, match="not an earlier replicated job"):
+        validate_manifest(manifest)
+
+
+def test_user_manifest_of_unknown_kind_is_refused() -> None:
+    with pytest.raises(ManifestError, match="TFJob"):
+        validate_manifest({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "x"}, "spec": {}})
