@@ -36,6 +36,7 @@ __all__ = [
     "FORMAT_VERSION",
     "DatasetInfo",
     "ShardInfo",
+    "check_output_dir",
     "file_sha256",
     "load_shard",
     "load_split",
@@ -109,8 +110,7 @@ class DatasetInfo:
     def __post_init__(self) -> None:
         _require(bool(self.name), "dataset name: got an empty string; expected a name")
         _require(
-            len(self.feature_shape) >= 1
-            and all(isinstance(d, int) and d > 0 for d in self.feature_shape),
+            len(self.feature_shape) >= 1 and all(isinstance(d, int) and d > 0 for d in self.feature_shape),
             f"feature_shape: got {self.feature_shape!r}; expected positive integer dimensions",
         )
         _require(self.dtype == "float32", f"dtype: got {self.dtype!r}; expected 'float32'")
@@ -133,9 +133,7 @@ class DatasetInfo:
             )
         # Read-only copies, so a frozen instance cannot be changed through its mappings.
         object.__setattr__(self, "feature_shape", tuple(self.feature_shape))
-        object.__setattr__(
-            self, "splits", MappingProxyType({k: tuple(v) for k, v in self.splits.items()})
-        )
+        object.__setattr__(self, "splits", MappingProxyType({k: tuple(v) for k, v in self.splits.items()}))
         object.__setattr__(
             self,
             "normalization",
@@ -151,9 +149,7 @@ class DatasetInfo:
         try:
             return self.splits[split]
         except KeyError:
-            raise DataError(
-                f"dataset {self.name!r} has no split {split!r}; it has {sorted(self.splits)}"
-            ) from None
+            raise DataError(f"dataset {self.name!r} has no split {split!r}; it has {sorted(self.splits)}") from None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the content of `dataset.json`)."""
@@ -168,9 +164,7 @@ class DatasetInfo:
             "splits": {
                 split: {
                     "records": sum(s.records for s in shards),
-                    "shards": [
-                        {"file": s.file, "records": s.records, "sha256": s.sha256} for s in shards
-                    ],
+                    "shards": [{"file": s.file, "records": s.records, "sha256": s.sha256} for s in shards],
                 }
                 for split, shards in self.splits.items()
             },
@@ -188,8 +182,7 @@ class DatasetInfo:
             splits: dict[str, tuple[ShardInfo, ...]] = {}
             for split, body in d["splits"].items():
                 shards = tuple(
-                    ShardInfo(file=s["file"], records=s["records"], sha256=s["sha256"])
-                    for s in body["shards"]
+                    ShardInfo(file=s["file"], records=s["records"], sha256=s["sha256"]) for s in body["shards"]
                 )
                 total = sum(s.records for s in shards)
                 _require(
@@ -217,9 +210,7 @@ def read_dataset_info(dataset_dir: str | os.PathLike[str]) -> DatasetInfo:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
     except FileNotFoundError as e:
-        raise DataError(
-            f"{path}: not found; expected a dataset directory (run `kubetrain download` first)"
-        ) from e
+        raise DataError(f"{path}: not found; expected a dataset directory (run `kubetrain download` first)") from e
     except (OSError, ValueError) as e:
         raise DataError(f"{path}: cannot read: {e}") from e
     if not isinstance(raw, dict):
@@ -243,9 +234,7 @@ def _load_shard(
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     shards = info.shards(split)
     if not 0 <= shard_index < len(shards):
-        raise DataError(
-            f"{root}: split {split!r} has {len(shards)} shards; got shard index {shard_index}"
-        )
+        raise DataError(f"{root}: split {split!r} has {len(shards)} shards; got shard index {shard_index}")
     shard = shards[shard_index]
     path = root / shard.file
     if verify:
@@ -272,9 +261,7 @@ def load_split(
     """All shards of `split` concatenated in shard order."""
     root = Path(dataset_dir)
     info = read_dataset_info(root)
-    parts = [
-        _load_shard(root, info, split, i, verify=verify) for i in range(len(info.shards(split)))
-    ]
+    parts = [_load_shard(root, info, split, i, verify=verify) for i in range(len(info.shards(split)))]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
@@ -290,9 +277,7 @@ def _checked_arrays(
     if not np.issubdtype(ya.dtype, np.integer):
         raise DataError(f"{split} split: y has dtype {ya.dtype}; expected integer labels")
     if ya.min() < 0 or ya.max() >= num_classes:
-        raise DataError(
-            f"{split} split: labels span [{ya.min()}, {ya.max()}]; expected [0, {num_classes - 1}]"
-        )
+        raise DataError(f"{split} split: labels span [{ya.min()}, {ya.max()}]; expected [0, {num_classes - 1}]")
     xf = xa.astype(np.float32, copy=False)
     if not np.isfinite(xf).all():
         raise DataError(f"{split} split: x contains NaN or infinite values")
@@ -318,15 +303,21 @@ def _write_shards(
     return tuple(shards)
 
 
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished `tmp` dir to `out`, replacing an earlier dataset or an empty dir only."""
+def check_output_dir(out_dir: str | os.PathLike[str]) -> None:
+    """Raise DataError unless `out_dir` is absent, empty, or an earlier dataset (replaceable)."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / DATASET_JSON).is_file():
         raise DataError(
             f"{out}: exists, is not empty and holds no {DATASET_JSON}; refusing to overwrite it "
             "(choose another --out or empty it)"
         )
-    if out.exists() and not out.is_dir():
-        raise DataError(f"{out}: exists and is not a directory")
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished `tmp` dir to `out`, replacing an earlier dataset or an empty dir only."""
+    check_output_dir(out)
     old = None
     if out.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
@@ -369,8 +360,7 @@ def write_dataset(
         raise DataError(f"train x has features {xtr.shape[1:]}, test x has {xte.shape[1:]}")
     if shards > len(xtr):
         raise DataError(
-            f"shards: got {shards}; the train split has only {len(xtr)} records "
-            "(expected at most one shard per record)"
+            f"shards: got {shards}; the train split has only {len(xtr)} records (expected at most one shard per record)"
         )
     out = Path(out_dir).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)

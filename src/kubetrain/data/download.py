@@ -1,27 +1,163 @@
-"""`download(source, out_dir)`: fetch a data set and write it in the dataset format."""
+"""`download(source, out_dir)`: fetch a data set and write it in the dataset format.
+
+A source is one of
+
+- ``builtin:digits``: scikit-learn's 8x8 digits, no network needed;
+- one file (http(s) URL, object-store URL such as ``s3://``/``gs://``, ``file://`` URL or path):
+  an ``.npz``, a tar/zip/gz archive, or a gzip'd npz;
+- a base URL ending in ``/`` (or a local directory) holding the four MNIST files
+  (``train-images-idx3-ubyte[.gz]`` ...; the ``t10k`` test files are optional);
+- a list of URLs (a sequence, or one comma-separated string) naming the MNIST files, each
+  optionally with a ``#sha256=HEX`` fragment.
+
+Nothing is written to `out_dir` until the whole data set has been fetched, verified and
+converted; then it appears at once (see :func:`kubetrain.data.dataset_format.write_dataset`).
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
 
 from kubetrain.data.builtin import BUILTIN_PREFIX, load_builtin
-from kubetrain.data.dataset_format import DatasetInfo
+from kubetrain.data.dataset_format import DatasetInfo, check_output_dir
+from kubetrain.data.errors import DataError, HTTPStatusError
+from kubetrain.data.fetch import (
+    Fetched,
+    FetchOptions,
+    default_cache_dir,
+    fetch,
+    is_local,
+    normalize_sha256,
+    split_checksum,
+)
+from kubetrain.data.formats import LocalFile, load_files
+from kubetrain.data.http import RetryPolicy
 from kubetrain.data.prepare import write_raw_dataset
-from kubetrain.errors import DataError
+from kubetrain.data.stores import local_path, store_exists
 
-__all__ = ["download"]
+__all__ = ["MNIST_FILES", "download", "parse_source"]
+
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+def parse_source(source: str | Sequence[str]) -> list[str]:
+    """The URLs/paths in `source`: a sequence, or one string split at commas and newlines."""
+    items = [source] if isinstance(source, str) else list(source)
+    urls = [part.strip() for item in items for part in item.replace("\n", ",").split(",") if part.strip()]
+    if not urls:
+        raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
+    return urls
+
+
+def _is_base(url: str) -> bool:
+    if is_local(url):
+        return local_path(url).is_dir()
+    return url.endswith("/")
+
+
+def _exists(url: str) -> bool | None:
+    """Whether `url` exists; None for http(s), where only the request itself can tell."""
+    if is_local(url):
+        return local_path(url).is_file()
+    if url.startswith(("http://", "https://")):
+        return None
+    return store_exists(url)
+
+
+def _fetch_base(base: str, options: FetchOptions) -> list[Fetched]:
+    """The MNIST files under a base URL or directory, preferring the .gz names."""
+    found: list[Fetched] = []
+    for name in MNIST_FILES:
+        if is_local(base):
+            candidates = [os.fspath(local_path(base) / (name + ext)) for ext in (".gz", "")]
+        else:
+            candidates = [base + name + ext for ext in (".gz", "")]
+        got = None
+        for url in candidates:
+            if _exists(url) is False:
+                continue
+            try:
+                got = fetch(url, sha256=None, options=options)
+            except HTTPStatusError as e:
+                if e.status == 404:
+                    continue
+                raise
+            break
+        if got is not None:
+            found.append(got)
+        elif name.startswith("train"):
+            raise DataError(
+                f"{base}: has no {name}: tried {' and '.join(candidates)}; expected the MNIST "
+                "files train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz] there"
+            )
+    return found
 
 
 def download(
-    source: str,
+    source: str | Sequence[str],
     out_dir: str | os.PathLike[str],
     *,
     sha256: str | None = None,
     shards: int = 1,
+    cache_dir: str | os.PathLike[str] | None = None,
+    refresh: bool = False,
+    retry: RetryPolicy | None = None,
+    progress_stream: TextIO | None = None,
+    quiet: bool = False,
 ) -> DatasetInfo:
-    """Fetch `source` and write it to `out_dir` as `dataset.json` plus `shards` training shards."""
-    if source.startswith(BUILTIN_PREFIX):
-        if sha256 is not None:
-            raise DataError(f"{source}: --sha256 applies to downloaded files, not built-in data")
-        return write_raw_dataset(load_builtin(source), out_dir, shards=shards, source=source)
-    raise DataError(f"{source}: unsupported source; expected builtin:digits")
+    """Fetch `source` and write it to `out_dir` as `dataset.json` plus `shards` training shards.
+
+    `sha256` checks the one file of a single-file source (use ``URL#sha256=HEX`` per file in a
+    list). Remote files are cached in `cache_dir` (default :func:`default_cache_dir`) and reused
+    by later runs unless `refresh`. Progress goes to `progress_stream` (stderr) unless `quiet`.
+    Raises DataError (or a subclass) naming the source and the problem; `out_dir` is then left as
+    it was.
+    """
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
+    urls = parse_source(source)
+    label = ", ".join(urls)
+    expected = normalize_sha256(sha256, label) if sha256 is not None else None
+    check_output_dir(out_dir)
+    if urls[0].startswith(BUILTIN_PREFIX):
+        if len(urls) > 1 or expected is not None:
+            raise DataError(f"{label}: a built-in data set stands alone (no other sources, no --sha256)")
+        return write_raw_dataset(load_builtin(urls[0]), out_dir, shards=shards, source=urls[0])
+    options = FetchOptions(
+        cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+        retry=retry or RetryPolicy(),
+        refresh=refresh,
+        progress_stream=progress_stream,
+        quiet=quiet,
+    )
+    if expected is not None and (len(urls) > 1 or _is_base(urls[0])):
+        raise DataError(
+            f"{label}: --sha256 checks a single file, but this source has several; append "
+            "#sha256=HEX to each URL instead"
+        )
+    fetched: list[Fetched] = []
+    if len(urls) == 1 and _is_base(urls[0]):
+        fetched = _fetch_base(urls[0], options)
+    else:
+        for item in urls:
+            url, fragment_sha = split_checksum(item)
+            fetched.append(fetch(url, sha256=fragment_sha or expected, options=options))
+    files = [LocalFile(f.path, f.name, f.url) for f in fetched]
+    try:
+        with tempfile.TemporaryDirectory(prefix="kubetrain-download-") as work:
+            raw = load_files(files, Path(work))
+            return write_raw_dataset(raw, out_dir, shards=shards, source=label)
+    except DataError as e:
+        # Problems found in the content (an empty set, bad labels) must still name the source.
+        if any(f.url in str(e) for f in fetched):
+            raise
+        raise DataError(f"{label}: {e}") from e

@@ -1,0 +1,63 @@
+"""`kubetrain download SOURCE --out DIR [--sha256 HEX] [--shards N]`: fetch a data set."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kubetrain.data.download import download
+from kubetrain.data.fetch import default_cache_dir
+from kubetrain.data.http import RetryPolicy
+
+__all__ = ["register", "run"]
+
+_EPILOG = """\
+SOURCE is builtin:digits; an http(s), s3://, gs:// (fsspec), file:// URL or a path to an .npz or
+a tar/zip/gz archive; a base URL ending in / (or a directory) holding the MNIST idx files; or
+several URLs of the MNIST files (separate arguments or comma-separated; append #sha256=HEX to
+verify each). The output directory appears only when complete."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `download` subcommand."""
+    p = subparsers.add_parser(
+        "download",
+        help="download a data set and write it in the sharded dataset format",
+        description=__doc__,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("source", nargs="+", metavar="SOURCE", help="where the data comes from")
+    p.add_argument("--out", required=True, metavar="DIR", help="dataset directory to write")
+    p.add_argument("--sha256", metavar="HEX", help="expected sha256 of a single-file source")
+    p.add_argument("--shards", type=int, default=1, metavar="N", help="training shards (1)")
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help=f"where downloads are cached and resumed (default {default_cache_dir()})",
+    )
+    p.add_argument("--refresh", action="store_true", help="ignore cached downloads")
+    p.add_argument("--retries", type=int, default=6, metavar="N", help="tries per file (6)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Download, then print one summary line per split; errors propagate to the dispatcher."""
+    info = download(
+        args.source,
+        args.out,
+        sha256=args.sha256,
+        shards=args.shards,
+        cache_dir=args.cache_dir,
+        refresh=args.refresh,
+        retry=RetryPolicy(attempts=args.retries),
+        quiet=args.quiet,
+    )
+    for split in info.splits:
+        print(
+            f"{args.out}: {info.name} {split}: {info.num_records(split)} records in "
+            f"{len(info.shards(split))} shard(s), features {list(info.feature_shape)}",
+            file=sys.stdout,
+        )
+    return 0

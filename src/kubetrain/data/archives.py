@@ -1,0 +1,111 @@
+"""Safe extraction of tar (plain, gz, bz2, xz) and zip archives.
+
+Every entry is checked before anything is written: no absolute paths, no ``..`` components, no
+links that resolve outside the target, no device files, and a cap on the total unpacked size.
+Tar extraction also runs with Python's ``data`` filter as a second line of defence.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import zipfile
+import zlib
+from pathlib import Path, PurePosixPath
+
+from kubetrain.errors import DataError
+
+__all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "safe_extract"]
+
+MAX_UNPACKED_BYTES = 64 << 30  # 64 GiB: far above any data set here, far below a zip bomb
+
+
+def archive_kind(path: Path) -> str | None:
+    """'zip', 'tar' or None. Checks the content, not the file name."""
+    if zipfile.is_zipfile(path):
+        return "zip"
+    try:
+        return "tar" if tarfile.is_tarfile(path) else None
+    except (OSError, EOFError, zlib.error):
+        return None  # e.g. a truncated .gz: not a readable tar; the caller reports the gzip
+
+
+def _check_name(source: str, name: str) -> PurePosixPath:
+    # Zip files written on Windows may use backslashes; treat them as separators for the check.
+    rel = PurePosixPath(name.replace("\\", "/"))
+    if rel.is_absolute() or (rel.parts and rel.parts[0].endswith(":")):
+        raise DataError(f"{source}: archive entry {name!r} has an absolute path; refusing to extract")
+    if ".." in rel.parts:
+        raise DataError(
+            f"{source}: archive entry {name!r} escapes the target directory (path traversal); refusing to extract"
+        )
+    return rel
+
+
+def _inside(dest: Path, target: Path) -> bool:
+    resolved = Path(os.path.normpath(dest / target))
+    return resolved == dest or dest in resolved.parents
+
+
+def _check_tar(source: str, tf: tarfile.TarFile, dest: Path) -> None:
+    total = 0
+    for member in tf.getmembers():
+        rel = _check_name(source, member.name)
+        if member.issym():
+            # A symlink's target is relative to the link's own directory.
+            target = rel.parent / member.linkname
+            if PurePosixPath(member.linkname).is_absolute() or not _inside(dest, Path(target)):
+                raise DataError(
+                    f"{source}: archive entry {member.name!r} links to {member.linkname!r}, "
+                    "outside the target directory; refusing to extract"
+                )
+        elif member.islnk():
+            if not _inside(dest, Path(_check_name(source, member.linkname))):
+                raise DataError(f"{source}: archive entry {member.name!r} hard-links outside the target")
+        elif not (member.isfile() or member.isdir()):
+            raise DataError(
+                f"{source}: archive entry {member.name!r} is a device, fifo or other special file; refusing to extract"
+            )
+        total += member.size
+        if total > MAX_UNPACKED_BYTES:
+            raise DataError(f"{source}: archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+
+
+def _check_zip(source: str, zf: zipfile.ZipFile) -> None:
+    total = 0
+    for info in zf.infolist():
+        _check_name(source, info.filename)
+        if stat.S_ISLNK(info.external_attr >> 16):
+            # zipfile would write the link as a plain file holding its target's name.
+            raise DataError(
+                f"{source}: archive entry {info.filename!r} is a symbolic link; zip links are not supported"
+            )
+        total += info.file_size
+        if total > MAX_UNPACKED_BYTES:
+            raise DataError(f"{source}: archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+
+
+def safe_extract(path: Path, dest: Path, *, source: str) -> None:
+    """Extract the archive at `path` into the existing directory `dest` after checking every entry.
+
+    `source` names the archive in error messages.
+    """
+    dest = dest.resolve()
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                _check_zip(source, zf)
+                zf.extractall(dest)
+            return
+        with tarfile.open(path) as tf:
+            _check_tar(source, tf, dest)
+            tf.extractall(dest, filter="data")
+    except DataError:
+        raise
+    except tarfile.FilterError as e:
+        raise DataError(f"{source}: unsafe archive entry: {e}; refusing to extract") from e
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as e:
+        raise DataError(f"{source}: corrupt or truncated archive: {e}") from e
+    except OSError as e:
+        raise DataError(f"{source}: cannot extract the archive: {e}") from e

@@ -1,0 +1,198 @@
+"""Recognise fetched files by content and read them into raw arrays.
+
+One file may be an ``.npz`` (keys ``x_train, y_train[, x_test, y_test]`` as in Keras' mnist.npz,
+or ``x, y``), a tar/zip/gz archive (extracted safely, then searched for the same), or a gzip'd
+npz. Several files are the MNIST idx set: train images and labels, and optionally the t10k (test)
+images and labels, told apart by name (``train``/``t10k``/``test``, ``images``/``labels``) and
+checked by their magic numbers.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from kubetrain.data.archives import archive_kind, safe_extract
+from kubetrain.data.idx import GZIP_MAGIC, looks_like_idx, read_idx
+from kubetrain.data.prepare import RawDataset
+from kubetrain.errors import DataError
+
+__all__ = ["LocalFile", "load_files", "mnist_role"]
+
+_NPZ_KEYS = (("x_train", "y_train", "x_test", "y_test"), ("x_train", "y_train"), ("x", "y"))
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """A file on this machine, the name it had at the source, and where it came from."""
+
+    path: Path
+    name: str
+    origin: str  # the URL, path or "ARCHIVE!member" used in error messages
+
+
+def mnist_role(name: str) -> tuple[str, str] | None:
+    """(split, kind) of an MNIST file name, e.g. ('test', 'images') for t10k-images-idx3-ubyte."""
+    lower = name.lower()
+    split = "test" if ("t10k" in lower or "test" in lower) else "train" if "train" in lower else None
+    kind = (
+        "images"
+        if ("image" in lower or "idx3" in lower)
+        else "labels"
+        if ("label" in lower or "idx1" in lower)
+        else None
+    )
+    return (split, kind) if split and kind else None
+
+
+def _head(path: Path, n: int = 512) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _is_npz(path: Path) -> bool:
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    return bool(names) and all(n.endswith(".npy") for n in names)
+
+
+def _load_npz(f: LocalFile) -> RawDataset:
+    try:
+        with np.load(f.path, allow_pickle=False) as npz:
+            keys = set(npz.files)
+            for wanted in _NPZ_KEYS:
+                if keys >= set(wanted):
+                    arrays = [np.asarray(npz[k]) for k in wanted]
+                    break
+            else:
+                raise DataError(
+                    f"{f.origin}: npz has arrays {sorted(keys)}; expected x_train, y_train (and x_test, y_test) or x, y"
+                )
+    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise DataError(f"{f.origin}: cannot read npz: {e}") from e
+    x, y = arrays[0], arrays[1]
+    xt, yt = (arrays[2], arrays[3]) if len(arrays) == 4 else (None, None)
+    for label, xs, ys in (("train", x, y), ("test", xt, yt)):
+        if xs is not None and ys is not None and len(xs) != len(ys):
+            raise DataError(f"{f.origin}: {label} has {len(xs)} inputs but {len(ys)} labels")
+    stem = f.name.split(".")[0] or "dataset"
+    return RawDataset(name=stem, x_train=x, y_train=y, x_test=xt, y_test=yt)
+
+
+def _pair(
+    files: dict[tuple[str, str], LocalFile], split: str
+) -> tuple[npt.NDArray[np.generic], npt.NDArray[np.generic]] | None:
+    images, labels = files.get((split, "images")), files.get((split, "labels"))
+    if images is None and labels is None:
+        return None
+    if images is None or labels is None:
+        have = (images or labels).name  # type: ignore[union-attr]
+        raise DataError(
+            f"{have}: found {split} {'images' if images else 'labels'} but not the "
+            f"matching {'labels' if images else 'images'}"
+        )
+    x = read_idx(images.path, images.origin)
+    y = read_idx(labels.path, labels.origin)
+    if x.ndim != 3:
+        raise DataError(
+            f"{images.origin}: idx has dimensions {list(x.shape)}; expected images (n, rows, cols), magic 00000803"
+        )
+    if y.ndim != 1:
+        raise DataError(f"{labels.origin}: idx has dimensions {list(y.shape)}; expected labels (n,), magic 00000801")
+    if len(x) != len(y):
+        raise DataError(
+            f"{images.origin} has {len(x)} images but {labels.origin} has {len(y)} labels; expected the same number"
+        )
+    return x, y
+
+
+def _load_mnist(files: Sequence[LocalFile], *, strict: bool) -> RawDataset:
+    roles: dict[tuple[str, str], LocalFile] = {}
+    for f in files:
+        role = mnist_role(f.name)
+        if role is None:
+            if strict:
+                raise DataError(
+                    f"{f.origin}: cannot tell which MNIST file this is from its name; expected "
+                    "names like train-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz"
+                )
+            continue
+        if role in roles:
+            raise DataError(f"{f.origin} and {roles[role].origin} are both {' '.join(role)}")
+        roles[role] = f
+    train = _pair(roles, "train")
+    if train is None:
+        raise DataError(
+            f"{', '.join(f.origin for f in files)}: no MNIST training images and labels found; "
+            "expected train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]"
+        )
+    test = _pair(roles, "test")
+    return RawDataset(
+        name="mnist",
+        x_train=train[0],
+        y_train=train[1],
+        x_test=test[0] if test else None,
+        y_test=test[1] if test else None,
+    )
+
+
+def _gunzip_to(f: LocalFile, work: Path) -> LocalFile:
+    out = Path(tempfile.mkdtemp(dir=work)) / f.name.removesuffix(".gz")
+    try:
+        with gzip.open(f.path, "rb") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    except EOFError as e:
+        raise DataError(f"{f.origin}: truncated gzip: {e}") from e
+    except (OSError, zlib.error) as e:
+        raise DataError(f"{f.origin}: corrupt gzip: {e}") from e
+    return LocalFile(out, out.name, f.origin)
+
+
+def _extracted_files(f: LocalFile, work: Path) -> list[LocalFile]:
+    dest = Path(tempfile.mkdtemp(dir=work))
+    safe_extract(f.path, dest, source=f.origin)
+    found = sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink())
+    return [LocalFile(p, p.name, f"{f.origin}!{p.relative_to(dest)}") for p in found]
+
+
+def load_files(files: Sequence[LocalFile], work: Path) -> RawDataset:
+    """Read fetched files as a data set; `work` is a scratch dir for extraction."""
+    if len(files) > 1:
+        return _load_mnist(files, strict=True)
+    (f,) = files
+    if _is_npz(f.path):
+        return _load_npz(f)
+    kind = archive_kind(f.path)
+    if kind is not None:
+        members = _extracted_files(f, work)
+        npz = [m for m in members if _is_npz(m.path)]
+        if len(npz) == 1:
+            return _load_npz(npz[0])
+        if not members:
+            raise DataError(f"{f.origin}: the archive is empty")
+        return _load_mnist(members, strict=False)
+    head = _head(f.path)
+    if head.startswith(GZIP_MAGIC):
+        return load_files([_gunzip_to(f, work)], work)
+    if not head:
+        raise DataError(f"{f.origin}: the file is empty")
+    if looks_like_idx(head):
+        raise DataError(
+            f"{f.origin}: a single idx file holds only images or only labels; give the MNIST "
+            "files as a base URL (ending in /) or a list of URLs"
+        )
+    raise DataError(
+        f"{f.origin}: unrecognised format (starts with {head[:8].hex()}); expected .npz, a "
+        "tar/zip/gz archive, or the MNIST idx files"
+    )

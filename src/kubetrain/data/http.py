@@ -1,0 +1,255 @@
+"""HTTP(S) transfer into a partial file: streamed, hashed on the fly, resumed, retried.
+
+Only the standard library is used (urllib for redirects, proxies and TLS; http.client underneath)
+so the launcher image needs no extra dependency. One call appends to `part` until the whole entity
+is there and returns its sha256:
+
+- A partial file from an earlier attempt (or an earlier run) is resumed with ``Range`` and, when
+  the server gave a validator, ``If-Range``, so a changed file restarts from zero instead of
+  being spliced. A 200 to a range request also restarts from zero.
+- Connection errors, 5xx and 429 are retried with exponential backoff and jitter (``Retry-After``
+  is honoured); the failure count resets whenever an attempt made progress. Any other 4xx fails at
+  once: retrying cannot fix a wrong URL.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import http.client
+import json
+import random
+import re
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubetrain.data.errors import DataError, DownloadUnavailableError, HTTPStatusError
+from kubetrain.data.progress import Progress
+
+__all__ = ["CHUNK_SIZE", "RetryPolicy", "fetch_http"]
+
+# 4 MiB reads: per-chunk Python overhead becomes negligible next to copy and hash costs.
+CHUNK_SIZE = 4 << 20
+_USER_AGENT = "kubetrain-download/1"
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_UNSATISFIABLE_RANGE = re.compile(r"bytes \*/(\d+)")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard to try: `attempts` tries per stretch without progress, backoff between them."""
+
+    attempts: int = 6
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    timeout: float = 60.0  # socket timeout of one connect or read
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise DataError(f"retry attempts: got {self.attempts}; expected >= 1")
+        if not 0 <= self.base_delay <= self.max_delay:
+            raise DataError(
+                f"retry delays: got base {self.base_delay}, max {self.max_delay}; expected 0 <= base <= max"
+            )
+        if self.timeout <= 0:
+            raise DataError(f"retry timeout: got {self.timeout}; expected > 0")
+
+    def delay(self, failures: int, rng: random.Random, retry_after: float | None = None) -> float:
+        """Seconds to wait after the `failures`-th failure in a row ("equal jitter" backoff)."""
+        cap = min(self.max_delay, self.base_delay * 2 ** (failures - 1))
+        wait = rng.uniform(cap / 2, cap)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.max_delay))
+        return wait
+
+
+class _TransientError(Exception):
+    """One attempt failed in a way a later attempt may not."""
+
+    def __init__(self, what: str, retry_after: float | None = None) -> None:
+        super().__init__(what)
+        self.retry_after = retry_after
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+@dataclass
+class _Part:
+    """The partial file, its sidecar (validators), and the hash of what it holds."""
+
+    path: Path
+    hasher: Any = None  # hashlib sha256 object over the first `hashed` bytes of the file
+    hashed: int = 0
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".json")
+
+    def size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def validator(self) -> str | None:
+        try:
+            meta = json.loads(self.meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        value = meta.get("etag") or meta.get("last_modified")
+        return value if isinstance(value, str) else None
+
+    def start(self, offset: int, headers: Any) -> None:
+        """Prepare to append at `offset` (0 truncates); record the response's validators."""
+        if offset == 0:
+            self.path.write_bytes(b"")
+            self.hasher, self.hashed = hashlib.sha256(), 0
+        etag = headers.get("ETag")
+        meta = {
+            # Weak ETags do not guarantee byte-identical content, so they cannot guard a resume.
+            "etag": etag if etag and not etag.startswith("W/") else None,
+            "last_modified": headers.get("Last-Modified"),
+        }
+        self.meta_path.write_text(json.dumps(meta), encoding="utf-8")
+        if self.hasher is None or self.hashed != offset:
+            # Resuming a part left by another run: hash what it already holds.
+            self.hasher, self.hashed = hashlib.sha256(), 0
+            with open(self.path, "rb") as f:
+                while chunk := f.read(CHUNK_SIZE):
+                    self.hasher.update(chunk)
+                    self.hashed += len(chunk)
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.meta_path.unlink(missing_ok=True)
+        self.hasher, self.hashed = None, 0
+
+
+def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress) -> None:
+    """Append the response body to the part file, hashing each chunk as it is written."""
+    buf = bytearray(CHUNK_SIZE)
+    view = memoryview(buf)
+    hasher = part.hasher
+    update, add = hasher.update, progress.update
+    # Unbuffered: each chunk goes straight to write(2), with no extra copy.
+    with open(part.path, "r+b", buffering=0) as f:
+        f.seek(part.hashed)
+        f.truncate()
+        while n := resp.readinto(view):
+            chunk = view[:n]
+            f.write(chunk)
+            update(chunk)
+            part.hashed += n
+            add(n)
+
+
+def _open(url: str, part: _Part, offset: int, timeout: float) -> http.client.HTTPResponse:
+    headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+        if (validator := part.validator()) is not None:
+            headers["If-Range"] = validator
+    resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    assert isinstance(resp, http.client.HTTPResponse)  # http(s) URLs only reach here
+    return resp
+
+
+def _attempt(url: str, part: _Part, progress: Progress, timeout: float) -> bool:
+    """One request. True when the part is complete; False to start over at once."""
+    offset = part.size()
+    try:
+        resp = _open(url, part, offset, timeout)
+    except urllib.error.HTTPError as e:
+        with e:
+            if e.code == 416 and offset:
+                # Range not satisfiable: complete if the part already has every byte.
+                m = _UNSATISFIABLE_RANGE.fullmatch(e.headers.get("Content-Range", ""))
+                if m and int(m.group(1)) == offset:
+                    part.start(offset, e.headers)
+                    return True
+                part.discard()
+                return False
+            if e.code >= 500 or e.code == 429:
+                raise _TransientError(f"HTTP {e.code} {e.reason}", _retry_after(e.headers)) from e
+            raise HTTPStatusError(url, e.code, str(e.reason)) from e
+    with resp:
+        total: int | None = None
+        if resp.status == 206:
+            m = _CONTENT_RANGE.fullmatch(resp.headers.get("Content-Range", ""))
+            if not m or int(m.group(1)) != offset:
+                part.discard()  # a range we did not ask for: start over cleanly
+                return False
+            total = None if m.group(3) == "*" else int(m.group(3))
+        else:
+            offset = 0  # 200: no range support, or the entity changed (If-Range failed)
+            length = resp.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+        part.start(offset, resp.headers)
+        progress.restart(offset, total)
+        _stream(resp, part, progress)
+        if total is not None and part.hashed != total:
+            raise _TransientError(f"connection closed at byte {part.hashed} of {total}")
+        return True
+
+
+def fetch_http(
+    url: str,
+    part_path: Path,
+    *,
+    policy: RetryPolicy,
+    progress: Progress,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> str:
+    """Download `url` into `part_path` (resuming what is there); return the content's sha256."""
+    rng = rng or random.Random()
+    part = _Part(part_path)
+    failures = 0
+    restarts = 0
+    while True:
+        before = part.size()
+        try:
+            if _attempt(url, part, progress, policy.timeout):
+                progress.close()
+                return str(part.hasher.hexdigest())
+            restarts += 1
+            if restarts > policy.attempts:
+                raise DownloadUnavailableError(f"{url}: the server kept answering range requests inconsistently")
+            continue
+        except ssl.SSLCertVerificationError as e:
+            raise DataError(f"{url}: TLS certificate verification failed: {e.verify_message}") from e
+        except _TransientError as e:
+            what, retry_after = str(e), e.retry_after
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, ssl.SSLCertVerificationError):
+                raise DataError(f"{url}: TLS certificate verification failed: {e.reason.verify_message}") from e
+            what, retry_after = f"cannot connect: {e.reason}", None
+        except (OSError, http.client.HTTPException) as e:
+            # Resets, timeouts and truncated bodies (IncompleteRead) mid-transfer.
+            what, retry_after = f"{type(e).__name__}: {e}", None
+        # Progress since the last failure means the link works: give it a fresh set of tries.
+        failures = 1 if part.size() > before else failures + 1
+        if failures >= policy.attempts:
+            raise DownloadUnavailableError(
+                f"{url}: giving up after {failures} failed attempts in a row; last error: {what}"
+            )
+        wait = policy.delay(failures, rng, retry_after)
+        progress.note(f"{what}; retry {failures}/{policy.attempts - 1} in {wait:.1f}s")
+        sleep(wait)

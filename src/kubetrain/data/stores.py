@@ -1,0 +1,122 @@
+"""Object stores (s3://, gs://, az://, memory://, ...) through fsspec, and local files.
+
+fsspec is a core dependency; the store drivers are optional extras (`kubetrain[s3]` installs
+s3fs, `kubetrain[gcs]` gcsfs). A scheme fsspec does not know is an unknown scheme; a known one
+whose driver is missing names the package to install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from kubetrain.data.errors import DataError, DownloadUnavailableError
+from kubetrain.data.progress import Progress
+
+__all__ = ["fetch_fsspec", "local_path", "open_store", "store_exists"]
+
+_CHUNK = 8 << 20
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+
+def local_path(url: str) -> Path:
+    """The filesystem path of a `file://` URL or a plain path."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise DataError(f"{url}: file:// URLs must name a local path (file:///path)")
+        return Path(urllib.request.url2pathname(parts.path))
+    return Path(url)
+
+
+def open_store(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem and in-store path for `url`; DataError for unknown or missing."""
+    import fsspec
+
+    scheme = urllib.parse.urlsplit(url).scheme
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except ValueError as e:
+        raise DataError(
+            f"{url}: unknown scheme {scheme!r}; expected http(s)://, file://, a local path, "
+            "builtin:NAME, or an fsspec object store such as s3:// or gs://"
+        ) from e
+    except ImportError as e:
+        extra = _EXTRAS.get(scheme)
+        hint = f"pip install 'kubetrain[{extra}]'" if extra else "install its fsspec driver"
+        raise DataError(f"{url}: the {scheme}:// driver is not installed ({e}); {hint}") from e
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError, OSError) as e:
+        raise DataError(f"{url}: cannot open the store: {e}") from e
+    return fs, str(path)
+
+
+def store_exists(url: str) -> bool:
+    """Whether `url` names an existing object in its store."""
+    fs, path = open_store(url)
+    try:
+        return bool(fs.isfile(path))
+    except (OSError, ValueError) as e:
+        raise DataError(f"{url}: cannot reach the store: {e}") from e
+
+
+def fetch_fsspec(url: str, part_path: Path, *, attempts: int, progress: Progress) -> str:
+    """Copy the object at `url` into `part_path`, resuming a partial copy; return its sha256.
+
+    The store drivers retry their own requests (s3fs, gcsfs); a connection that still breaks is
+    resumed from the bytes already copied, up to `attempts` times in a row without progress.
+    """
+    fs, path = open_store(url)
+    try:
+        total = int(fs.size(path))
+    except FileNotFoundError as e:
+        raise DataError(f"{url}: not found in the store") from e
+    except (OSError, ValueError, TypeError) as e:
+        raise DataError(f"{url}: cannot read the object's size: {e}") from e
+    failures = 0
+    hasher = hashlib.sha256()
+    done = 0
+    if part_path.exists():
+        done = part_path.stat().st_size
+        if done > total:
+            part_path.unlink()
+            done = 0
+        else:
+            hasher = _hash_file(part_path)
+    progress.restart(done, total)
+    while done < total:
+        before = done
+        try:
+            with fs.open(path, "rb") as src, open(part_path, "ab", buffering=0) as dst:
+                src.seek(done)
+                while chunk := src.read(_CHUNK):
+                    dst.write(chunk)
+                    hasher.update(chunk)
+                    done += len(chunk)
+                    progress.update(len(chunk))
+        except FileNotFoundError as e:
+            raise DataError(f"{url}: not found in the store") from e
+        except (ConnectionError, TimeoutError) as e:
+            failures = 1 if done > before else failures + 1
+            if failures >= attempts:
+                raise DownloadUnavailableError(f"{url}: giving up after {failures} failed reads in a row: {e}") from e
+            progress.note(f"{type(e).__name__}: {e}; resuming at byte {done}")
+            continue
+        except OSError as e:
+            raise DataError(f"{url}: cannot read from the store: {e}") from e
+        if done < total:
+            raise DataError(f"{url}: the store returned {done} of {total} bytes")
+    progress.close()
+    return hasher.hexdigest()
+
+
+def _hash_file(path: Path) -> Any:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            hasher.update(chunk)
+    return hasher
