@@ -1,0 +1,365 @@
+"""The await loop every training component runs: submit a job, follow it to its end, clean up.
+
+One loop for both backends (Kubernetes and local), written against :class:`Backend` only:
+
+- submit (the backend adopts a job of the same name that carries this run and task's labels);
+- watch the job with bounded windows under one overall deadline; a line per status transition
+  and per pod phase change (with reasons such as ImagePullBackOff and the time spent pending);
+- follow the primary pod's log in a thread (waits while Pending, previous container after a crash);
+- Succeeded → :class:`JobResult`; Failed → :class:`JobFailedError` with the condition's reason and
+  message and the tail of every failed replica's log, read before anything is deleted; an MPIJob
+  the mpi-operator rejected (no condition, only a ValidationError event) is a failure too;
+- deadline → delete (or suspend) the job, then :class:`JobTimeoutError`;
+- SIGTERM/SIGINT (the KFP run was cancelled) → delete the job, then :class:`JobCancelledError`.
+
+Every old launcher let at least one of these through: failed jobs passing the step, jobs left
+running after a timeout, logs deleted with the job, a wait that gave up after 10 minutes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kubetrain.backends.base import Backend, JobObject, JobRef, PodInfo
+from kubetrain.errors import InvalidInputError, JobCancelledError, JobFailedError, JobTimeoutError
+from kubetrain.launcher_logs import TERMINAL_POD_PHASES, LogFollower, capture_failure_tails, primary_pod
+from kubetrain.launcher_progress import LogSink, ProgressReporter
+from kubetrain.launcher_signals import CancelGuard, Cancelled
+from kubetrain.manifests.kinds import kind_of
+from kubetrain.status import JobPhase, JobResult, JobStatus, parse_job_status
+
+logger = logging.getLogger(__name__)
+
+DeleteAfter = Literal["never", "success", "always"]
+OnTimeout = Literal["delete", "suspend"]
+DELETE_AFTER_CHOICES: tuple[str, ...] = ("never", "success", "always")
+ON_TIMEOUT_CHOICES: tuple[str, ...] = ("delete", "suspend")
+# Reasons of Warning events that mean "the operator rejected this job and will never set a condition".
+REJECTION_REASONS = frozenset({"ValidationError"})
+
+
+def stderr_sink(line: str) -> None:
+    """The default sink: one line to stderr, flushed (KFP shows the step's stderr live)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tuning:
+    """How often the launcher looks at what. Defaults suit real clusters; tests shorten them."""
+
+    # A watch window while nothing is expected but a status change (the backend reconnects
+    # inside it; the window only bounds how long the loop goes without checking its deadline).
+    watch_window_seconds: float = 300.0
+    # While the job or a pod is pending, pods and events are looked at this often, so that
+    # ImagePullBackOff, Unschedulable and operator rejections are reported promptly.
+    pending_poll_seconds: float = 5.0
+    log_tail_lines: int = 50
+    # How long the primary pod's log may take to flush after the pod ended.
+    log_drain_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("watch_window_seconds", "pending_poll_seconds", "log_drain_seconds"):
+            if not getattr(self, name) > 0:
+                raise InvalidInputError(f"{name}: got {getattr(self, name)!r}; expected a positive number")
+        if self.log_tail_lines < 1:
+            raise InvalidInputError(f"log_tail_lines: got {self.log_tail_lines!r}; expected ≥ 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwaitOptions:
+    """What the launcher does with a job. Validated on construction."""
+
+    timeout_seconds: float
+    delete_after: DeleteAfter = "success"
+    on_timeout: OnTimeout = "delete"
+    stream_logs: bool = True
+    tuning: Tuning = field(default_factory=Tuning)
+
+    def __post_init__(self) -> None:
+        if not self.timeout_seconds > 0:
+            raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
+        if self.delete_after not in DELETE_AFTER_CHOICES:
+            raise InvalidInputError(
+                f"delete_after: got {self.delete_after!r}; expected one of {', '.join(DELETE_AFTER_CHOICES)}"
+            )
+        if self.on_timeout not in ON_TIMEOUT_CHOICES:
+            raise InvalidInputError(
+                f"on_timeout: got {self.on_timeout!r}; expected one of {', '.join(ON_TIMEOUT_CHOICES)}"
+            )
+
+
+def run_job(
+    manifest: Mapping[str, Any],
+    *,
+    backend: Backend,
+    timeout_seconds: float,
+    delete_after: DeleteAfter = "success",
+    on_timeout: OnTimeout = "delete",
+    log_sink: LogSink = stderr_sink,
+    stream_logs: bool = True,
+    cancel: threading.Event | None = None,
+    tuning: Tuning | None = None,
+) -> JobResult:
+    """Submit `manifest` on `backend`, follow it to its end and return its result.
+
+    Raises JobFailedError (the job Failed or was rejected), JobTimeoutError (after deleting or
+    suspending it), JobCancelledError (SIGTERM/SIGINT or `cancel` set; the job was deleted),
+    BackendError (the API failed after retries) or InvalidInputError (nothing was submitted).
+    Signal handlers are installed only when called from the main thread, and restored on return;
+    from other threads, set `cancel` to cancel. `tuning` sets watch windows and poll intervals.
+    """
+    opts = AwaitOptions(
+        timeout_seconds=timeout_seconds,
+        delete_after=delete_after,
+        on_timeout=on_timeout,
+        stream_logs=stream_logs,
+        tuning=tuning or Tuning(),
+    )
+    kind_of(manifest)  # refuses unknown kinds before anything is submitted
+    return _Launch(manifest, backend, opts, log_sink, cancel or threading.Event()).run()
+
+
+class _Launch:
+    """One job's submit-and-await, with its follower thread and signal guard."""
+
+    def __init__(
+        self,
+        manifest: Mapping[str, Any],
+        backend: Backend,
+        opts: AwaitOptions,
+        sink: LogSink,
+        cancel: threading.Event,
+    ) -> None:
+        self.manifest = manifest
+        self.backend = backend
+        self.opts = opts
+        self.sink = sink
+        self.cancel = cancel
+        self.guard = CancelGuard(cancel)
+        self.ref: JobRef | None = None
+        self.job_done = threading.Event()
+        self.stop_logs = threading.Event()
+        self.follower: LogFollower | None = None
+        self.last_pods: list[PodInfo] = []
+
+    def run(self) -> JobResult:
+        start = time.monotonic()
+        deadline = start + self.opts.timeout_seconds
+        with self.guard:
+            try:
+                # Not interruptible: a signal during create is acted on once we know the job.
+                self.ref = self.backend.submit(self.manifest)
+                self.sink(f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name} submitted ({self.backend.name})")
+                self.guard.check()
+                progress = ProgressReporter(self.ref, self.sink)
+                if self.opts.stream_logs:
+                    self.follower = LogFollower(
+                        self.backend,
+                        self.ref,
+                        self.sink,
+                        poll_seconds=self.opts.tuning.pending_poll_seconds,
+                        job_done=self.job_done,
+                        stop=self.stop_logs,
+                    )
+                    self.follower.start()
+                status, obj = self._await(progress, deadline)
+                return self._finish(status, obj)
+            except Cancelled as c:
+                self._stop_follower(drain=False)
+                raise self._cancelled(c.signal_name) from None
+            except _Deadline as d:
+                self._stop_follower(drain=False)
+                raise self._timed_out(d.status) from None
+            finally:
+                # Whatever happened, no thread keeps reading logs after run_job returns.
+                self._stop_follower(drain=False)
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    def _await(self, progress: ProgressReporter, deadline: float) -> tuple[JobStatus, JobObject | None]:
+        assert self.ref is not None
+        status: JobStatus | None = None
+        while True:
+            self.guard.check()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _Deadline(status)
+            eager = status is None or self._eager(status, progress)
+            window = min(
+                remaining, self.opts.tuning.pending_poll_seconds if eager else self.opts.tuning.watch_window_seconds
+            )
+            stream = self.backend.watch(self.ref, timeout_seconds=window)
+            try:
+                with self.guard.interruptible():
+                    for obj in stream:
+                        status = parse_job_status(obj)
+                        changed = progress.job(status)
+                        if status.phase.terminal:
+                            self.last_pods = self.backend.pods(self.ref)
+                            progress.pods(self.last_pods)
+                            return status, obj
+                        if changed or self._eager(status, progress):
+                            progress.pods(self.backend.pods(self.ref))
+                        if self.cancel.is_set() or time.monotonic() >= deadline:
+                            break
+            finally:
+                closer: Callable[[], None] | None = getattr(stream, "close", None)
+                if closer is not None:
+                    closer()
+            if status is not None and self._eager(status, progress):
+                with self.guard.interruptible():
+                    rejected = self._look_closer(status, progress)
+                if rejected is not None:
+                    progress.job(rejected)
+                    return rejected, None
+
+    @staticmethod
+    def _eager(status: JobStatus, progress: ProgressReporter) -> bool:
+        """Whether pods and events deserve a look every pending-poll interval."""
+        if status.phase in (JobPhase.PENDING, JobPhase.CREATED, JobPhase.RESTARTING):
+            return True
+        return status.phase == JobPhase.RUNNING and (progress.still_pending() or not progress.any_pods())
+
+    def _look_closer(self, status: JobStatus, progress: ProgressReporter) -> JobStatus | None:
+        """List pods and events; a Failed status when the operator rejected the job."""
+        assert self.ref is not None
+        progress.pods(self.backend.pods(self.ref))
+        events = self.backend.events(self.ref)
+        progress.events(events)
+        if status.phase != JobPhase.PENDING:
+            return None
+        for event in events:
+            # mpi-operator validates in its controller: an invalid MPIJob gets this event and no
+            # condition, ever. Without this check the launcher would wait until its timeout.
+            if event.type == "Warning" and event.reason in REJECTION_REASONS and self._about_job(event.involved_object):
+                return JobStatus(phase=JobPhase.FAILED, reason=event.reason, message=event.message)
+        return None
+
+    def _about_job(self, involved_object: str) -> bool:
+        """Whether an event's object (`Kind/name` or `name`) is the job itself, not one of its pods."""
+        assert self.ref is not None
+        kind, _, name = involved_object.rpartition("/")
+        return name == self.ref.name and kind in ("", self.ref.kind.kind)
+
+    # -- endings ---------------------------------------------------------------------------------
+
+    def _finish(self, status: JobStatus, obj: JobObject | None) -> JobResult:
+        assert self.ref is not None
+        if status.phase == JobPhase.FAILED or obj is None:
+            raise self._failed(status)
+        self._stop_follower(drain=self._primary_ended(self.last_pods))
+        ref = JobRef.from_object(obj, default_namespace=self.ref.namespace)
+        result = JobResult(
+            name=self.ref.name,
+            namespace=self.ref.namespace,
+            kind=self.ref.kind.kind,
+            uid=ref.uid or self.ref.uid,
+            phase=status.phase,
+            reason=status.reason,
+            message=status.message,
+            start_time=status.start_time,
+            completion_time=status.completion_time,
+            restarts=status.restarts,
+            backend=self.backend.name,
+        )
+        took = f" in {result.duration_seconds:.1f}s" if result.duration_seconds is not None else ""
+        self.sink(f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name} succeeded{took}")
+        if self.opts.delete_after in ("success", "always"):
+            self._delete("it succeeded and --delete-after is " + self.opts.delete_after)
+        return result
+
+    def _failed(self, status: JobStatus) -> JobFailedError:
+        """Capture the failed replicas' log tails, then apply the delete policy; return the error."""
+        assert self.ref is not None
+        pods = self.backend.pods(self.ref)
+        self._stop_follower(drain=self._primary_ended(pods))
+        tails = capture_failure_tails(self.backend, self.ref, pods, self.opts.tuning.log_tail_lines)
+        label = f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
+        parts = [f"{label} failed: {status.reason or 'Failed'}" + (f": {status.message}" if status.message else "")]
+        for key, tail in tails.items():
+            parts.append(f"--- last {self.opts.tuning.log_tail_lines} lines of {key} ---\n{tail}")
+        if not tails and status.reason not in REJECTION_REASONS:
+            parts.append("(no failed pod left to read logs from; cleanPodPolicy may have removed them)")
+        for line in parts:
+            self.sink(line)
+        if self.opts.delete_after == "always":
+            self._delete("it failed and --delete-after is always")
+        else:
+            parts.append(f"the job was kept for debugging: kubectl -n {self.ref.namespace} describe "
+                         f"{self.ref.kind.plural} {self.ref.name}")  # fmt: skip
+        return JobFailedError("\n".join(parts), reason=status.reason, log_tails=tails)
+
+    def _timed_out(self, status: JobStatus | None) -> JobTimeoutError:
+        assert self.ref is not None
+        phase = status.phase.value if status else "unknown"
+        if self.opts.on_timeout == "suspend":
+            self.backend.suspend(self.ref)
+            action = "suspended it (resume by setting suspend to false)"
+        else:
+            self.backend.delete(self.ref)
+            action = "deleted it"
+        message = (
+            f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name} did not finish within "
+            f"{self.opts.timeout_seconds:g}s (last phase {phase}); {action}"
+        )
+        self.sink(message)
+        return JobTimeoutError(message)
+
+    def _cancelled(self, signal_name: str) -> JobCancelledError:
+        if self.ref is None:
+            return JobCancelledError(f"cancelled ({signal_name}) before the job was submitted")
+        self.backend.delete(self.ref)
+        message = f"cancelled ({signal_name}); deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
+        self.sink(message)
+        return JobCancelledError(message)
+
+    def _delete(self, why: str) -> None:
+        assert self.ref is not None
+        self.backend.delete(self.ref)
+        self.sink(f"deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}: {why}")
+
+    def _primary_ended(self, pods: list[PodInfo]) -> bool:
+        """Whether the followed pod has ended, so its log stream ends by itself and is worth draining."""
+        assert self.ref is not None
+        primary = primary_pod(self.ref, pods)
+        return primary is not None and primary.phase in TERMINAL_POD_PHASES
+
+    def _stop_follower(self, *, drain: bool) -> None:
+        self.job_done.set()
+        follower = self.follower
+        if follower is None:
+            return
+        if drain:
+            # The primary pod has ended: its log stream ends by itself; give it time to flush.
+            follower.join(self.opts.tuning.log_drain_seconds)
+        self.stop_logs.set()
+        if follower.is_alive():
+            follower.join(1.0)
+        if follower.is_alive():
+            logger.debug("log follower still blocked in a read; it is a daemon thread and ends with the process")
+        self.follower = None
+
+
+class _Deadline(Exception):  # noqa: N818 - control flow, never escapes this module
+    def __init__(self, status: JobStatus | None) -> None:
+        super().__init__("deadline")
+        self.status = status
+
+
+__all__ = [
+    "DELETE_AFTER_CHOICES",
+    "ON_TIMEOUT_CHOICES",
+    "AwaitOptions",
+    "DeleteAfter",
+    "LogSink",
+    "OnTimeout",
+    "Tuning",
+    "run_job",
+    "stderr_sink",
+]

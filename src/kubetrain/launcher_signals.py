@@ -1,0 +1,79 @@
+"""SIGTERM/SIGINT handling for the launcher: a cancelled KFP run must not leave its job running.
+
+KFP cancels a run by deleting the step's pod: the launcher gets SIGTERM and a grace period. The
+guard turns the signal into :class:`Cancelled` at a point where the launcher knows which job to
+delete. While the launcher blocks in a watch the signal interrupts it at once ("armed"); while it
+creates or deletes the job the signal is only recorded, and acted on right after, so a job is
+never created behind the launcher's back or half-deleted.
+
+Handlers are installed only in the main thread (Python allows no other) and the previous ones are
+restored on exit. Callers in other threads cancel through the shared event instead.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType, TracebackType
+from typing import Any
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+# BaseException, so that no `except Exception` between the signal and the launcher swallows it.
+class Cancelled(BaseException):
+    """Raised inside the launcher when it has been told to stop."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+class CancelGuard:
+    """Context manager: installs the handlers, and raises Cancelled where it is safe to."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self.signal_name: str | None = None
+        self._armed = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> CancelGuard:
+        if threading.current_thread() is threading.main_thread():
+            for sig in HANDLED_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._armed = False
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal_name is None:
+            self.signal_name = signal.Signals(signum).name
+        self.event.set()
+        if self._armed:
+            self._armed = False  # a second signal during clean-up must not interrupt the delete
+            raise Cancelled(self.signal_name)
+
+    def check(self) -> None:
+        """Raise Cancelled if a signal came (or the event was set) since the last check."""
+        if self.event.is_set():
+            raise Cancelled(self.signal_name or "cancel requested")
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A block the signal may interrupt at any point (blocking reads of a watch)."""
+        self.check()
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
+        self.check()

@@ -1,0 +1,399 @@
+"""The launcher's await loop against an in-memory backend driven by a scenario thread.
+
+The backend here is a test double of the Backend interface (no HTTP); the same scenarios run
+against the HTTP stand-in for the API server in tests/integration/test_k8s_*.py. Every wait is on a
+real condition with a deadline; no test depends on timing.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
+from kubetrain.errors import (
+    InvalidInputError,
+    JobCancelledError,
+    JobFailedError,
+    JobTimeoutError,
+    ManifestError,
+)
+from kubetrain.launcher import Tuning, run_job
+from kubetrain.status import JobPhase
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = {"pending_poll_seconds": 0.05, "watch_window_seconds": 2.0, "log_drain_seconds": 5.0}
+
+
+def manifest(name: str = "train-abc", kind: str = "PyTorchJob") -> dict[str, Any]:
+    api = {"PyTorchJob": "kubeflow.org/v1", "MPIJob": "kubeflow.org/v2beta1"}[kind]
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ns"}, "spec": {}}
+
+
+def cond(ctype: str, status: str = "True", reason: str = "", message: str = "") -> dict[str, str]:
+    return {"type": ctype, "status": status, "reason": reason, "message": message}
+
+
+def pod(name: str, rtype: str, index: int, phase: str, **kw: Any) -> PodInfo:
+    return PodInfo(name=name, replica_type=rtype, index=index, phase=phase, container="pytorch", **kw)
+
+
+class MemoryBackend(Backend):
+    """Keeps every version of one job; watch yields them in order, as the API server would."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.versions: list[JobObject] = []
+        self.pod_list: list[PodInfo] = []
+        self.logs: dict[tuple[str, bool], list[str]] = {}
+        self.event_list: list[EventInfo] = []
+        self.calls: list[str] = []
+        self.deleted = threading.Event()
+        self.lines: list[str] = []
+
+    def sink(self, line: str) -> None:
+        """The launcher's log sink: lines the scenario can wait for."""
+        with self.cv:
+            self.lines.append(line)
+            self.cv.notify_all()
+
+    def wait_for_line(self, text: str) -> None:
+        self.wait_for(lambda: any(text in line for line in self.lines), f"a line with {text!r}")
+
+    # -- scenario side --------------------------------------------------------------------------
+
+    def wait_for(self, predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"timed out waiting for {what}; calls: {self.calls}")
+                self.cv.wait(remaining)
+
+    def set_conditions(self, *conditions: dict[str, str], **status: Any) -> None:
+        with self.cv:
+            new = copy.deepcopy(self.versions[-1])
+            new["status"] = {"conditions": list(conditions), **status}
+            self.versions.append(new)
+            self.cv.notify_all()
+
+    def set_pods(self, *pods: PodInfo) -> None:
+        with self.cv:
+            self.pod_list = list(pods)
+            self.cv.notify_all()
+
+    def add_log(self, pod_name: str, *lines: str, previous: bool = False) -> None:
+        with self.cv:
+            self.logs.setdefault((pod_name, previous), []).extend(lines)
+            self.cv.notify_all()
+
+    def add_event(self, event: EventInfo) -> None:
+        with self.cv:
+            self.event_list.append(event)
+            self.cv.notify_all()
+
+    def _call(self, what: str) -> None:
+        with self.cv:
+            self.calls.append(what)
+            self.cv.notify_all()
+
+    # -- Backend --------------------------------------------------------------------------------
+
+    def submit(self, manifest: Mapping[str, Any]) -> JobRef:
+        obj = copy.deepcopy(dict(manifest))
+        obj["metadata"]["uid"] = "uid-1"
+        with self.cv:
+            self.versions.append(obj)
+        self._call("submit")
+        return JobRef.from_object(obj)
+
+    def get(self, ref: JobRef) -> JobObject:
+        self._call("get")
+        with self.cv:
+            return copy.deepcopy(self.versions[-1])
+
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
+        self._call("watch")
+        deadline = time.monotonic() + timeout_seconds
+        with self.cv:
+            index = len(self.versions) - 1
+            obj = copy.deepcopy(self.versions[index])
+        yield obj
+        while True:
+            with self.cv:
+                while index == len(self.versions) - 1:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    self.cv.wait(remaining)
+                index += 1
+                obj = copy.deepcopy(self.versions[index])
+            yield obj
+
+    def pods(self, ref: JobRef) -> list[PodInfo]:
+        self._call("pods")
+        with self.cv:
+            return list(self.pod_list)
+
+    def pod_log(
+        self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
+    ) -> Iterator[str]:
+        self._call(f"log {pod.name} previous={previous} follow={follow} tail={tail_lines}")
+        sent = 0
+        while True:
+            with self.cv:
+                lines = list(self.logs.get((pod.name, previous), []))
+                current = {p.name: p for p in self.pod_list}.get(pod.name)
+                ended = current is None or current.phase in ("Succeeded", "Failed") or not follow or previous
+                if sent == len(lines) and not ended:
+                    self.cv.wait(0.5)
+                    continue
+            if tail_lines is not None and not follow:
+                lines = lines[-tail_lines:]
+            yield from lines[sent:]
+            sent = len(lines)
+            if ended:
+                return
+
+    def events(self, ref: JobRef) -> list[EventInfo]:
+        self._call("events")
+        with self.cv:
+            return list(self.event_list)
+
+    def delete(self, ref: JobRef) -> None:
+        self._call("delete")
+        self.deleted.set()
+
+    def suspend(self, ref: JobRef) -> None:
+        self._call("suspend")
+
+
+class Scenario(threading.Thread):
+    """Runs `script(backend)` beside the launcher and re-raises its failure in the test."""
+
+    def __init__(self, backend: MemoryBackend, script: Callable[[MemoryBackend], None]) -> None:
+        super().__init__(daemon=True)
+        self.backend = backend
+        self.script = script
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.backend.wait_for(lambda: "submit" in self.backend.calls, "submit")
+            self.script(self.backend)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
+            self.error = e
+
+    def check(self) -> None:
+        self.join(20)
+        if self.error is not None:
+            raise self.error
+
+
+def launch(backend: MemoryBackend, script: Callable[[MemoryBackend], None], **kw: Any) -> list[str]:
+    """Run the launcher in this (main) thread beside `script`; the script's own failures surface too."""
+    scenario = Scenario(backend, script)
+    scenario.start()
+    tuning = Tuning(**{**FAST, **kw.pop("tuning", {})})
+    try:
+        run_job(manifest(kw.pop("name", "train-abc"), kw.pop("kind", "PyTorchJob")), backend=backend,
+                timeout_seconds=kw.pop("timeout_seconds", 30.0), log_sink=backend.sink, tuning=tuning, **kw)  # fmt: skip
+    finally:
+        scenario.check()
+    return backend.lines
+
+
+def test_success_reports_transitions_follows_log_and_deletes() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.wait_for_line("submitted → Pending")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Pending", reason="ContainerCreating"))
+        b.set_conditions(cond("Created"))
+        b.wait_for_line("Pending (ContainerCreating)")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Running"))
+        b.set_conditions(cond("Created"), cond("Running"))
+        b.add_log("train-abc-master-0", "epoch 1 loss 0.5", "epoch 2 loss 0.2")
+        b.wait_for_line("epoch 2 loss 0.2")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Succeeded", exit_code=0))
+        b.set_conditions(
+            cond("Created"), cond("Running", "False"), cond("Succeeded", reason="PyTorchJobSucceeded"),
+            startTime="2025-01-01T00:00:00Z", completionTime="2025-01-01T00:01:00Z",
+        )  # fmt: skip
+
+    scenario = Scenario(backend, script)
+    scenario.start()
+    result = run_job(
+        manifest(), backend=backend, timeout_seconds=30, log_sink=backend.sink,
+        tuning=Tuning(**FAST),
+    )  # fmt: skip
+    scenario.check()
+    lines = backend.lines
+    assert result.phase == JobPhase.SUCCEEDED
+    assert (result.name, result.namespace, result.uid, result.backend) == ("train-abc", "ns", "uid-1", "memory")
+    assert result.duration_seconds == 60.0
+    text = "\n".join(lines)
+    assert "PyTorchJob ns/train-abc: submitted → Pending" in text
+    assert "Created → Running" in text
+    assert "Running → Succeeded (PyTorchJobSucceeded)" in text
+    assert "pod train-abc-master-0 [Master 0]: Pending (ContainerCreating)" in text
+    assert "pod train-abc-master-0 [Master 0]: Pending → Running after" in text
+    assert "[train-abc-master-0] epoch 1 loss 0.5" in lines
+    assert lines.count("[train-abc-master-0] epoch 2 loss 0.2") == 1
+    assert backend.calls[-1] == "delete"
+
+
+def test_failure_raises_with_log_tails_captured_before_delete() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.add_log("train-abc-worker-1", *[f"line {i}" for i in range(100)], "RuntimeError: NCCL timeout")
+        b.set_pods(
+            pod("train-abc-master-0", "Master", 0, "Running"),
+            pod("train-abc-worker-1", "Worker", 1, "Failed", reason="Error", exit_code=1),
+        )
+        b.set_conditions(cond("Created"), cond("Failed", reason="PyTorchJobFailed", message="Worker 1 failed"))
+
+    with pytest.raises(JobFailedError) as info:
+        launch(backend, script, delete_after="always", tuning={"log_tail_lines": 5})
+    err = info.value
+    assert err.reason == "PyTorchJobFailed"
+    assert "Worker 1 failed" in str(err)
+    tail = err.log_tails["train-abc-worker-1/pytorch"]
+    assert tail.splitlines() == ["line 96", "line 97", "line 98", "line 99", "RuntimeError: NCCL timeout"]
+    log_read = backend.calls.index("log train-abc-worker-1 previous=False follow=False tail=5")
+    assert log_read < backend.calls.index("delete")
+
+
+def test_failed_job_is_kept_by_default() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Failed", reason="OOMKilled", exit_code=137))
+        b.set_conditions(cond("Failed", reason="PyTorchJobFailed"))
+
+    with pytest.raises(JobFailedError, match="kept for debugging"):
+        launch(backend, script)
+    assert "delete" not in backend.calls
+
+
+def test_crashed_container_is_read_as_previous() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.add_log("train-abc-master-0", "boom: segfault", previous=True)
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Running", restart_count=1, exit_code=139))
+        b.set_conditions(cond("Restarting", reason="PyTorchJobRestarting"))
+        b.wait_for_line("boom: segfault")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Succeeded", restart_count=1, exit_code=0))
+        b.set_conditions(cond("Succeeded"))
+
+    lines = launch(backend, script)
+    assert "[train-abc-master-0 (previous)] boom: segfault" in lines
+    assert any("Restarting (PyTorchJobRestarting)" in line for line in lines)
+
+
+def test_image_pull_backoff_is_reported_with_pending_time() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Pending", reason="ImagePullBackOff",
+                       message='Back-off pulling image "nope:latest"'))  # fmt: skip
+        b.set_conditions(cond("Created"))
+        b.wait_for_line("ImagePullBackOff")
+        b.set_conditions(cond("Failed", reason="Deadline"))
+
+    with pytest.raises(JobFailedError):
+        launch(backend, script)
+    lines = backend.lines
+    pending = [line for line in lines if "ImagePullBackOff" in line]
+    assert pending, lines
+    assert (
+        'pod train-abc-master-0 [Master 0]: Pending (ImagePullBackOff): Back-off pulling image "nope:latest"'
+        in (pending[0])
+    )
+    assert ", pending " in pending[0]
+
+
+def test_timeout_deletes_the_job() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_conditions(cond("Running"))
+
+    with pytest.raises(JobTimeoutError, match="deleted it"):
+        launch(backend, script, timeout_seconds=0.5)
+    assert backend.calls[-1] == "delete"
+
+
+def test_timeout_can_suspend_instead() -> None:
+    backend = MemoryBackend()
+    with pytest.raises(JobTimeoutError, match="suspended it"):
+        launch(backend, lambda b: None, timeout_seconds=0.3, on_timeout="suspend")
+    assert "suspend" in backend.calls
+    assert "delete" not in backend.calls
+
+
+def test_mpijob_validation_event_fails_fast() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.add_event(EventInfo(type="Warning", reason="ValidationError", involved_object="MPIJob/train-abc",
+                              message="spec.mpiReplicaSpecs[Launcher].replicas: must be 1"))  # fmt: skip
+
+    with pytest.raises(JobFailedError, match="must be 1") as info:
+        launch(backend, script, kind="MPIJob")
+    assert info.value.reason == "ValidationError"
+
+
+def test_cancel_event_deletes_the_job() -> None:
+    backend = MemoryBackend()
+    cancel = threading.Event()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_conditions(cond("Running"))
+        b.wait_for_line("→ Running")
+        cancel.set()
+        b.set_conditions(cond("Running"), cond("Created"))  # any change wakes the watch
+
+    with pytest.raises(JobCancelledError):
+        launch(backend, script, cancel=cancel)
+    assert backend.calls[-1] == "delete"
+
+
+def test_sigterm_in_main_thread_deletes_and_restores_handlers() -> None:
+    assert threading.current_thread() is threading.main_thread()
+    backend = MemoryBackend()
+    before = signal.getsignal(signal.SIGTERM)
+
+    def script(b: MemoryBackend) -> None:
+        b.set_conditions(cond("Running"))
+        b.wait_for_line("→ Running")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(JobCancelledError, match="SIGTERM"):
+        launch(backend, script, tuning={"watch_window_seconds": 30.0})
+    assert "delete" in backend.calls
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_bad_options_and_kinds_submit_nothing() -> None:
+    backend = MemoryBackend()
+    with pytest.raises(InvalidInputError, match="timeout_seconds"):
+        run_job(manifest(), backend=backend, timeout_seconds=0)
+    with pytest.raises(InvalidInputError, match="delete_after"):
+        run_job(manifest(), backend=backend, timeout_seconds=1, delete_after="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ManifestError, match="TFJob"):
+        run_job({**manifest(), "kind": "TFJob"}, backend=backend, timeout_seconds=1)
+    assert backend.calls == []
