@@ -1,0 +1,105 @@
+"""The torch.distributed side of the DDP program: backend, device, process group, small collectives.
+
+Rendezvous and collectives get separate timeouts. Rendezvous waits for every peer to start
+(`--init-timeout-seconds`, long: pods pull images at different speeds); once training runs, any
+collective that waits longer than `--timeout-seconds` fails, which is how a dead or hung peer turns
+into a non-zero exit instead of a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from kubetrain.errors import InvalidInputError, TrainingError
+from kubetrain.train.topology import TorchTopology
+
+__all__ = ["Group", "resolve_backend", "select_device"]
+
+
+def resolve_backend(flag: str, *, cuda: bool) -> str:
+    """`auto` is nccl when CUDA is present and gloo otherwise; nccl without CUDA is an error."""
+    if flag == "auto":
+        return "nccl" if cuda else "gloo"
+    if flag == "nccl" and not cuda:
+        raise InvalidInputError("--backend nccl needs CUDA, and no GPU is visible; use gloo")
+    return flag
+
+
+def select_device(backend: str, topo: TorchTopology) -> torch.device:
+    """The GPU of this process's local rank for nccl (or CUDA single process), else the CPU."""
+    if torch.cuda.is_available() and backend == "nccl":
+        index = topo.local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+class Group:
+    """This process's membership in the job: rank, world size and the collectives the loop uses.
+
+    With one process there is no process group and every collective is the identity.
+    """
+
+    def __init__(self, topo: TorchTopology, *, device: torch.device) -> None:
+        self.topo = topo
+        self.device = device
+        self.rank = topo.rank
+        self.world_size = topo.world_size
+        self._initialised = False
+
+    def init(self, *, backend: str, init_timeout: float, timeout: float) -> None:
+        """Rendezvous at MASTER_ADDR:MASTER_PORT and create the default process group."""
+        if not self.topo.distributed:
+            return
+        try:
+            # env:// also handles torchrun, whose agent already hosts the store at MASTER_PORT
+            # (TORCHELASTIC_USE_AGENT_STORE): rank 0 then connects instead of binding the port.
+            store, _, _ = next(
+                dist.rendezvous(
+                    "env://",
+                    rank=self.rank,
+                    world_size=self.world_size,
+                    timeout=timedelta(seconds=init_timeout),
+                )
+            )
+        except (RuntimeError, ValueError) as e:  # DistStoreError/DistNetworkError are both
+            raise TrainingError(
+                f"rank {self.rank}: rendezvous with {self.topo.master_addr}:"
+                f"{self.topo.master_port} failed within {init_timeout:.0f}s "
+                f"(world size {self.world_size}): {e}"
+            ) from e
+        store.set_timeout(timedelta(seconds=timeout))
+        dist.init_process_group(
+            backend=backend,
+            store=dist.PrefixStore("default_pg", store),
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=timeout),
+        )
+        self._initialised = True
+
+    def allreduce_sum(self, values: Sequence[float]) -> list[float]:
+        """Element-wise sum of `values` over all ranks (float64, so counts stay exact)."""
+        if not self._initialised:
+            return [float(v) for v in values]
+        t = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return [float(v) for v in t.cpu().tolist()]
+
+    def broadcast_int(self, value: int) -> int:
+        """Rank 0's `value` on every rank."""
+        if not self._initialised:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.broadcast(t, src=0)
+        return int(t.item())
+
+    def shutdown(self) -> None:
+        """Tear the process group down after a clean run (not after a failed collective)."""
+        if self._initialised:
+            dist.destroy_process_group()
+            self._initialised = False
