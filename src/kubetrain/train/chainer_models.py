@@ -35,13 +35,14 @@ def _use_stdlib_distutils() -> None:
 
 
 _use_stdlib_distutils()
-# Chainer's import warns about pkg_resources and stdlib distutils on every rank at every start.
-warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
-warnings.filterwarnings("ignore", message="Reliance on distutils", category=UserWarning)
+with warnings.catch_warnings():
+    # Chainer's import warns (pkg_resources, stdlib distutils) on every rank at every start.
+    warnings.simplefilter("ignore", UserWarning)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import chainer
+    import chainer.functions as F  # noqa: N812
+    import chainer.links as L  # noqa: N812
 
-import chainer  # noqa: E402
-import chainer.functions as F  # noqa: E402, N812
-import chainer.links as L  # noqa: E402, N812
 import numpy as np  # noqa: E402
 
 from kubetrain.errors import SpecError  # noqa: E402

@@ -18,7 +18,13 @@ from typing import Literal
 
 from kubetrain.errors import InvalidInputError, SpecError
 
-__all__ = ["MpiWorld", "TorchTopology", "mpi_world_from_env", "torch_topology_from_env"]
+__all__ = [
+    "MpiWorld",
+    "TorchTopology",
+    "mpi_world_from_env",
+    "pytorchjob_env",
+    "torch_topology_from_env",
+]
 
 _TORCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 # Set by torchrun (torch.distributed.elastic) for every worker process it starts.
@@ -105,6 +111,34 @@ def torch_topology_from_env(env: Mapping[str, str]) -> TorchTopology:
         master_port=_int_var(env, "MASTER_PORT"),
         launcher="torchrun" if under_torchrun else "operator",
     )
+
+
+def pytorchjob_env(
+    *, replica_index: int, is_master: bool, replicas: int, master_addr: str, master_port: int
+) -> dict[str, str]:
+    """The variables the training-operator appends to a PyTorchJob replica's container.
+
+    Non-elastic job with a Master, `nprocPerNode` left at its default (operator-contracts.md §2):
+    the Master is rank 0, Worker i is rank i+1. Used to start local process groups exactly as the
+    operator would (tests, benchmarks) and, inverted, by :func:`torch_topology_from_env`.
+    """
+    if replicas < 1:
+        raise SpecError("replicas", replicas, ">= 1")
+    rank = replica_index if is_master else replica_index + 1
+    if not 0 <= rank < replicas:
+        raise SpecError("replica_index", replica_index, f"a rank in [0, {replicas - 1}]")
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_PORT": str(master_port),
+        "PET_MASTER_PORT": str(master_port),
+        "MASTER_ADDR": master_addr,
+        "PET_MASTER_ADDR": master_addr,
+        "WORLD_SIZE": str(replicas),
+        "RANK": str(rank),
+        "PET_NODE_RANK": str(rank),
+        "PET_NPROC_PER_NODE": "auto",
+        "PET_NNODES": str(replicas),
+    }
 
 
 @dataclass(frozen=True)
