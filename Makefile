@@ -8,6 +8,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.kubetrain-setup
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+LINT_PATHS := $(wildcard src tests bench components pipelines)
 
 .PHONY: setup demo test test-fast lint typecheck compile golden bench clean
 
@@ -33,7 +34,7 @@ demo: setup
 	$(VENV)/bin/kubetrain demo
 
 test: setup
-	$(PY) -m ruff check src tests bench components pipelines
+	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -41,8 +42,8 @@ test-fast: setup
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
-	$(PY) -m ruff check src tests bench components pipelines
-	$(PY) -m ruff format --check src tests bench components pipelines
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy
 
 compile: setup
