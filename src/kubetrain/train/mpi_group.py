@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.errors import InvalidInputError, TrainingError
+from kubetrain.train.chainer_models import chainer  # first: makes chainer importable
 from kubetrain.train.topology import MpiWorld
 
 __all__ = ["Group", "MpiGroup", "SingleGroup", "open_group"]
@@ -123,7 +124,6 @@ class MpiGroup:
         keeps the number of steps per epoch identical everywhere; `equal=False` gives disjoint
         parts for exact evaluation.
         """
-        import chainer
         import chainermn
 
         ds = chainer.datasets.TupleDataset(*arrays) if self.rank == 0 and arrays else None
@@ -137,7 +137,11 @@ class MpiGroup:
 
     def abort(self, code: int) -> NoReturn:
         """MPI_Abort: mpiexec then kills every rank of the job, none is left waiting."""
-        sys.stderr.flush()
+        print(
+            f"[rank {self.rank}] calling MPI_Abort({code}) to end the whole job",
+            file=sys.stderr,
+            flush=True,
+        )
         self.communicator.mpi_comm.Abort(code)
         os._exit(code)  # Abort does not return; this keeps the type checker and reader honest
 
