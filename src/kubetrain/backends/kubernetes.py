@@ -1,0 +1,418 @@
+"""The Kubernetes backend: the only module that talks to the API server about jobs.
+
+- create with `fieldValidation=Strict`, so a misplaced field is rejected, never silently pruned
+  (the old launchers' `spec.cleanPodPolicy`, `activeDeadlineSecond`);
+- a 409 on create adopts the existing job when it carries this KFP run and task's labels (a
+  retried or restarted launcher re-attaches) and fails clearly otherwise;
+- watch a single job with bounded server-side timeouts in a reconnect loop that resumes from the
+  last resourceVersion, takes bookmarks, and re-lists on 410 Gone;
+- connection errors, 5xx and 429 are retried with backoff and jitter (Retry-After honoured);
+- pods by the operator's label, logs with an explicit container, `previous` and `tail_lines`;
+- delete with foreground propagation (pods go with the job); suspend by merge patch.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
+from kubetrain.backends.kubernetes_config import Connection, connect, job_name_for_task, owner_reference_from_env
+from kubetrain.backends.kubernetes_objects import belongs_to, event_info, pod_info, pod_selector
+from kubetrain.backends.kubernetes_retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, api_message, is_transient
+from kubetrain.errors import BackendError, JobConflictError, JobFailedError, ManifestError
+from kubetrain.manifests.kinds import JOBSET, JobKind, kind_of
+from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
+from kubetrain.status import JobPhase, parse_job_status
+
+logger = logging.getLogger(__name__)
+
+# (connect, read) seconds for ordinary requests; a watch reads for its server timeout plus grace.
+REQUEST_TIMEOUT = (10.0, 60.0)
+WATCH_READ_GRACE_SECONDS = 30.0
+SUBMISSION_ANNOTATION = "kubetrain.io/submission-id"
+OPERATORS = {"kubeflow.org": "the Kubeflow training-operator / mpi-operator", "jobset.x-k8s.io": "JobSet"}
+
+__all__ = ["KubernetesBackend", "RetryPolicy", "job_name_for_task"]
+
+
+@dataclass
+class _WatchState:
+    obj: JobObject
+    resource_version: str
+
+
+class KubernetesBackend(Backend):
+    """Runs job manifests on a cluster through the official `kubernetes` client."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        namespace: str | None = None,
+        *,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        owner_pod: bool = False,
+        retry: RetryPolicy | None = None,
+        server_watch_seconds: int = 60,
+        resubmit_failed: bool = True,
+        gone_wait_seconds: float = 120.0,
+        connection: Connection | None = None,
+    ) -> None:
+        conn = connection or connect(namespace=namespace, kubeconfig=kubeconfig, context=context)
+        self.namespace = conn.namespace
+        self._explicit_namespace = namespace
+        self._api = conn.api_client
+        self._custom = client.CustomObjectsApi(self._api)
+        self._core = client.CoreV1Api(self._api)
+        self._retry = Retrier(retry or RetryPolicy())
+        self._owner = owner_reference_from_env() if owner_pod else None
+        self._server_watch_seconds = max(1, int(server_watch_seconds))
+        self._resubmit_failed = resubmit_failed
+        self._gone_wait_seconds = gone_wait_seconds
+        self._watches: dict[tuple[str, str], _WatchState] = {}
+
+    # -- create ----------------------------------------------------------------------------------
+
+    def submit(self, manifest: Mapping[str, Any]) -> JobRef:
+        """Create the job (Strict field validation), adopting this task's existing job on 409."""
+        kind = kind_of(manifest)
+        body: JobObject = copy.deepcopy(dict(manifest))
+        meta = body.setdefault("metadata", {})
+        namespace = meta.get("namespace") or self.namespace
+        if self._explicit_namespace and namespace != self._explicit_namespace:
+            raise ManifestError(
+                "metadata.namespace", f"{namespace!r} differs from the requested namespace {self._explicit_namespace!r}"
+            )
+        if not meta.get("name"):
+            raise ManifestError(
+                "metadata.name",
+                "required: derive it at run time from the KFP run and task ids (job_name_for_task); "
+                "generateName would launch a second job on every retry",
+            )
+        meta["namespace"] = namespace
+        meta.setdefault("annotations", {})[SUBMISSION_ANNOTATION] = uuid.uuid4().hex
+        if self._owner is not None:
+            meta["ownerReferences"] = [*(meta.get("ownerReferences") or []), dict(self._owner)]
+        try:
+            created = self._create(kind, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise self._create_error(kind, body, e) from e
+            return self._adopt(kind, body)
+        return JobRef.from_object(created, default_namespace=namespace)
+
+    def _create(self, kind: JobKind, body: JobObject) -> JobObject:
+        meta = body["metadata"]
+        result = self._retry.call(
+            f"create {kind.kind} {meta['namespace']}/{meta['name']}",
+            self._custom.create_namespaced_custom_object,
+            kind.group, kind.version, meta["namespace"], kind.plural, body,
+            field_validation="Strict", _request_timeout=REQUEST_TIMEOUT,
+        )  # fmt: skip
+        return dict(result)
+
+    def _create_error(self, kind: JobKind, body: JobObject, e: ApiException) -> Exception:
+        meta = body["metadata"]
+        label = f"{kind.kind} {meta['namespace']}/{meta['name']}"
+        message = api_message(e)
+        if e.status in (400, 422):
+            return ManifestError(label, f"rejected by the API server (HTTP {e.status}): {message}")
+        if e.status == 403:
+            return BackendError(
+                f"create {label}: forbidden: {message}; "
+                "grant the launcher's service account the Role in deploy/rbac.yaml"
+            )
+        if e.status == 404:
+            return BackendError(
+                f"create {label}: the API server does not serve {kind.api_version} {kind.plural} "
+                f"({message}); is {OPERATORS.get(kind.group, 'its operator')} installed?"
+            )
+        return BackendError(f"create {label}: HTTP {e.status}: {message}")
+
+    def _adopt(self, kind: JobKind, body: JobObject) -> JobRef:
+        meta = body["metadata"]
+        ref = JobRef(kind=kind, name=meta["name"], namespace=meta["namespace"])
+        existing = self.get(ref)
+        emeta = existing.get("metadata") or {}
+        labels, existing_labels = meta.get("labels") or {}, emeta.get("labels") or {}
+        ours = (emeta.get("annotations") or {}).get(SUBMISSION_ANNOTATION) == meta["annotations"][SUBMISSION_ANNOTATION]
+        run, task = labels.get(LABEL_RUN_ID), labels.get(LABEL_TASK_ID)
+        theirs = (existing_labels.get(LABEL_RUN_ID), existing_labels.get(LABEL_TASK_ID))
+        same_task = bool(run and task) and theirs == (run, task)
+        if not (ours or same_task):
+            raise JobConflictError(
+                f"{kind.kind} {ref.namespace}/{ref.name} already exists and does not belong to this task "
+                f"(its run/task labels: {theirs[0]!r}/{theirs[1]!r}; "
+                f"this manifest's: {run!r}/{task!r}); delete it or choose another name"
+            )
+        phase = parse_job_status(existing).phase
+        if emeta.get("deletionTimestamp") or (phase == JobPhase.FAILED and self._resubmit_failed and not ours):
+            # A retry of a failed task must run again, not re-read the old failure.
+            logger.info("%s %s/%s exists (%s); replacing it", kind.kind, ref.namespace, ref.name, phase.value)
+            self.delete(ref)
+            self._wait_gone(ref)
+            return JobRef.from_object(self._create(kind, body), default_namespace=ref.namespace)
+        logger.info("adopted existing %s %s/%s (%s)", kind.kind, ref.namespace, ref.name, phase.value)
+        return JobRef.from_object(existing, default_namespace=ref.namespace)
+
+    def _wait_gone(self, ref: JobRef) -> None:
+        deadline = time.monotonic() + self._gone_wait_seconds
+        while time.monotonic() < deadline:
+            try:
+                self._get_raw(ref)
+            except ApiException as e:
+                if e.status == 404:
+                    return
+                raise self._error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
+            time.sleep(1.0)
+        raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} was still being deleted after "
+                           f"{self._gone_wait_seconds:g}s; its pods may be stuck terminating")  # fmt: skip
+
+    # -- read ------------------------------------------------------------------------------------
+
+    def _get_raw(self, ref: JobRef) -> JobObject:
+        kind = ref.kind
+        result = self._retry.call(
+            f"get {kind.kind} {ref.namespace}/{ref.name}",
+            self._custom.get_namespaced_custom_object,
+            kind.group, kind.version, ref.namespace, kind.plural, ref.name, _request_timeout=REQUEST_TIMEOUT,
+        )  # fmt: skip
+        return dict(result)
+
+    def get(self, ref: JobRef) -> JobObject:
+        """The job object now; BackendError if it is gone."""
+        try:
+            return self._get_raw(ref)
+        except ApiException as e:
+            raise self._error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
+
+    def _relist(self, ref: JobRef) -> _WatchState:
+        """The job and the list's resourceVersion to watch from (after a start or a 410 Gone)."""
+        kind = ref.kind
+        what = f"list {kind.kind} {ref.namespace}/{ref.name}"
+        try:
+            listing = self._retry.call(
+                what, self._custom.list_namespaced_custom_object,
+                kind.group, kind.version, ref.namespace, kind.plural,
+                field_selector=f"metadata.name={ref.name}", _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+        except ApiException as e:
+            raise self._error(what, e) from e
+        items = listing.get("items") or []
+        if not items:
+            raise self._deleted(ref)
+        return _WatchState(obj=items[0], resource_version=str(listing["metadata"]["resourceVersion"]))
+
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
+        """The job's current state, then every change, for about `timeout_seconds`."""
+        key = (ref.namespace, ref.name)
+        deadline = time.monotonic() + timeout_seconds
+        state = self._watches.get(key) or self._relist(ref)
+        self._watches[key] = state
+        yield copy.deepcopy(state.obj)
+        failures = 0
+        while (remaining := deadline - time.monotonic()) > 0:
+            server_timeout = max(1, min(math.ceil(remaining), self._server_watch_seconds))
+            what = f"watch {ref.kind.kind} {ref.namespace}/{ref.name}"
+            gone = False
+            try:
+                response = self._open_watch(ref, state.resource_version, server_timeout)
+                try:
+                    for event in _json_lines(response):
+                        etype, obj = event.get("type"), event.get("object") or {}
+                        if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
+                            raise BackendError(f"{what}: the server sent something that is not a watch event: "
+                                               f"{str(event)[:200]}")  # fmt: skip
+                        if etype == "ERROR":
+                            if obj.get("code") == 410:
+                                gone = True
+                                break
+                            raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message")))
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or state.resource_version)
+                        if etype == "BOOKMARK":
+                            state.resource_version = version
+                            if time.monotonic() >= deadline:
+                                break  # the caller's window is over; the next call resumes from here
+                            continue
+                        if etype == "DELETED":
+                            self._watches.pop(key, None)
+                            raise self._deleted(ref)
+                        state.obj, state.resource_version = obj, version
+                        failures = 0
+                        yield copy.deepcopy(obj)
+                finally:
+                    response.release_conn()
+            except ApiException as e:
+                if e.status == 410:
+                    gone = True
+                elif not is_transient(e):
+                    raise self._error(what, e) from e
+                else:
+                    failures += 1
+                    self._retry.backoff(what, failures, e)
+            except TRANSPORT_ERRORS as e:
+                # A connection dropped mid-watch: resume from the last resourceVersion.
+                failures += 1
+                self._retry.backoff(what, failures, e)
+            if gone:
+                # The resourceVersion is too old (compacted): re-list, and report what changed meanwhile.
+                logger.info("%s: resourceVersion %s expired; re-listing", what, state.resource_version)
+                fresh = self._relist(ref)
+                changed = fresh.obj.get("metadata", {}).get("resourceVersion") != state.obj.get("metadata", {}).get(
+                    "resourceVersion"
+                )
+                state = self._watches[key] = fresh
+                if changed:
+                    yield copy.deepcopy(fresh.obj)
+
+    def _open_watch(self, ref: JobRef, resource_version: str, server_timeout: int) -> Any:
+        kind = ref.kind
+        return self._custom.list_namespaced_custom_object(
+            kind.group, kind.version, ref.namespace, kind.plural,
+            field_selector=f"metadata.name={ref.name}", watch=True, resource_version=resource_version,
+            allow_watch_bookmarks=True, timeout_seconds=server_timeout, _preload_content=False,
+            _request_timeout=(REQUEST_TIMEOUT[0], server_timeout + WATCH_READ_GRACE_SECONDS),
+        )  # fmt: skip
+
+    def pods(self, ref: JobRef) -> list[PodInfo]:
+        """The job's pods, found by the operator's job-name label."""
+        what = f"list pods of {ref.kind.kind} {ref.namespace}/{ref.name}"
+        try:
+            response = self._retry.call(
+                what, self._core.list_namespaced_pod, ref.namespace, label_selector=pod_selector(ref),
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+        except ApiException as e:
+            raise self._error(what, e) from e
+        items = json.loads(response.data).get("items") or []
+        return sorted((pod_info(ref.kind, p) for p in items), key=lambda p: (p.replica_type, p.index, p.name))
+
+    def pod_log(
+        self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
+    ) -> Iterator[str]:
+        """Lines of the pod's replica container; `previous` reads the container before the last restart."""
+        what = f"log of pod {ref.namespace}/{pod.name} container {pod.container}"
+        kwargs: dict[str, Any] = {"container": pod.container, "follow": follow, "previous": previous}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        # A followed log may be quiet for hours: no read timeout then (the thread is a daemon).
+        timeout = (REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT
+        try:
+            response = self._retry.call(
+                what, self._core.read_namespaced_pod_log, pod.name, ref.namespace,
+                _preload_content=False, _request_timeout=timeout, **kwargs,
+            )  # fmt: skip
+        except ApiException as e:
+            raise self._error(what, e) from e
+        try:
+            for raw in _lines(response):
+                yield raw.decode("utf-8", "replace")
+        except TRANSPORT_ERRORS as e:
+            raise BackendError(f"{what}: stream broken: {e}") from e
+        finally:
+            response.release_conn()
+
+    def events(self, ref: JobRef) -> list[EventInfo]:
+        """Events about the job object and (Warnings only) its pods, oldest first."""
+        what = f"list events of {ref.kind.kind} {ref.namespace}/{ref.name}"
+        selectors = (f"involvedObject.name={ref.name}", "type=Warning")
+        raw: list[Mapping[str, Any]] = []
+        for selector in selectors:
+            try:
+                response = self._retry.call(
+                    what, self._core.list_namespaced_event, ref.namespace, field_selector=selector,
+                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+                )  # fmt: skip
+            except ApiException as e:
+                raise self._error(what, e) from e
+            raw.extend(json.loads(response.data).get("items") or [])
+        seen: set[str] = set()
+        out: list[EventInfo] = []
+        for item in raw:
+            uid = str((item.get("metadata") or {}).get("uid") or id(item))
+            info = event_info(item)
+            if uid in seen or not belongs_to(ref, info):
+                continue
+            seen.add(uid)
+            out.append(info)
+        return sorted(out, key=lambda e: e.last_timestamp.timestamp() if e.last_timestamp else 0.0)
+
+    # -- change ----------------------------------------------------------------------------------
+
+    def delete(self, ref: JobRef) -> None:
+        """Delete the job, its pods first (foreground). A job already gone is fine."""
+        kind = ref.kind
+        what = f"delete {kind.kind} {ref.namespace}/{ref.name}"
+        self._watches.pop((ref.namespace, ref.name), None)
+        try:
+            self._retry.call(
+                what, self._custom.delete_namespaced_custom_object,
+                kind.group, kind.version, ref.namespace, kind.plural, ref.name,
+                body={"propagationPolicy": "Foreground"}, _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+        except ApiException as e:
+            if e.status != 404:
+                raise self._error(what, e) from e
+
+    def suspend(self, ref: JobRef) -> None:
+        """Suspend the job by merge patch: the operator deletes its pods and keeps the object."""
+        kind = ref.kind
+        patch = {"spec": {"suspend": True}} if kind is JOBSET else {"spec": {"runPolicy": {"suspend": True}}}
+        what = f"suspend {kind.kind} {ref.namespace}/{ref.name}"
+        try:
+            self._retry.call(
+                what, self._custom.patch_namespaced_custom_object,
+                kind.group, kind.version, ref.namespace, kind.plural, ref.name, patch,
+                _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+        except ApiException as e:
+            raise self._error(what, e) from e
+
+    def close(self) -> None:
+        """Close the connection pool. Idempotent."""
+        self._api.close()
+
+    # -- errors ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _error(what: str, e: ApiException) -> BackendError:
+        hint = "; the launcher's service account needs the Role in deploy/rbac.yaml" if e.status == 403 else ""
+        return BackendError(f"{what}: HTTP {e.status}: {api_message(e)}{hint}")
+
+    @staticmethod
+    def _deleted(ref: JobRef) -> JobFailedError:
+        return JobFailedError(
+            f"{ref.kind.kind} {ref.namespace}/{ref.name} was deleted while the launcher waited for it "
+            "(by a person, a controller or the garbage collector)",
+            reason="Deleted",
+        )
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """Complete lines of a streamed HTTP body, as soon as each arrives."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        yield from complete
+    if buffer:
+        yield buffer
+
+
+def _json_lines(response: Any) -> Iterator[dict[str, Any]]:
+    """Watch events: one JSON object per line."""
+    for line in _lines(response):
+        if line.strip():
+            yield json.loads(line)

@@ -1,0 +1,134 @@
+"""Retries for Kubernetes API calls: connection errors, 5xx and 429, with backoff, jitter and a limit.
+
+The old launchers and SDKs turned the first API hiccup into a failed training step (every
+ApiException became RuntimeError). An API server restart, a load balancer drop or throttling
+lasts seconds; a training job lasts hours. Here transient failures are retried with exponential
+backoff and full jitter (so a fleet of launchers does not retry in lock-step), a `Retry-After`
+header is honoured, and only a failure that outlasts the limit becomes a BackendError.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from kubetrain.errors import BackendError, InvalidInputError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# What the transport raises when a connection is refused, reset, cut mid-body or times out.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How often and how patiently to retry a transient API failure."""
+
+    attempts: int = 8
+    initial_delay_seconds: float = 0.5
+    max_delay_seconds: float = 20.0
+    max_retry_after_seconds: float = 60.0
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise InvalidInputError(f"attempts: got {self.attempts!r}; expected ≥ 1")
+        if not 0 < self.initial_delay_seconds <= self.max_delay_seconds:
+            raise InvalidInputError(
+                f"delays: got initial {self.initial_delay_seconds!r}, max {self.max_delay_seconds!r}; "
+                "expected 0 < initial ≤ max"
+            )
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number `attempt` (1-based)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after_seconds)
+        ceiling = min(self.max_delay_seconds, self.initial_delay_seconds * 2 ** (attempt - 1))
+        # Full jitter: uniform in [ceiling/2, ceiling], never zero so a storm still backs off.
+        return float(ceiling / 2 + self.rng.random() * ceiling / 2)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether retrying `error` may succeed."""
+    if isinstance(error, ApiException):
+        # status 0: the client could not even get a response (it wraps transport errors so).
+        return error.status in RETRIABLE_STATUS or not error.status
+    return isinstance(error, TRANSPORT_ERRORS)
+
+
+def retry_after_seconds(error: BaseException) -> float | None:
+    """The server's `Retry-After` (seconds form) on a 429/503, if any."""
+    if not isinstance(error, ApiException) or not error.headers:
+        return None
+    value = error.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None  # the HTTP-date form; the backoff applies instead
+
+
+def api_message(error: ApiException) -> str:
+    """The `message` of the Status object in an error response, else its reason."""
+    body = error.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body:
+        try:
+            status = json.loads(body)
+        except ValueError:
+            return body.strip()[:500]
+        if isinstance(status, dict) and status.get("message"):
+            return str(status["message"])
+    return str(error.reason or f"HTTP {error.status}")
+
+
+class Retrier:
+    """Runs API calls under a RetryPolicy and counts the attempts (benchmarks report them)."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)`, retried while transient; non-transient errors propagate unchanged."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return fn(*args, **kwargs)
+            except (ApiException, *TRANSPORT_ERRORS) as e:
+                if not is_transient(e):
+                    raise
+                self.backoff(what, attempt, e)
+
+    def backoff(self, what: str, attempt: int, error: BaseException) -> None:
+        """Sleep before retry `attempt + 1`, or raise BackendError when the attempts are spent."""
+        if attempt >= self.policy.attempts:
+            detail = api_message(error) if isinstance(error, ApiException) else f"{type(error).__name__}: {error}"
+            raise BackendError(
+                f"{what}: the Kubernetes API kept failing ({attempt} attempts): {detail}; "
+                "check the API server and the launcher's network, then retry"
+            ) from error
+        delay = self.policy.delay(attempt, retry_after_seconds(error))
+        logger.warning("%s failed (%s); retry %d/%d in %.1fs", what, _short(error), attempt, self.policy.attempts - 1,
+                       delay)  # fmt: skip
+        self.policy.sleep(delay)
+
+
+def _short(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status} {error.reason or ''}".strip()
+    return f"{type(error).__name__}: {error}"[:200]

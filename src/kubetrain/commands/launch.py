@@ -1,0 +1,133 @@
+"""`kubetrain launch -f MANIFEST`: submit a job manifest and follow it to its end.
+
+Runs on the Kubernetes API by default (in-cluster config, else kubeconfig), or with `--local` on
+this machine. The exit code says how it ended (kubetrain.errors.ExitCode): 0 succeeded, 1 failed,
+2 invalid input (nothing submitted), 3 timed out (job deleted or suspended), 4 API errors after
+retries, 5 cancelled by SIGTERM/SIGINT (job deleted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from kubetrain.backends.base import Backend
+from kubetrain.errors import InvalidInputError, KubetrainError, ManifestError
+from kubetrain.launcher import DELETE_AFTER_CHOICES, ON_TIMEOUT_CHOICES, DeleteAfter, OnTimeout, run_job
+from kubetrain.manifests.kinds import kind_of
+
+DEFAULT_TIMEOUT_SECONDS = 24 * 3600
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the `launch` subcommand."""
+    parser = subparsers.add_parser(
+        "launch",
+        help="submit a job manifest and follow it to its end",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-f", "--filename", required=True, metavar="MANIFEST", help="YAML or JSON file, '-' for stdin")
+    parser.add_argument("--local", action="store_true", help="run on this machine instead of a cluster")
+    parser.add_argument("--local-root", type=Path, default=None, metavar="DIR", help="working directory of --local")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=f"overall limit; then the job is deleted or suspended (default {DEFAULT_TIMEOUT_SECONDS})",
+    )
+    parser.add_argument(
+        "--delete-after",
+        choices=DELETE_AFTER_CHOICES,
+        default="success",
+        help="delete the job when it ends: never, success (default; failed jobs stay), always",
+    )
+    parser.add_argument(
+        "--on-timeout",
+        choices=ON_TIMEOUT_CHOICES,
+        default="delete",
+        help="what to do with a job that hits --timeout (default delete)",
+    )
+    parser.add_argument("--namespace", "-n", default=None, help="namespace (default: the manifest's, else the pod's)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--context", default=None, help="kubeconfig context")
+    parser.add_argument("--owner-pod", action="store_true",
+                        help="make the launcher pod (POD_NAME/POD_UID from the downward API) own the job")  # fmt: skip
+    parser.add_argument("--no-logs", action="store_true", help="do not follow the primary pod's log")
+    parser.add_argument("--json", action="store_true", help="end with one JSON object on stdout")
+    parser.set_defaults(func=run)
+
+
+def load_manifest(source: str) -> dict[str, Any]:
+    """The one job manifest in a YAML/JSON file (or stdin for '-')."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as e:
+        raise InvalidInputError(f"cannot read manifest {source}: {e}") from e
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as e:
+        raise ManifestError(source, f"not valid YAML/JSON: {e}") from e
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise ManifestError(source, f"expected exactly one job object, found {len(documents)} documents")
+    return cast(dict[str, Any], documents[0])
+
+
+def apply_namespace(manifest: dict[str, Any], namespace: str | None) -> dict[str, Any]:
+    """The manifest with `--namespace` applied; a different namespace in the manifest is an error."""
+    if namespace is None:
+        return manifest
+    metadata = dict(manifest.get("metadata") or {})
+    current = metadata.get("namespace")
+    if current and current != namespace:
+        raise ManifestError(
+            "metadata.namespace", f"the manifest says {current!r} but --namespace says {namespace!r}; drop one"
+        )
+    metadata["namespace"] = namespace
+    return {**manifest, "metadata": metadata}
+
+
+def make_backend(args: argparse.Namespace) -> Backend:
+    """The backend the flags ask for (imported lazily: the local runner and the k8s client are heavy)."""
+    if args.local:
+        # Resolved at run time: the local runner is its own module with its own dependencies.
+        local = importlib.import_module("kubetrain.backends.local")
+        return cast(Backend, local.LocalBackend(root=args.local_root, stream_logs=not args.no_logs))
+    from kubetrain.backends.kubernetes import KubernetesBackend
+
+    return KubernetesBackend(
+        namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context, owner_pod=args.owner_pod
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Launch the manifest and return the exit code."""
+    try:
+        manifest = apply_namespace(load_manifest(args.filename), args.namespace)
+        kind_of(manifest)
+        backend = make_backend(args)
+        try:
+            result = run_job(
+                manifest,
+                backend=backend,
+                timeout_seconds=args.timeout,
+                delete_after=cast(DeleteAfter, args.delete_after),
+                on_timeout=cast(OnTimeout, args.on_timeout),
+                stream_logs=not args.no_logs,
+            )
+        finally:
+            backend.close()
+    except KubetrainError as e:
+        if args.json:
+            print(json.dumps({"error": str(e), "error_type": type(e).__name__, "exit_code": int(e.exit_code)}))
+        raise
+    if args.json:
+        print(json.dumps(result.to_json()))
+    return 0
