@@ -18,8 +18,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "MNIST_NAMES",
@@ -47,14 +49,14 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def idx_bytes(array: np.ndarray) -> bytes:
+def idx_bytes(array: npt.NDArray[Any]) -> bytes:
     """`array` (uint8, int8 or int32) encoded as an idx file."""
     dtype = array.dtype.newbyteorder(">") if array.dtype.itemsize > 1 else array.dtype
     header = bytes([0, 0, _IDX_CODES[dtype], array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
     return header + np.ascontiguousarray(array, dtype=dtype).tobytes()
 
 
-def mnist_arrays(n: int, *, seed: int, rows: int = 28, cols: int = 28) -> tuple[np.ndarray, np.ndarray]:
+def mnist_arrays(n: int, *, seed: int, rows: int = 28, cols: int = 28) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """`n` random uint8 images (n, rows, cols) and uint8 labels 0..9 (all ten present if n >= 10)."""
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, size=(n, rows, cols), dtype=np.uint8)
@@ -65,9 +67,9 @@ def mnist_arrays(n: int, *, seed: int, rows: int = 28, cols: int = 28) -> tuple[
 
 def mnist_files(
     n_train: int = 300, n_test: int = 100, *, gz: bool = True, seed: int = 0
-) -> tuple[dict[str, bytes], dict[tuple[str, str], np.ndarray]]:
+) -> tuple[dict[str, bytes], dict[tuple[str, str], npt.NDArray[Any]]]:
     """The four MNIST files (name -> bytes, names with .gz when `gz`) and the arrays inside."""
-    arrays: dict[tuple[str, str], np.ndarray] = {}
+    arrays: dict[tuple[str, str], npt.NDArray[Any]] = {}
     arrays["train", "images"], arrays["train", "labels"] = mnist_arrays(n_train, seed=seed)
     arrays["test", "images"], arrays["test", "labels"] = mnist_arrays(n_test, seed=seed + 1)
     files = {}
@@ -86,7 +88,8 @@ def tar_bytes(
 ) -> bytes:
     """A tar archive of `files` (name -> content, names written verbatim) plus `symlinks`."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=f"w:{compression}") as tf:
+    mode = f"w:{compression}"
+    with tarfile.open(fileobj=buf, mode=mode) as tf:  # type: ignore[call-overload]
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,7 @@ def test_write_read_roundtrip(tmp_path: Path) -> None:
     info = _write(out)
     assert read_dataset_info(out) == info
     assert DatasetInfo.from_json(info.to_json()) == info
+    assert pickle.loads(pickle.dumps(info)) == info  # passes to worker processes
     assert [s.file for s in info.shards("train")] == [
         "train-00000-of-00003.npz",
         "train-00001-of-00003.npz",

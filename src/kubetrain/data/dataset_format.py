@@ -140,6 +140,10 @@ class DatasetInfo:
             MappingProxyType({k: float(v) for k, v in self.normalization.items()}),
         )
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        # Mapping proxies cannot be pickled; going through JSON keeps the info process-portable.
+        return (DatasetInfo.from_json, (self.to_json(),))
+
     def num_records(self, split: str) -> int:
         """The number of records in `split` (all shards together)."""
         return sum(s.records for s in self.shards(split))

@@ -31,11 +31,10 @@ from typing import Any
 
 from kubetrain.data.errors import DataError, DownloadUnavailableError, HTTPStatusError
 from kubetrain.data.progress import Progress
+from kubetrain.data.sink import CHUNK_SIZE, HashingSink
 
-__all__ = ["CHUNK_SIZE", "RetryPolicy", "fetch_http"]
+__all__ = ["RetryPolicy", "fetch_http"]
 
-# 4 MiB reads: per-chunk Python overhead becomes negligible next to copy and hash costs.
-CHUNK_SIZE = 4 << 20
 _USER_AGENT = "kubetrain-download/1"
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIABLE_RANGE = re.compile(r"bytes \*/(\d+)")
@@ -118,8 +117,17 @@ class _Part:
 
     def start(self, offset: int, headers: Any) -> None:
         """Prepare to append at `offset` (0 truncates); record the response's validators."""
+        try:
+            self._start(offset, headers)
+        except OSError as e:
+            # A local disk problem, not a network one: never retried.
+            raise DataError(f"{self.path}: cannot prepare the download file: {e}") from e
+
+    def _start(self, offset: int, headers: Any) -> None:
         if offset == 0:
-            self.path.write_bytes(b"")
+            # A fresh file, not a truncated one: ext4 flushes truncated-then-rewritten files
+            # on close, which would cost the write-back of the whole download.
+            self.path.unlink(missing_ok=True)
             self.hasher, self.hashed = hashlib.sha256(), 0
         etag = headers.get("ETag")
         meta = {
@@ -143,21 +151,21 @@ class _Part:
 
 
 def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress) -> None:
-    """Append the response body to the part file, hashing each chunk as it is written."""
-    buf = bytearray(CHUNK_SIZE)
-    view = memoryview(buf)
-    hasher = part.hasher
-    update, add = hasher.update, progress.update
-    # Unbuffered: each chunk goes straight to write(2), with no extra copy.
-    with open(part.path, "r+b", buffering=0) as f:
-        f.seek(part.hashed)
-        f.truncate()
-        while n := resp.readinto(view):
-            chunk = view[:n]
-            f.write(chunk)
-            update(chunk)
-            part.hashed += n
-            add(n)
+    """Append the response body to the part file; a helper thread hashes it meanwhile."""
+    with HashingSink(part.path, part.hashed, part.hasher) as sink:
+        try:
+            while True:
+                buf = sink.buffer()
+                n = resp.readinto(buf)
+                if not n:
+                    sink.release(buf)
+                    break
+                sink.commit(buf, n)
+                part.hashed += n
+                progress.update(n)
+        except DataError:
+            part.hasher = None  # hashed and written may differ: rehash from disk if resumed
+            raise
 
 
 def _open(url: str, part: _Part, offset: int, timeout: float) -> http.client.HTTPResponse:

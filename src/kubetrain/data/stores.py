@@ -15,10 +15,10 @@ from typing import Any
 
 from kubetrain.data.errors import DataError, DownloadUnavailableError
 from kubetrain.data.progress import Progress
+from kubetrain.data.sink import CHUNK_SIZE, HashingSink
 
 __all__ = ["fetch_fsspec", "local_path", "open_store", "store_exists"]
 
-_CHUNK = 8 << 20
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 
@@ -78,26 +78,26 @@ def fetch_fsspec(url: str, part_path: Path, *, attempts: int, progress: Progress
     except (OSError, ValueError, TypeError) as e:
         raise DataError(f"{url}: cannot read the object's size: {e}") from e
     failures = 0
-    hasher = hashlib.sha256()
-    done = 0
-    if part_path.exists():
-        done = part_path.stat().st_size
-        if done > total:
-            part_path.unlink()
-            done = 0
-        else:
-            hasher = _hash_file(part_path)
+    done = part_path.stat().st_size if part_path.exists() else 0
+    if done > total:
+        part_path.unlink()
+        done = 0
+    hasher = _hash_file(part_path) if done else hashlib.sha256()
     progress.restart(done, total)
     while done < total:
         before = done
         try:
-            with fs.open(path, "rb") as src, open(part_path, "ab", buffering=0) as dst:
+            with fs.open(path, "rb") as src, HashingSink(part_path, done, hasher) as sink:
                 src.seek(done)
-                while chunk := src.read(_CHUNK):
-                    dst.write(chunk)
-                    hasher.update(chunk)
-                    done += len(chunk)
-                    progress.update(len(chunk))
+                while True:
+                    buf = sink.buffer()
+                    n = src.readinto(buf)
+                    if not n:
+                        sink.release(buf)
+                        break
+                    sink.commit(buf, n)
+                    done += n
+                    progress.update(n)
         except FileNotFoundError as e:
             raise DataError(f"{url}: not found in the store") from e
         except (ConnectionError, TimeoutError) as e:
@@ -117,6 +117,6 @@ def fetch_fsspec(url: str, part_path: Path, *, attempts: int, progress: Progress
 def _hash_file(path: Path) -> Any:
     hasher = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(CHUNK_SIZE):
             hasher.update(chunk)
     return hasher
