@@ -59,6 +59,12 @@ class FetchOptions:
     progress_stream: TextIO | None = None  # None: stderr
     quiet: bool = False
 
+    def __post_init__(self) -> None:
+        # Accept any path-like for convenience; store a Path.
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+        if not isinstance(self.retry, RetryPolicy):
+            raise DataError(f"retry: got {self.retry!r}; expected a RetryPolicy")
+
 
 @dataclass(frozen=True)
 class Fetched:

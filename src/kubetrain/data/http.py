@@ -231,6 +231,7 @@ def fetch_http(
     part = _Part(part_path)
     failures = 0
     restarts = 0
+    last: Exception
     while True:
         before = part.size()
         try:
@@ -244,20 +245,20 @@ def fetch_http(
         except ssl.SSLCertVerificationError as e:
             raise DataError(f"{url}: TLS certificate verification failed: {e.verify_message}") from e
         except _TransientError as e:
-            what, retry_after = str(e), e.retry_after
+            what, retry_after, last = str(e), e.retry_after, e
         except urllib.error.URLError as e:
             if isinstance(e.reason, ssl.SSLCertVerificationError):
                 raise DataError(f"{url}: TLS certificate verification failed: {e.reason.verify_message}") from e
-            what, retry_after = f"cannot connect: {e.reason}", None
+            what, retry_after, last = f"cannot connect: {e.reason}", None, e
         except (OSError, http.client.HTTPException) as e:
             # Resets, timeouts and truncated bodies (IncompleteRead) mid-transfer.
-            what, retry_after = f"{type(e).__name__}: {e}", None
+            what, retry_after, last = f"{type(e).__name__}: {e}", None, e
         # Progress since the last failure means the link works: give it a fresh set of tries.
         failures = 1 if part.size() > before else failures + 1
         if failures >= policy.attempts:
             raise DownloadUnavailableError(
                 f"{url}: giving up after {failures} failed attempts in a row; last error: {what}"
-            )
+            ) from last
         wait = policy.delay(failures, rng, retry_after)
         progress.note(f"{what}; retry {failures}/{policy.attempts - 1} in {wait:.1f}s")
         sleep(wait)
