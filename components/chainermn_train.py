@@ -1,0 +1,94 @@
+"""`chainermn_train`: ChainerMN over MPI as an MPIJob (mpi-operator v2beta1), followed to its end."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
+
+from kubetrain.components._shared import TRAINING_PASSTHROUGHS
+from kubetrain.presets import LAUNCHER_IMAGE
+
+
+# KFP's decorator is untyped; the component body runs from its source in the launcher image.
+@dsl.component(  # type: ignore[untyped-decorator]
+    base_image=LAUNCHER_IMAGE, install_kfp_package=False, task_config_passthroughs=TRAINING_PASSTHROUGHS
+)
+def chainermn_train(
+    dataset: Input[Dataset],
+    model: Output[Model],
+    metrics: Output[Metrics],
+    report: Output[HTML],
+    task_config: TaskConfig,
+    run_id: str,
+    task_id: str,
+    workspace_pvc: str = "kubetrain-workspace",
+    workers: int = 2,
+    slots_per_worker: int = 1,
+    epochs: int = 5,
+    batch_size: int = 32,
+    learning_rate: float = 0.002,
+    architecture: str = "mlp",
+    seed: int = 0,
+    image: str = "",
+    command: str = "",
+    cpu: str = "",
+    memory: str = "",
+    gpus: int = 0,
+    timeout_seconds: int = 3600,
+    delete_after: str = "success",
+    backoff_limit: int = 3,
+    namespace: str = "",
+    service_account: str = "",
+) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
+    """Train with ChainerMN in an MPIJob (kubeflow.org/v2beta1) and wait for it to finish.
+
+    The launcher runs mpirun over workers x slots_per_worker ranks; the workers run sshd as a
+    non-root user. The job is named from run_id and task_id, so a retried task re-attaches to its
+    job. Resources, node selectors, tolerations, env and volumes set on this task go to the
+    training pods. The step fails when the job fails, times out or is cancelled.
+
+    Args:
+        dataset: Output of download_dataset: its metadata names the data directory on the workspace.
+        model: Output. The model files and metrics.json; metadata has framework, job name and status.
+        metrics: Output. test_accuracy, test_loss, train_loss, samples_per_second, duration_seconds,
+            job_seconds, world_size, epochs.
+        report: Output. HTML page with the final metrics and the loss and accuracy curves.
+        task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
+            kfp.kubernetes tolerations, node selectors, env, volumes); not set by hand.
+        run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER.
+        workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
+            mount it on this task at /workspace (the kubetrain pipelines do).
+        workers: MPI worker pods.
+        slots_per_worker: MPI ranks per worker pod.
+        epochs: Training epochs.
+        batch_size: Records per rank per step.
+        learning_rate: Adam learning rate.
+        architecture: Model: mlp or cnn.
+        seed: Random seed.
+        image: Training image; empty for kubetrain's ChainerMN image of this version.
+        command: Replaces `python -m kubetrain.train.chainermn_mpi` in the mpirun line
+            (shell-quoted); the program gets the same flags. Empty: the default.
+        cpu: CPU request of each worker pod (e.g. "2"); or set_cpu_request on the task.
+        memory: Memory request of each worker pod (e.g. "4Gi"); or set_memory_request on the task.
+        gpus: GPUs per worker pod (nvidia.com/gpu limit); or set_accelerator_limit on the task.
+        timeout_seconds: Overall limit; then the job is deleted and the step fails.
+        delete_after: Delete the job when it ends: never, success (failed jobs stay) or always.
+        backoff_limit: Launcher restarts allowed before the job fails.
+        namespace: Namespace of the job; empty for the launcher pod's namespace.
+        service_account: Service account of the training pods; empty for the namespace default.
+
+    Returns:
+        job_name: Name of the MPIJob.
+        status: Final status of the job (Succeeded).
+    """
+    from kubetrain.kfp_runtime.frameworks import train_chainermn
+
+    return train_chainermn(
+        dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
+        run_id=run_id, task_id=task_id, workspace_pvc=workspace_pvc, workers=workers,
+        slots_per_worker=slots_per_worker, epochs=epochs, batch_size=batch_size,
+        learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command,
+        cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,
+        backoff_limit=backoff_limit, namespace=namespace, service_account=service_account,
+    )  # fmt: skip

@@ -1,0 +1,40 @@
+"""`download_dataset`: fetch a data set onto the workspace volume and describe it in a Dataset artifact."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Output
+
+from kubetrain.presets import LAUNCHER_IMAGE
+
+
+# KFP's decorator is untyped; the component body runs from its source in the launcher image.
+@dsl.component(base_image=LAUNCHER_IMAGE, install_kfp_package=False)  # type: ignore[untyped-decorator]
+def download_dataset(
+    dataset: Output[Dataset],
+    source: str = "builtin:digits",
+    sha256: str = "",
+    shards: int = 1,
+    workspace_pvc: str = "kubetrain-workspace",
+    refresh: bool = False,
+) -> None:
+    """Fetch a data set onto the workspace volume, in kubetrain's sharded dataset format.
+
+    The data stays on the workspace claim, where every training pod mounts it. A second run with
+    the same source reuses it. Mount the claim on this task at /workspace
+    (kfp.kubernetes.mount_pvc); the kubetrain pipelines do.
+
+    Args:
+        dataset: Output. `dataset.json`; its metadata gives the claim (workspace_pvc), the
+            pod-side directory (path), record counts per split, feature shape and class count.
+        source: builtin:digits (no network), an http(s)/s3/gs/file URL of an .npz or archive, a
+            base URL ending in / holding the MNIST idx files, or comma-separated MNIST file URLs
+            (each may end in #sha256=HEX).
+        sha256: Expected sha256 of a single-file source; empty to skip the check.
+        shards: Number of training shards to write (parameter-server tasks stay inside one shard).
+        workspace_pvc: Name of the ReadWriteMany PersistentVolumeClaim shared with the training jobs.
+        refresh: Download again even when the workspace already holds this source.
+    """
+    from kubetrain.kfp_runtime.download_step import download_dataset_step
+
+    download_dataset_step(
+        source=source, sha256=sha256, shards=shards, workspace_pvc=workspace_pvc, refresh=refresh, dataset=dataset
+    )

@@ -1,0 +1,98 @@
+"""`ps_train`: parameter-server training as a JobSet (master, servers, workers), followed to its end."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
+
+from kubetrain.components._shared import TRAINING_PASSTHROUGHS
+from kubetrain.presets import LAUNCHER_IMAGE
+
+
+# KFP's decorator is untyped; the component body runs from its source in the launcher image.
+@dsl.component(  # type: ignore[untyped-decorator]
+    base_image=LAUNCHER_IMAGE, install_kfp_package=False, task_config_passthroughs=TRAINING_PASSTHROUGHS
+)
+def ps_train(
+    dataset: Input[Dataset],
+    model: Output[Model],
+    metrics: Output[Metrics],
+    report: Output[HTML],
+    task_config: TaskConfig,
+    run_id: str,
+    task_id: str,
+    workspace_pvc: str = "kubetrain-workspace",
+    ps_replicas: int = 2,
+    workers: int = 3,
+    mode: str = "async",
+    records_per_task: int = 64,
+    optimizer: str = "adam",
+    epochs: int = 5,
+    batch_size: int = 32,
+    learning_rate: float = 0.002,
+    architecture: str = "mlp",
+    seed: int = 0,
+    image: str = "",
+    cpu: str = "",
+    memory: str = "",
+    gpus: int = 0,
+    timeout_seconds: int = 3600,
+    delete_after: str = "success",
+    backoff_limit: int = 3,
+    namespace: str = "",
+    service_account: str = "",
+) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
+    """Train with kubetrain's parameter servers in a JobSet (jobset.x-k8s.io/v1alpha2) and wait for it.
+
+    The master cuts the data into tasks and hands them out; the parameter servers hold the sharded
+    parameters; the workers pull parameters and push gradients. Lost work is re-queued and the
+    master's state survives a master restart. Resources, node selectors, tolerations, env and
+    volumes set on this task go to the training pods (GPUs to the workers only).
+
+    Args:
+        dataset: Output of download_dataset: its metadata names the data directory on the workspace.
+        model: Output. The model files and metrics.json; metadata has framework, job name and status.
+        metrics: Output. test_accuracy, test_loss, train_loss, samples_per_second, duration_seconds,
+            job_seconds, world_size, epochs.
+        report: Output. HTML page with the final metrics and the loss and accuracy curves.
+        task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
+            kfp.kubernetes tolerations, node selectors, env, volumes); not set by hand.
+        run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
+        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER.
+        workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
+            mount it on this task at /workspace (the kubetrain pipelines do).
+        ps_replicas: Parameter servers (parameter shards).
+        workers: Worker pods.
+        mode: async (apply each gradient as it comes) or sync (one version per round of gradients).
+        records_per_task: Records per task the master hands out.
+        optimizer: Optimizer on the parameter servers: sgd or adam.
+        epochs: Passes over the training data.
+        batch_size: Records per worker step.
+        learning_rate: Learning rate of the parameter servers' optimizer.
+        architecture: Model: mlp or cnn.
+        seed: Random seed.
+        image: Training image; empty for kubetrain's parameter-server image of this version.
+        cpu: CPU request of each worker pod (e.g. "2"); or set_cpu_request on the task.
+        memory: Memory request of each pod (e.g. "4Gi"); or set_memory_request on the task.
+        gpus: GPUs per worker pod (nvidia.com/gpu limit); or set_accelerator_limit on the task.
+        timeout_seconds: Overall limit; then the job is deleted and the step fails.
+        delete_after: Delete the job when it ends: never, success (failed jobs stay) or always.
+        backoff_limit: Restarts allowed before the job fails.
+        namespace: Namespace of the job; empty for the launcher pod's namespace.
+        service_account: Service account of the training pods; empty for the namespace default.
+
+    Returns:
+        job_name: Name of the JobSet.
+        status: Final status of the job (Succeeded).
+    """
+    from kubetrain.kfp_runtime.frameworks import train_ps
+
+    return train_ps(
+        dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
+        run_id=run_id, task_id=task_id, workspace_pvc=workspace_pvc, ps_replicas=ps_replicas,
+        workers=workers, mode=mode, records_per_task=records_per_task, optimizer=optimizer, epochs=epochs,
+        batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, seed=seed,
+        image=image, cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,
+        delete_after=delete_after, backoff_limit=backoff_limit, namespace=namespace,
+        service_account=service_account,
+    )  # fmt: skip

@@ -1,0 +1,54 @@
+"""`compare_frameworks`: one data set, three frameworks in parallel, one comparison table."""
+
+from kfp import dsl
+
+from kubetrain.components.chainermn_train import chainermn_train
+from kubetrain.components.compare_summary import compare_summary
+from kubetrain.components.download_dataset import download_dataset
+from kubetrain.components.ps_train import ps_train
+from kubetrain.components.pytorch_train import pytorch_train
+from kubetrain.pipelines._workspace import launcher_task
+
+
+# KFP's decorator is untyped.
+@dsl.pipeline(name="compare-frameworks")  # type: ignore[untyped-decorator]
+def compare_frameworks(
+    dataset: str = "builtin:digits",
+    workspace_pvc: str = "kubetrain-workspace",
+    pytorch_epochs: int = 5,
+    chainermn_epochs: int = 5,
+    ps_epochs: int = 5,
+    architecture: str = "mlp",
+    timeout_seconds: int = 3600,
+) -> None:
+    """Download once, train with PyTorch DDP, ChainerMN and parameter servers in parallel, compare.
+
+    Args:
+        dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
+        workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        pytorch_epochs: Epochs of the PyTorch DDP job.
+        chainermn_epochs: Epochs of the ChainerMN job.
+        ps_epochs: Epochs (passes over the data) of the parameter-server job.
+        architecture: Model of all three: mlp or cnn.
+        timeout_seconds: Limit on each training job; then it is deleted and the run fails.
+    """
+    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    shared = {
+        "dataset": data.outputs["dataset"],
+        "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+        "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+        "workspace_pvc": workspace_pvc,
+        "architecture": architecture,
+        "timeout_seconds": timeout_seconds,
+    }
+    torch_run = launcher_task(pytorch_train(epochs=pytorch_epochs, **shared), workspace_pvc=workspace_pvc)
+    mpi_run = launcher_task(chainermn_train(epochs=chainermn_epochs, **shared), workspace_pvc=workspace_pvc)
+    ps_run = launcher_task(ps_train(epochs=ps_epochs, **shared), workspace_pvc=workspace_pvc)
+    compare_summary(
+        pytorch_model=torch_run.outputs["model"],
+        pytorch_metrics=torch_run.outputs["metrics"],
+        chainermn_model=mpi_run.outputs["model"],
+        chainermn_metrics=mpi_run.outputs["metrics"],
+        ps_model=ps_run.outputs["model"],
+        ps_metrics=ps_run.outputs["metrics"],
+    )

@@ -1,0 +1,52 @@
+"""`mnist_chainermn`: download a data set, then train on it with ChainerMN in an MPIJob."""
+
+from kfp import dsl
+
+from kubetrain.components.chainermn_train import chainermn_train
+from kubetrain.components.download_dataset import download_dataset
+from kubetrain.pipelines._workspace import launcher_task
+
+
+# KFP's decorator is untyped.
+@dsl.pipeline(name="mnist-chainermn")  # type: ignore[untyped-decorator]
+def mnist_chainermn(
+    dataset: str = "builtin:digits",
+    workspace_pvc: str = "kubetrain-workspace",
+    workers: int = 2,
+    slots_per_worker: int = 1,
+    epochs: int = 5,
+    batch_size: int = 32,
+    learning_rate: float = 0.002,
+    architecture: str = "mlp",
+    timeout_seconds: int = 3600,
+) -> None:
+    """Download a data set, then train on it with ChainerMN over MPI (an MPIJob: launcher + workers).
+
+    Args:
+        dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
+        workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        workers: MPI worker pods.
+        slots_per_worker: MPI ranks per worker pod.
+        epochs: Training epochs.
+        batch_size: Records per rank per step.
+        learning_rate: Adam learning rate.
+        architecture: Model: mlp or cnn.
+        timeout_seconds: Limit on the training job; then it is deleted and the run fails.
+    """
+    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    launcher_task(
+        chainermn_train(
+            dataset=data.outputs["dataset"],
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            workspace_pvc=workspace_pvc,
+            workers=workers,
+            slots_per_worker=slots_per_worker,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            architecture=architecture,
+            timeout_seconds=timeout_seconds,
+        ),
+        workspace_pvc=workspace_pvc,
+    )

@@ -1,0 +1,55 @@
+"""`mnist_ps`: download a data set, then train on it with kubetrain's parameter servers in a JobSet."""
+
+from kfp import dsl
+
+from kubetrain.components.download_dataset import download_dataset
+from kubetrain.components.ps_train import ps_train
+from kubetrain.pipelines._workspace import launcher_task
+
+
+# KFP's decorator is untyped.
+@dsl.pipeline(name="mnist-ps")  # type: ignore[untyped-decorator]
+def mnist_ps(
+    dataset: str = "builtin:digits",
+    workspace_pvc: str = "kubetrain-workspace",
+    ps_replicas: int = 2,
+    workers: int = 3,
+    mode: str = "async",
+    epochs: int = 5,
+    batch_size: int = 32,
+    learning_rate: float = 0.002,
+    architecture: str = "mlp",
+    timeout_seconds: int = 3600,
+) -> None:
+    """Download a data set, then train on it with parameter servers (a JobSet: master, servers, workers).
+
+    Args:
+        dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
+        workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        ps_replicas: Parameter servers (parameter shards).
+        workers: Worker pods.
+        mode: async or sync gradient application.
+        epochs: Passes over the training data.
+        batch_size: Records per worker step.
+        learning_rate: Learning rate of the parameter servers' optimizer.
+        architecture: Model: mlp or cnn.
+        timeout_seconds: Limit on the training job; then it is deleted and the run fails.
+    """
+    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    launcher_task(
+        ps_train(
+            dataset=data.outputs["dataset"],
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            workspace_pvc=workspace_pvc,
+            ps_replicas=ps_replicas,
+            workers=workers,
+            mode=mode,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            architecture=architecture,
+            timeout_seconds=timeout_seconds,
+        ),
+        workspace_pvc=workspace_pvc,
+    )

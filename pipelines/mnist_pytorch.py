@@ -1,0 +1,49 @@
+"""`mnist_pytorch`: download a data set, then train on it with PyTorch DDP in a PyTorchJob."""
+
+from kfp import dsl
+
+from kubetrain.components.download_dataset import download_dataset
+from kubetrain.components.pytorch_train import pytorch_train
+from kubetrain.pipelines._workspace import launcher_task
+
+
+# KFP's decorator is untyped.
+@dsl.pipeline(name="mnist-pytorch")  # type: ignore[untyped-decorator]
+def mnist_pytorch(
+    dataset: str = "builtin:digits",
+    workspace_pvc: str = "kubetrain-workspace",
+    workers: int = 1,
+    epochs: int = 5,
+    batch_size: int = 32,
+    learning_rate: float = 0.002,
+    architecture: str = "mlp",
+    timeout_seconds: int = 3600,
+) -> None:
+    """Download a data set, then train on it with PyTorch DDP (a PyTorchJob: master + workers).
+
+    Args:
+        dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
+        workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        workers: Worker replicas besides the master.
+        epochs: Training epochs.
+        batch_size: Records per process per step.
+        learning_rate: Adam learning rate.
+        architecture: Model: mlp or cnn.
+        timeout_seconds: Limit on the training job; then it is deleted and the run fails.
+    """
+    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    launcher_task(
+        pytorch_train(
+            dataset=data.outputs["dataset"],
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            workspace_pvc=workspace_pvc,
+            workers=workers,
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            architecture=architecture,
+            timeout_seconds=timeout_seconds,
+        ),
+        workspace_pvc=workspace_pvc,
+    )

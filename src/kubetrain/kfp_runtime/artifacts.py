@@ -1,0 +1,123 @@
+"""Filling a training step's KFP output artifacts from what the job left on the workspace.
+
+Rank 0 of every training program writes `model.*` and `metrics.json` to its output directory
+(DESIGN.md "Programs"). The launcher copies the model files into the Model artifact, logs the
+final metrics on the Metrics artifact and writes the HTML report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubetrain.errors import TrainingError
+
+METRICS_JSON = "metrics.json"
+# Keys every metrics.json carries (DESIGN.md "metrics.json").
+REQUIRED_METRICS = (
+    "test_accuracy",
+    "test_loss",
+    "train_loss",
+    "samples_per_second",
+    "world_size",
+    "wall_seconds",
+    "epochs",
+    "global_step",
+    "history",
+)
+# metrics.json key -> name logged on the KFP Metrics artifact.
+LOGGED_METRICS = (
+    ("test_accuracy", "test_accuracy"),
+    ("test_loss", "test_loss"),
+    ("train_loss", "train_loss"),
+    ("samples_per_second", "samples_per_second"),
+    ("wall_seconds", "duration_seconds"),
+    ("world_size", "world_size"),
+    ("epochs", "epochs"),
+)
+
+
+class ArtifactLike(Protocol):
+    """What the launcher uses of a KFP artifact (kfp.dsl.Artifact and its subclasses)."""
+
+    path: str
+    metadata: dict[str, Any]
+
+
+class MetricsLike(ArtifactLike, Protocol):
+    """A KFP Metrics artifact."""
+
+    def log_metric(self, metric: str, value: float) -> None:
+        """Record one scalar metric."""
+
+
+def read_metrics(output_dir: Path) -> dict[str, Any]:
+    """The job's metrics.json, checked for the keys every training program writes."""
+    path = output_dir / METRICS_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise TrainingError(
+            f"{path}: the job succeeded but rank 0 wrote no {METRICS_JSON}; a training program must write "
+            "model.* and metrics.json to its --output directory"
+        ) from e
+    except (OSError, ValueError) as e:
+        raise TrainingError(f"{path}: cannot read the job's metrics ({e})") from e
+    if not isinstance(data, dict):
+        raise TrainingError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    missing = [k for k in REQUIRED_METRICS if k not in data]
+    if missing:
+        raise TrainingError(f"{path}: missing keys {missing}; metrics.json must carry {list(REQUIRED_METRICS)}")
+    return data
+
+
+def model_files(output_dir: Path) -> list[Path]:
+    """The model files (`model.*`) rank 0 wrote, in name order."""
+    return sorted(p for p in output_dir.glob("model*") if p.is_file() or p.is_dir())
+
+
+def copy_model(output_dir: Path, model: ArtifactLike, *, metadata: Mapping[str, Any]) -> list[str]:
+    """Copy the model files and metrics.json into the Model artifact (a directory); returns the file names."""
+    files = model_files(output_dir)
+    if not files:
+        raise TrainingError(f"{output_dir}: the job succeeded but wrote no model.* file")
+    target = Path(model.path)
+    target.mkdir(parents=True, exist_ok=True)
+    names = []
+    for src in [*files, output_dir / METRICS_JSON]:
+        if src.is_dir():
+            shutil.copytree(src, target / src.name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, target / src.name)
+        names.append(src.name)
+    model.metadata.update(metadata)
+    model.metadata["files"] = names
+    return names
+
+
+def log_metrics(
+    metrics_artifact: MetricsLike, metrics: Mapping[str, Any], *, job_seconds: float | None
+) -> dict[str, float]:
+    """Log the final metrics on the Metrics artifact; returns what was logged."""
+    logged: dict[str, float] = {}
+    for key, name in LOGGED_METRICS:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            logged[name] = float(value)
+    if job_seconds is not None:
+        logged["job_seconds"] = float(job_seconds)
+    for name, value in logged.items():
+        metrics_artifact.log_metric(name, value)
+    return logged
+
+
+def write_text(artifact: ArtifactLike, text: str) -> Path:
+    """Write `text` as the artifact's file."""
+    path = Path(artifact.path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

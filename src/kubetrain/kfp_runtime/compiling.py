@@ -1,0 +1,70 @@
+"""Compile every component and pipeline to the YAML beside its source, or check that YAML is current.
+
+The check compiles afresh into memory and compares with the committed file, ignoring the line
+that records the SDK version (`sdkVersion: kfp-X.Y.Z`), so a different kfp patch release alone
+does not fail it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubetrain.kfp_runtime.catalog import Entry, entries
+
+_SDK_VERSION = re.compile(r"^\s*sdkVersion:.*$", re.MULTILINE)
+
+
+def normalized(text: str) -> str:
+    """Compiled YAML without the SDK-version line."""
+    return _SDK_VERSION.sub("", text)
+
+
+def compile_text(entry: Entry) -> str:
+    """The freshly compiled YAML of one entry."""
+    from kfp import compiler
+
+    with tempfile.TemporaryDirectory(prefix="kubetrain-compile-") as tmp:
+        path = Path(tmp) / f"{entry.name}.yaml"
+        compiler.Compiler().compile(entry.load(), str(path))
+        return path.read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A committed YAML that differs from a fresh compile (or is missing)."""
+
+    entry: Entry
+    diff: str
+
+
+def compile_all(selected: list[Entry] | None = None) -> list[Path]:
+    """Write every entry's YAML beside its source; returns the paths written."""
+    written = []
+    for entry in selected or entries():
+        entry.yaml_path.write_text(compile_text(entry), encoding="utf-8")
+        written.append(entry.yaml_path)
+    return written
+
+
+def check_all(selected: list[Entry] | None = None) -> list[Stale]:
+    """The entries whose committed YAML differs from a fresh compile, with a unified diff each."""
+    stale = []
+    for entry in selected or entries():
+        fresh = normalized(compile_text(entry))
+        path = entry.yaml_path
+        committed = normalized(path.read_text(encoding="utf-8")) if path.is_file() else ""
+        if fresh != committed:
+            diff = "".join(
+                difflib.unified_diff(
+                    committed.splitlines(keepends=True),
+                    fresh.splitlines(keepends=True),
+                    fromfile=f"{path} (committed)" if committed else f"{path} (missing)",
+                    tofile=f"{path} (fresh compile)",
+                )
+            )
+            stale.append(Stale(entry, diff))
+    return stale

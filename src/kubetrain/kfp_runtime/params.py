@@ -1,0 +1,71 @@
+"""`--param KEY=VALUE` for `kubetrain run` and `submit`, typed by the pipeline's own inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubetrain.errors import InvalidInputError
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+@dataclass(frozen=True)
+class PipelineInput:
+    """One pipeline parameter: its KFP type name and default."""
+
+    name: str
+    type: str  # String, Integer, Float, Boolean, ...
+    default: Any
+    optional: bool
+
+
+def pipeline_inputs(pipeline: Any) -> dict[str, PipelineInput]:
+    """The parameters a KFP pipeline object declares, by name."""
+    spec = pipeline.component_spec
+    return {
+        name: PipelineInput(name=name, type=str(inp.type), default=inp.default, optional=bool(inp.optional))
+        for name, inp in (spec.inputs or {}).items()
+    }
+
+
+def convert(value: str, kind: str, name: str) -> Any:
+    """`value` as the Python type KFP expects for an input of type `kind`."""
+    try:
+        if kind == "Integer":
+            return int(value)
+        if kind == "Float":
+            return float(value)
+    except ValueError as e:
+        raise InvalidInputError(f"--param {name}={value}: expected {'an integer' if kind == 'Integer' else 'a number'}") from e
+    if kind == "Boolean":
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise InvalidInputError(f"--param {name}={value}: expected true or false")
+    if kind == "String":
+        return value
+    raise InvalidInputError(f"--param {name}: inputs of type {kind} cannot be set from the command line")
+
+
+def parse_params(pairs: Iterable[str], inputs: Mapping[str, PipelineInput]) -> dict[str, Any]:
+    """`KEY=VALUE` strings → typed arguments; unknown keys and bad values are errors naming the choices."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidInputError(f"--param {pair!r}: expected KEY=VALUE")
+        if key not in inputs:
+            raise InvalidInputError(f"--param {key}: this pipeline has no such parameter; it has {', '.join(sorted(inputs))}")
+        if key in out:
+            raise InvalidInputError(f"--param {key}: given twice")
+        out[key] = convert(value, inputs[key].type, key)
+    missing = sorted(n for n, i in inputs.items() if not i.optional and n not in out)
+    if missing:
+        raise InvalidInputError(f"missing required parameters: {', '.join(missing)} (use --param KEY=VALUE)")
+    return out

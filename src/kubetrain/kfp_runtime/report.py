@@ -1,0 +1,123 @@
+"""The HTML report of a training step: final metrics, job details, loss and accuracy curves.
+
+The curves are drawn with matplotlib's Agg canvas (no display, no pyplot global state) and
+embedded as an inline base64 PNG, so the report is one self-contained file that the KFP UI
+shows as it is and that opens from disk just the same.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Final metrics shown in the table, in this order, with their labels.
+METRIC_LABELS = (
+    ("test_accuracy", "test accuracy"),
+    ("test_loss", "test loss"),
+    ("train_loss", "train loss"),
+    ("samples_per_second", "samples/s"),
+    ("wall_seconds", "training wall time (s)"),
+    ("world_size", "world size"),
+    ("epochs", "epochs"),
+    ("global_step", "steps"),
+)
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: left; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; }
+"""
+
+
+def format_value(value: object) -> str:
+    """A metric value for display: floats to 4 significant decimals, the rest as text."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(step, loss) points and (epoch, test accuracy) points from a metrics.json history."""
+    loss = [(float(h["step"]), float(h["loss"])) for h in history if "step" in h and "loss" in h]
+    accuracy: list[tuple[float, float]] = []
+    for h in history:
+        if "test_accuracy" in h:
+            # Epochs are 0-based in the history; an accuracy measured at the end of epoch e is
+            # plotted at e + 1 so the axis reads "after N epochs".
+            x = float(h["epoch"]) + 1 if "epoch" in h else float(h.get("step", len(accuracy) + 1))
+            accuracy.append((x, float(h["test_accuracy"])))
+    return loss, accuracy
+
+
+def curves_png(history: Sequence[Mapping[str, Any]], *, title: str) -> bytes | None:
+    """A PNG with the loss curve (left) and the test-accuracy curve (right); None without data."""
+    loss, accuracy = curves(history)
+    if not loss and not accuracy:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    if loss:
+        left.plot([p[0] for p in loss], [p[1] for p in loss], color="tab:blue")
+    left.set_xlabel("step")
+    left.set_ylabel("training loss")
+    left.set_title("loss")
+    left.grid(alpha=0.3)
+    if accuracy:
+        right.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", color="tab:green")
+        right.set_ylim(min([0.5, *(p[1] for p in accuracy)]), 1.0)
+    right.set_xlabel("epoch")
+    right.set_ylabel("test accuracy")
+    right.set_title("accuracy")
+    right.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def table_html(rows: Sequence[tuple[str, object]], *, header: tuple[str, str] | None = None) -> str:
+    """A two-column HTML table; numbers are right-aligned."""
+    parts = ["<table>"]
+    if header:
+        parts.append(f"<tr><th>{html.escape(header[0])}</th><th>{html.escape(header[1])}</th></tr>")
+    for key, value in rows:
+        cls = ' class="num"' if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+        parts.append(f"<tr><th>{html.escape(key)}</th><td{cls}>{html.escape(format_value(value))}</td></tr>")
+    parts.append("</table>")
+    return "\n".join(parts)
+
+
+def page(title: str, body: str) -> str:
+    """A complete, self-contained HTML page."""
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>\n"
+        f"<body>\n<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n"
+    )
+
+
+def training_report(*, title: str, metrics: Mapping[str, Any], details: Sequence[tuple[str, object]]) -> str:
+    """The report page of one training job: metrics table, curves, job details."""
+    rows = [(label, metrics[key]) for key, label in METRIC_LABELS if key in metrics]
+    body = ["<h2>Final metrics</h2>", table_html(rows)]
+    png = curves_png(metrics.get("history") or (), title=title)
+    if png is not None:
+        data = base64.b64encode(png).decode("ascii")
+        body += ["<h2>Curves</h2>", f'<img alt="loss and test accuracy curves" src="data:image/png;base64,{data}">']
+    else:
+        body.append("<p>The training program recorded no history, so there are no curves.</p>")
+    body += ["<h2>Job</h2>", table_html(details)]
+    return page(title, "\n".join(body))

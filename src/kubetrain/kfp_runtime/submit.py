@@ -1,0 +1,190 @@
+"""`kubetrain submit`: upload a pipeline (or a new version of it) to Kubeflow Pipelines and start a run.
+
+Talks to the KFP API only through `kfp.Client`. The pipeline is compiled afresh, so what runs is
+the pipeline as the installed kubetrain defines it. A pipeline is found by its display name: the
+first submit uploads it, later ones add a version, and the run uses exactly the version just
+uploaded. Authentication: a bearer token (`token`), a token file re-read on every request
+(`token_file`, e.g. a projected service-account token, as kfp's
+ServiceAccountTokenVolumeCredentials does), or whatever `kfp.Client` does by default (IAP client
+ids from the KF_PIPELINES_* variables, the kube config, or no authentication for a port-forward).
+"""
+
+from __future__ import annotations
+
+import datetime
+import tempfile
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from kubetrain import __version__
+from kubetrain.errors import BackendError, InvalidInputError
+from kubetrain.kfp_runtime.catalog import Entry
+from kubetrain.kfp_runtime.compiling import compile_text
+
+ClientFactory = Callable[..., Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitRequest:
+    """What to submit where."""
+
+    entry: Entry
+    host: str
+    experiment: str
+    params: Mapping[str, Any]
+    token: str | None = None
+    token_file: str | None = None
+    namespace: str | None = None
+    run_name: str | None = None
+    version_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.host.startswith(("http://", "https://")):
+            raise InvalidInputError(f"--host: got {self.host!r}; expected the KFP API URL, http(s)://HOST[:PORT]")
+        if not self.experiment.strip():
+            raise InvalidInputError("--experiment: got an empty name")
+        if self.token and self.token_file:
+            raise InvalidInputError("--token and --token-file: give one of them")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitResult:
+    """Where the run is."""
+
+    pipeline_name: str
+    pipeline_id: str
+    version_id: str
+    uploaded: str  # "pipeline" (first upload) or "version"
+    experiment_id: str
+    run_id: str
+    run_url: str
+
+    def to_json(self) -> dict[str, str]:
+        """A JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+def preflight(host: str, token: str | None, *, timeout: float = 10.0) -> None:
+    """One healthz request with the bearer token, so bad credentials or an unreachable host fail at once.
+
+    kfp.Client itself retries healthz five times, five seconds apart, and then reports a timeout
+    whatever the cause was.
+    """
+    request = urllib.request.Request(f"{host.rstrip('/')}/apis/v2beta1/healthz")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+    except urllib.error.HTTPError as e:
+        raise _translate(e, host) from e
+    except (urllib.error.URLError, OSError) as e:
+        raise BackendError(f"{host}: cannot reach the KFP API ({e})") from e
+
+
+def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
+    import kfp
+
+    kwargs: dict[str, Any] = {"host": request.host.rstrip("/")}
+    if request.token:
+        kwargs["existing_token"] = request.token
+    elif request.token_file:
+        from kfp.client import ServiceAccountTokenVolumeCredentials
+
+        if not Path(request.token_file).is_file():
+            raise InvalidInputError(f"--token-file: {request.token_file} does not exist")
+        kwargs["credentials"] = ServiceAccountTokenVolumeCredentials(path=request.token_file)
+    if request.token or request.token_file:
+        token = request.token or Path(cast(str, request.token_file)).read_text(encoding="utf-8").strip()
+        preflight(request.host, token)
+    with warnings.catch_warnings():
+        # kfp.Client warns on every construction that it needs KFP ≥ 2.0.0-beta.2; that is known.
+        warnings.filterwarnings("ignore", message="This client only works with Kubeflow Pipeline", category=FutureWarning)
+        try:
+            return (factory or kfp.Client)(**kwargs)
+        except TimeoutError as e:
+            # kfp.Client's healthz retries gave up (unreachable, or credentials refused).
+            raise BackendError(f"{request.host}: the KFP API did not answer its health check ({e})") from e
+
+
+def _api_errors() -> tuple[type[BaseException], ...]:
+    from kfp_server_api.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    return (ApiException, HTTPError)
+
+
+def _latest_version_id(client: Any, pipeline_id: str) -> str:
+    response = client.list_pipeline_versions(pipeline_id=pipeline_id, sort_by="created_at desc", page_size=1)
+    versions = response.pipeline_versions or []
+    if not versions:
+        raise BackendError(f"pipeline {pipeline_id} was uploaded but the API lists no version of it")
+    return str(versions[0].pipeline_version_id)
+
+
+def _translate(error: BaseException, host: str) -> Exception:
+    status = getattr(error, "status", None)
+    if status in (401, 403):
+        return InvalidInputError(
+            f"{host}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file, "
+            "or set up kfp.Client's default credentials"
+        )
+    body = getattr(error, "body", None) or str(error)
+    return BackendError(f"{host}: KFP API call failed ({f'HTTP {status}: ' if status else ''}{str(body)[:500]})")
+
+
+def submit(request: SubmitRequest, *, client_factory: ClientFactory | None = None) -> SubmitResult:
+    """Upload (or version) the pipeline, ensure the experiment, start the run; returns its URL."""
+    pipeline = request.entry.load()
+    name = str(pipeline.name)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    text = compile_text(request.entry)
+    client = _client(request, client_factory)
+    errors = _api_errors()
+    with tempfile.TemporaryDirectory(prefix="kubetrain-submit-") as tmp:
+        package = Path(tmp) / f"{request.entry.name}.yaml"
+        package.write_text(text, encoding="utf-8")
+        try:
+            pipeline_id = client.get_pipeline_id(name)
+            if pipeline_id is None:
+                uploaded = client.upload_pipeline(
+                    str(package), pipeline_name=name, description=pipeline.description or None
+                )
+                pipeline_id = str(uploaded.pipeline_id)
+                version_id = _latest_version_id(client, pipeline_id)
+                what = "pipeline"
+            else:
+                version = client.upload_pipeline_version(
+                    str(package),
+                    pipeline_version_name=request.version_name or f"{name}-{__version__}-{stamp}",
+                    pipeline_id=pipeline_id,
+                )
+                version_id = str(version.pipeline_version_id)
+                what = "version"
+            experiment = client.create_experiment(name=request.experiment, namespace=request.namespace)
+            run = client.run_pipeline(
+                experiment_id=experiment.experiment_id,
+                job_name=request.run_name or f"{name} {stamp}",
+                params=dict(request.params),
+                pipeline_id=pipeline_id,
+                version_id=version_id,
+            )
+        except errors as e:
+            raise _translate(e, request.host) from e
+        except ValueError as e:
+            # kfp.Client's own checks (several pipelines or experiments with the same name, ...).
+            raise InvalidInputError(f"{request.host}: {e}") from e
+    return SubmitResult(
+        pipeline_name=name,
+        pipeline_id=pipeline_id,
+        version_id=version_id,
+        uploaded=what,
+        experiment_id=str(experiment.experiment_id),
+        run_id=str(run.run_id),
+        run_url=f"{request.host.rstrip('/')}/#/runs/details/{run.run_id}",
+    )

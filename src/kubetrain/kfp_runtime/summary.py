@@ -1,0 +1,105 @@
+"""The `compare_summary` step: one table comparing the frameworks' runs, as Markdown and HTML."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubetrain.errors import InvalidInputError
+from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
+from kubetrain.kfp_runtime.report import format_value, page
+
+COLUMNS = (
+    ("framework", "framework"),
+    ("job_name", "job"),
+    ("status", "status"),
+    ("test_accuracy", "test accuracy"),
+    ("test_loss", "test loss"),
+    ("samples_per_second", "samples/s"),
+    ("duration_seconds", "training s"),
+    ("job_seconds", "job s"),
+    ("world_size", "world size"),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One framework's line of the comparison."""
+
+    values: Mapping[str, Any]
+
+    def cell(self, key: str) -> str:
+        """The formatted cell for a column ('–' when unknown)."""
+        value = self.values.get(key)
+        return "–" if value is None else format_value(value)
+
+
+def comparison_rows(runs: Sequence[tuple[str, ArtifactLike, ArtifactLike]]) -> list[Row]:
+    """Rows from (framework, Model artifact, Metrics artifact) triples, in the given order."""
+    rows = []
+    for framework, model, metrics in runs:
+        logged = dict(metrics.metadata or {})
+        meta = dict(model.metadata or {})
+        if "test_accuracy" not in logged:
+            raise InvalidInputError(
+                f"{framework}: the Metrics artifact has no test_accuracy; pass a training step's metrics"
+            )
+        rows.append(
+            Row(
+                {
+                    **logged,
+                    "framework": meta.get("framework", framework),
+                    "job_name": meta.get("job_name"),
+                    "status": meta.get("status"),
+                }
+            )
+        )
+    return rows
+
+
+def best(rows: Sequence[Row]) -> str:
+    """The framework with the highest test accuracy (the first one on a tie)."""
+    top = max(rows, key=lambda r: float(r.values["test_accuracy"]))
+    return str(top.values["framework"])
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    """The comparison as a GitHub-flavoured Markdown table."""
+    header = "| " + " | ".join(label for _, label in COLUMNS) + " |"
+    rule = "|" + "|".join("---" if key in ("framework", "job_name", "status") else "---:" for key, _ in COLUMNS) + "|"
+    lines = [header, rule]
+    lines += ["| " + " | ".join(row.cell(key) for key, _ in COLUMNS) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def html_table(rows: Sequence[Row]) -> str:
+    """The comparison as an HTML table."""
+    parts = ["<table>", "<tr>" + "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS) + "</tr>"]
+    for row in rows:
+        cells = "".join(
+            f"<td{'' if key in ('framework', 'job_name', 'status') else ' class=num'}>{html.escape(row.cell(key))}</td>"
+            for key, _ in COLUMNS
+        )
+        parts.append(f"<tr>{cells}</tr>")
+    parts.append("</table>")
+    return "\n".join(parts)
+
+
+def compare_step(
+    *,
+    runs: Sequence[tuple[str, ArtifactLike, ArtifactLike]],
+    summary_markdown: ArtifactLike,
+    summary_html: ArtifactLike,
+) -> str:
+    """Write the comparison (Markdown and HTML) and return the most accurate framework."""
+    rows = comparison_rows(runs)
+    winner = best(rows)
+    title = "kubetrain: frameworks compared"
+    markdown = f"# {title}\n\n{markdown_table(rows)}\nMost accurate: **{winner}**.\n"
+    write_text(summary_markdown, markdown)
+    body = f"{html_table(rows)}\n<p>Most accurate: <b>{html.escape(winner)}</b>.</p>"
+    write_text(summary_html, page(title, body))
+    print(markdown, flush=True)
+    return winner

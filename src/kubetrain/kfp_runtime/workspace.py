@@ -1,0 +1,109 @@
+"""Which backend a launcher step uses, and where it finds the workspace claim.
+
+In a cluster the launcher pod has the workspace PVC mounted at :data:`WORKSPACE_MOUNT` (the
+pipelines mount it with `kfp.kubernetes.mount_pvc`), and every job pod mounts the same claim at
+the same path. On this machine (`kubetrain run`) the claim is the local backend's directory for
+that claim, and the local backend rewrites the pods' mount paths to it; the launcher maps a
+pod-side path to its local directory with :meth:`WorkspaceView.local`.
+
+The backend comes from the environment: ``KUBETRAIN_BACKEND=local|kubernetes`` (default
+kubernetes); `kubetrain run` sets local and ``KUBETRAIN_LOCAL_ROOT`` for every step it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from kubetrain.backends.base import Backend
+from kubetrain.errors import InvalidInputError, SpecError
+from kubetrain.presets import WORKSPACE_MOUNT
+from kubetrain.specs import Workspace
+
+BACKEND_ENV = "KUBETRAIN_BACKEND"
+LOCAL_ROOT_ENV = "KUBETRAIN_LOCAL_ROOT"
+BackendKind = Literal["kubernetes", "local"]
+BACKEND_KINDS: tuple[BackendKind, ...] = ("kubernetes", "local")
+
+
+def backend_kind(environ: Mapping[str, str] | None = None) -> BackendKind:
+    """The backend named by ``KUBETRAIN_BACKEND`` (default kubernetes)."""
+    env = os.environ if environ is None else environ
+    value = env.get(BACKEND_ENV, "kubernetes").strip().lower() or "kubernetes"
+    if value not in BACKEND_KINDS:
+        raise InvalidInputError(f"{BACKEND_ENV}: got {value!r}; expected one of {', '.join(BACKEND_KINDS)}")
+    return value
+
+
+def local_root(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The local backend's root directory from ``KUBETRAIN_LOCAL_ROOT`` (None: the backend's default)."""
+    env = os.environ if environ is None else environ
+    value = env.get(LOCAL_ROOT_ENV, "").strip()
+    return Path(value) if value else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkspaceView:
+    """The workspace claim as the pods see it (`mount_path`) and as this process sees it (`local_dir`)."""
+
+    claim: str
+    local_dir: Path
+    mount_path: str = WORKSPACE_MOUNT
+
+    def pod(self, *parts: str) -> str:
+        """A path inside the pods, under the mount path."""
+        return posixpath.join(self.mount_path, *parts)
+
+    def local(self, pod_path: str) -> Path:
+        """Where a pod-side path under the mount path lies for this process."""
+        normalized = posixpath.normpath(pod_path)
+        if normalized == self.mount_path:
+            return self.local_dir
+        prefix = self.mount_path.rstrip("/") + "/"
+        if not normalized.startswith(prefix):
+            raise InvalidInputError(
+                f"{pod_path!r} is not on the workspace volume; expected a path under {self.mount_path}"
+            )
+        return self.local_dir.joinpath(*normalized[len(prefix) :].split("/"))
+
+
+def local_claim_dir(root: Path | None, claim: str) -> Path:
+    """The local backend's directory for a PVC claim."""
+    from kubetrain.backends.local import claim_directory
+
+    return Path(claim_directory(root, claim))
+
+
+def open_workspace(claim: str, *, kind: BackendKind, environ: Mapping[str, str] | None = None) -> WorkspaceView:
+    """The workspace view for `claim` on backend `kind`; refuses a cluster pod without the claim mounted."""
+    try:
+        Workspace(claim_name=claim, mount_path=WORKSPACE_MOUNT)
+    except SpecError as e:
+        raise InvalidInputError(f"workspace_pvc: got {claim!r}; expected the name of a PersistentVolumeClaim") from e
+    if kind == "local":
+        directory = local_claim_dir(local_root(environ), claim)
+        directory.mkdir(parents=True, exist_ok=True)
+        return WorkspaceView(claim=claim, local_dir=directory)
+    mount = Path(WORKSPACE_MOUNT)
+    if not os.path.ismount(mount):
+        raise InvalidInputError(
+            f"the workspace claim {claim!r} is not mounted at {WORKSPACE_MOUNT} in this launcher pod; mount it on "
+            f"the task: kfp.kubernetes.mount_pvc(task, pvc_name=..., mount_path={WORKSPACE_MOUNT!r}) "
+            "(the kubetrain pipelines do this), or run with KUBETRAIN_BACKEND=local"
+        )
+    return WorkspaceView(claim=claim, local_dir=mount)
+
+
+def make_backend(kind: BackendKind, *, namespace: str | None, environ: Mapping[str, str] | None = None) -> Backend:
+    """A backend of `kind` (imported lazily: the Kubernetes client and the local runner are heavy)."""
+    if kind == "local":
+        from kubetrain.backends.local import LocalBackend
+
+        return LocalBackend(root=local_root(environ), stream_logs=True)
+    from kubetrain.backends.kubernetes import KubernetesBackend
+
+    return KubernetesBackend(namespace=namespace or None)
