@@ -1,0 +1,286 @@
+"""`python -m kubetrain.ps.master`: cuts the data into tasks, hands them out, keeps the books.
+
+The master loads (or starts) its durable state, serves gRPC (health SERVING once the state is
+loaded) and runs a monitor loop that re-queues work of silent workers and overdue tasks, follows
+the PS shards' versions and restarts, opens an evaluation round every `--eval-every` versions,
+and at the end flushes the shards, evaluates the final model, writes `model.npz`, `model.json`
+and `metrics.json` to `--output`, tells workers the job is done, shuts the shards down and
+exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from kubetrain.data.dataset_format import read_dataset_info
+from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.ps.errors import JobAbortedError, PSConfigError
+from kubetrain.ps.master_outputs import write_outputs
+from kubetrain.ps.master_service import JobSettings, MasterCore, MasterServicer
+from kubetrain.ps.master_state import StateStore, book_from_json
+from kubetrain.ps.models import MODEL_NAMES
+from kubetrain.ps.procs import default_bind, setup_logging, stop_on_signals
+from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
+from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
+from kubetrain.ps.rpc import HealthReporter, bind, make_server, parse_addrs
+from kubetrain.ps.shard import MODES
+from kubetrain.ps.shards import ShardStubs
+from kubetrain.ps.taskbook import DONE, FAILED, FINISHING, TRAINING, TaskBook
+from kubetrain.ps.tasks import BookConfig
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("kubetrain.ps.master")
+SERVICE = "kubetrain.ps.Master"
+TICK_S = 0.2
+POLL_S = 1.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The master's flags."""
+    p = argparse.ArgumentParser(prog="python -m kubetrain.ps.master", description=__doc__)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--bind", default=None, help="listen address (default $KUBETRAIN_BIND_ADDRESS or 0.0.0.0)")
+    p.add_argument("--data", type=Path, required=True, help="dataset dir (dataset.json + shards)")
+    p.add_argument("--output", type=Path, required=True, help="where model + metrics.json go")
+    p.add_argument("--state-dir", type=Path, required=True, help="durable master state (shared volume)")
+    p.add_argument("--num-ps", type=int, required=True)
+    p.add_argument("--ps-addrs", required=True, help="host:port,host:port (shard order)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--records-per-task", type=int, default=64)
+    p.add_argument("--eval-records-per-task", type=int, default=256)
+    p.add_argument("--eval-every", type=int, default=0, help="versions between eval rounds (0: final only)")
+    p.add_argument("--mode", choices=MODES, default="async")
+    p.add_argument("--model", choices=MODEL_NAMES, default="mlp")
+    p.add_argument("--model-args", default="{}", help="JSON object of model keyword arguments")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sharding", choices=("dynamic", "static"), default="dynamic")
+    p.add_argument("--num-workers", type=int, default=0, help="static sharding: worker slots")
+    p.add_argument("--max-task-failures", type=int, default=3)
+    p.add_argument("--max-dropped-fraction", type=float, default=0.01)
+    p.add_argument("--heartbeat-interval", type=float, default=1.0)
+    p.add_argument("--heartbeat-timeout", type=float, default=15.0)
+    p.add_argument("--min-task-timeout", type=float, default=60.0)
+    p.add_argument("--sync-retries", type=int, default=64)
+    p.add_argument("--shutdown-grace", type=float, default=30.0)
+    p.add_argument("--ps-deadline", type=float, default=300.0, help="seconds to wait for PS calls")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def _book_config(args: argparse.Namespace) -> BookConfig:
+    info = read_dataset_info(args.data)
+    if args.sharding == "static" and args.num_workers < 1:
+        raise PSConfigError("--sharding static needs --num-workers N (the fixed worker slots)")
+    return BookConfig(
+        epochs=args.epochs,
+        records_per_task=args.records_per_task,
+        train_shards=tuple(s.records for s in info.shards("train")),
+        test_shards=tuple(s.records for s in info.shards("test")),
+        eval_records_per_task=args.eval_records_per_task,
+        seed=args.seed,
+        max_task_failures=args.max_task_failures,
+        max_dropped_fraction=args.max_dropped_fraction,
+        static_slots=args.num_workers if args.sharding == "static" else 0,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        min_task_timeout_s=args.min_task_timeout,
+    )
+
+
+def _settings(args: argparse.Namespace) -> JobSettings:
+    try:
+        model_args = json.loads(args.model_args)
+    except ValueError as e:
+        raise PSConfigError(f"--model-args: not JSON ({e}): {args.model_args!r}") from e
+    if not isinstance(model_args, dict):
+        raise PSConfigError(f"--model-args: got {args.model_args!r}; expected a JSON object")
+    if args.batch_size < 1:
+        raise PSConfigError(f"--batch-size: got {args.batch_size}; expected >= 1")
+    return JobSettings(
+        model=args.model,
+        model_args_json=json.dumps(model_args),
+        batch_size=args.batch_size,
+        mode=args.mode,
+        num_ps=args.num_ps,
+        seed=args.seed,
+        heartbeat_interval_s=args.heartbeat_interval,
+        sync_retries=args.sync_retries,
+    )
+
+
+class _Loop:
+    """The monitor loop: timers, PS following, eval rounds and the end of the job."""
+
+    def __init__(self, core: MasterCore, args: argparse.Namespace, settings: JobSettings) -> None:
+        self.core = core
+        self.args = args
+        self.settings = settings
+        self.shards = ShardStubs(parse_addrs(args.ps_addrs))
+        self._last_poll = 0.0
+
+    def _poll_ps(self, *, required: bool) -> None:
+        if required:
+            states = self.shards.all_with_retry(
+                "GetState",
+                lambda s: s.GetState(pb.GetStateRequest(), timeout=5),
+                deadline_s=self.args.ps_deadline,
+            )
+        else:
+            states = [s for s in self.shards.poll_states() if s is not None]
+
+        def note(book: TaskBook) -> None:
+            for st in states:
+                lost = book.note_ps_history(st.shard_index, list(st.restored_versions))
+                if lost:
+                    log.warning(
+                        "PS shard %d restarted from version %d: re-queued %d finished tasks whose updates it lost",
+                        st.shard_index,
+                        st.restored_versions[-1],
+                        lost,
+                    )
+            if states:
+                book.model_version = max(book.model_version, *(int(s.version) for s in states))
+
+        self.core.mutate(note)
+
+    def tick(self) -> bool:
+        """One pass of the loop; True once the job has ended (done or failed)."""
+        core, book, now = self.core, self.core.book, time.monotonic()
+        for event in core.mutate(lambda b: b.expire(now)):
+            log.warning("%s: its work goes back to the queue", event)
+        if now - self._last_poll >= POLL_S:
+            self._last_poll = now
+            self._poll_ps(required=False)
+        every = self.args.eval_every
+        if (
+            every > 0
+            and book.phase == TRAINING
+            and not book.evals.rounds
+            and book.model_version >= book.evals.last_version + every
+        ):
+            core.mutate(lambda b: b.start_round(version=b.model_version, final=False))
+        if book.phase == TRAINING and book.training_complete():
+            self._finish_training()
+        if book.phase == FINISHING:
+            write_outputs(core, self.shards, self.settings, self.args)
+            core.mutate(lambda b: setattr(b, "phase", DONE), always_save=True)
+            log.info("job done: %s", json.dumps(book.final_metrics))
+        return book.phase in (DONE, FAILED)
+
+    def _finish_training(self) -> None:
+        # Sync mode may hold a partly filled aggregate: apply it before the final evaluation.
+        self.shards.all_with_retry(
+            "Flush", lambda s: s.Flush(pb.FlushRequest(), timeout=30), deadline_s=self.args.ps_deadline
+        )
+        self._poll_ps(required=True)  # a shard restart may have put finished tasks back
+        with self.core.lock:
+            book = self.core.book
+            if book.phase == TRAINING and book.training_complete():
+                self.core.times.setdefault("training_done_at", time.time())
+                book.start_round(version=book.model_version, final=True)
+                self.core.save()
+                log.info("training done at version %d; final evaluation", book.model_version)
+
+    def shutdown(self, stop: threading.Event) -> None:
+        """Wait until live workers have heard the end (or the grace passes), stop the shards."""
+        deadline = time.monotonic() + self.args.shutdown_grace
+        while time.monotonic() < deadline and not stop.is_set():
+            with self.core.lock:
+                alive = {k for k, w in self.core.book.workers.items() if w.alive}
+                if alive <= self.core.told_end:
+                    break
+                self.core.book.expire(time.monotonic())
+            stop.wait(TICK_S)
+        self.shards.map(self._stop_shard)
+        self.shards.close()
+
+    def _stop_shard(self, index: int, stub: pb_grpc.ParameterServerStub) -> None:
+        try:
+            stub.Shutdown(pb.ShutdownRequest(reason="job ended"), timeout=10)
+        except grpc.RpcError as e:
+            code = e.code() if isinstance(e, grpc.Call) else e
+            log.warning("PS %s: shutdown call failed (%s)", self.shards.addrs[index], code)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the master until the job ends; the exit code."""
+    settings = _settings(args)
+    config = _book_config(args)
+    if args.num_ps != len(parse_addrs(args.ps_addrs)):
+        raise PSConfigError(f"--num-ps {args.num_ps} but --ps-addrs lists {args.ps_addrs!r}")
+    args.output.mkdir(parents=True, exist_ok=True)
+    store = StateStore(args.state_dir)
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    raw = store.claim()
+    now = time.monotonic()
+    if raw is None:
+        book = TaskBook(config=config)
+        times = {"started_at": time.time()}
+    else:
+        book = book_from_json(config, raw["book"], now)
+        times = {k: float(v) for k, v in raw.get("times", {}).items()}
+        log.info(
+            "resumed state generation %d: phase %s, %d done, %d doing, %d todo",
+            store.generation,
+            book.phase,
+            len(book.done),
+            len(book.doing),
+            len(book.todo),
+        )
+    core = MasterCore(book, store, times)
+    with core.lock:
+        core.save()
+    stop = threading.Event()
+    stop_on_signals(stop)
+    server = make_server()
+    health = HealthReporter(server, [SERVICE])
+    pb_grpc.add_MasterServicer_to_server(MasterServicer(core, settings), server)
+    host = args.bind or default_bind()
+    bind(server, host, args.port)
+    server.start()
+    health.serving()
+    log.info("master serving on %s:%d (%s, %d epochs)", host, args.port, args.mode, args.epochs)
+    loop = _Loop(core, args, settings)
+    try:
+        while not stop.is_set():
+            if core.fatal is not None:
+                raise core.fatal
+            if loop.tick():
+                break
+            stop.wait(TICK_S)
+        if stop.is_set():
+            log.info("stopped by signal; the state is saved and a restart resumes")
+            return int(ExitCode.CANCELLED)
+        if book.phase == FAILED:
+            write_outputs(core, loop.shards, settings, args, failed=True)
+        loop.shutdown(stop)
+    finally:
+        health.not_serving()
+        server.stop(grace=1).wait()
+    if book.phase == FAILED:
+        raise JobAbortedError(book.failure_reason)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: 0 when every epoch is done and the outputs are written."""
+    args = build_parser().parse_args(argv)
+    setup_logging("master", args.log_level)
+    try:
+        return run(args)
+    except KubetrainError as e:
+        log.error("%s", e)
+        return int(e.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

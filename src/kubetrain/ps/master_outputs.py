@@ -1,0 +1,129 @@
+"""The master's outputs: the final model (from the PS shards) and `metrics.json`."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kubetrain.errors import KubetrainError
+from kubetrain.ps.checkpoint import atomic_write_bytes
+from kubetrain.ps.master_service import JobSettings, MasterCore
+from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
+from kubetrain.ps.shards import ShardStubs
+from kubetrain.ps.taskbook import FAILED
+from kubetrain.ps.tensors import from_rows, from_tensor
+
+__all__ = ["metrics", "write_model", "write_outputs"]
+
+log = logging.getLogger("kubetrain.ps.master")
+
+
+def write_model(shards: ShardStubs, settings: JobSettings, args: argparse.Namespace, *, deadline_s: float) -> int:
+    """Gather every shard's parameters into `model.npz` (+ `model.json`); returns the version."""
+    dumps = shards.all_with_retry(
+        "DumpModel",
+        lambda s: s.DumpModel(pb.DumpModelRequest(), timeout=60),
+        deadline_s=deadline_s,
+    )
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    tables: dict[str, int] = {}
+    for d in dumps:
+        for t in d.dense:
+            arrays[f"dense/{t.name}"] = from_tensor(t)
+        for r in d.rows:
+            ids, values = from_rows(r)
+            tables[r.table] = values.shape[1] if values.ndim == 2 else 0
+            for key, a in (("ids", ids), ("values", values)):
+                k = f"embedding/{r.table}/{key}"
+                arrays[k] = a if k not in arrays else np.concatenate([arrays[k], a])
+    for table in tables:  # rows sorted by id, whichever shard held them
+        order = np.argsort(arrays[f"embedding/{table}/ids"], kind="stable")
+        for key in ("ids", "values"):
+            arrays[f"embedding/{table}/{key}"] = arrays[f"embedding/{table}/{key}"][order]
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(args.output / "model.npz", buf.getvalue())
+    version = max((int(d.state.version) for d in dumps), default=0)
+    desc = {
+        "format": "kubetrain-ps-model/1",
+        "model": settings.model,
+        "model_args": json.loads(settings.model_args_json),
+        "version": version,
+        "shard_versions": [int(d.state.version) for d in dumps],
+        "dense": sorted(k.removeprefix("dense/") for k in arrays if k.startswith("dense/")),
+        "tables": tables,
+    }
+    atomic_write_bytes(args.output / "model.json", (json.dumps(desc, indent=2) + "\n").encode())
+    return version
+
+
+def metrics(core: MasterCore, settings: JobSettings, args: argparse.Namespace) -> dict[str, Any]:
+    """The metrics.json content from the book and the recorded times."""
+    book, times = core.book, core.times
+    now = time.time()
+    c = book.counters
+    first = times.get("first_task_at", times.get("started_at", now))
+    train_s = max(times.get("training_done_at", now) - first, 1e-9)
+    out: dict[str, Any] = {
+        "test_accuracy": book.final_metrics.get("test_accuracy"),
+        "test_loss": book.final_metrics.get("test_loss"),
+        "train_loss": book.final_metrics.get("train_loss"),
+        "samples_per_second": c["records_trained"] / train_s,
+        "world_size": len(book.workers),
+        "wall_seconds": now - times.get("started_at", now),
+        "train_seconds": train_s,
+        "epochs": book.config.epochs,
+        "global_step": book.model_version,
+        "history": book.history,
+        "mode": settings.mode,
+        "model": settings.model,
+        "num_ps": settings.num_ps,
+        "sharding": "static" if book.config.static_slots else "dynamic",
+        "records_per_epoch": book.config.records_per_epoch,
+        "records_untrained": _untrained(core),
+        "master_generation": core.store.generation,
+        "ps_generations": {str(k): len(v) for k, v in book.ps_history.items()},
+        "status": "failed" if book.phase == FAILED else "succeeded",
+        **c,
+    }
+    if "test_auc" in book.final_metrics:
+        out["test_auc"] = book.final_metrics["test_auc"]
+    if book.failure_reason:
+        out["failure_reason"] = book.failure_reason
+    return out
+
+
+def _untrained(core: MasterCore) -> int:
+    """Records of any epoch not covered by a finished (or dropped) task: 0 on success."""
+    book = core.book
+    covered = sum(e.records for e in book.done.values()) + sum(book.dropped.values())
+    return book.config.records_per_epoch * book.config.epochs - covered
+
+
+def write_outputs(
+    core: MasterCore,
+    shards: ShardStubs,
+    settings: JobSettings,
+    args: argparse.Namespace,
+    *,
+    failed: bool = False,
+) -> None:
+    """Write the model (unless the job failed and the shards are gone) and metrics.json."""
+    try:
+        # A failed job may have lost its shards: do not wait long for them.
+        write_model(shards, settings, args, deadline_s=10.0 if failed else args.ps_deadline)
+    except KubetrainError as e:
+        if not failed:
+            raise
+        log.warning("no final model: %s", e)
+    with core.lock:
+        data = metrics(core, settings, args)
+    atomic_write_bytes(args.output / "metrics.json", (json.dumps(data, indent=2) + "\n").encode())
+    log.info("wrote %s", args.output / "metrics.json")

@@ -1,0 +1,79 @@
+"""Command-line plumbing shared by the three PS entry points: env defaults, logging, signals."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+
+from kubetrain.ps.errors import PSConfigError
+
+__all__ = [
+    "BIND_ENV",
+    "default_bind",
+    "env_int",
+    "setup_logging",
+    "stop_on_signals",
+    "worker_id_default",
+]
+
+# The local backend gives each replica its own loopback address and keeps the manifest's ports,
+# so several replicas can share one port number: each must listen on its own address only.
+BIND_ENV = "KUBETRAIN_BIND_ADDRESS"
+
+
+def default_bind() -> str:
+    """The address to listen on: $KUBETRAIN_BIND_ADDRESS, else every interface."""
+    return os.environ.get(BIND_ENV) or "0.0.0.0"
+
+
+def env_int(names: Sequence[str]) -> int | None:
+    """The first of the environment variables `names` that is set, as an int (None if none)."""
+    for name in names:
+        raw = os.environ.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            return int(raw)
+        except ValueError:
+            raise PSConfigError(f"${name}: got {raw!r}; expected an integer") from None
+    return None
+
+
+def worker_id_default() -> str:
+    """A worker id: $KUBETRAIN_WORKER_ID, else the pod host name (+ completion index)."""
+    explicit = os.environ.get("KUBETRAIN_WORKER_ID")
+    if explicit:
+        return explicit
+    host = os.environ.get("HOSTNAME") or socket.gethostname()
+    index = os.environ.get("JOB_COMPLETION_INDEX")
+    # Indexed-Job pod host names already end in the index; locally all replicas share one
+    # host name, so the index is what tells them apart.
+    if index is not None and not host.endswith(f"-{index}"):
+        return f"{host}-{index}"
+    return host
+
+
+def setup_logging(role: str, level: str) -> None:
+    """Log lines on stderr prefixed with the role and pid."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM/SIGINT set `stop` (the pod is being deleted: finish cleanly, exit)."""
+
+    def handler(signum: int, frame: object) -> None:
+        del frame
+        logging.getLogger(__name__).info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

@@ -1,0 +1,185 @@
+"""gRPC plumbing shared by the master, the parameter servers and the workers.
+
+Servers serve the standard `grpc.health.v1.Health` service and turn SERVING only once ready,
+so Kubernetes readiness probes (`grpc:` probes or grpc_health_probe) mean "serving". Clients
+retry calls that fail because the peer is down or restarting (UNAVAILABLE, DEADLINE_EXCEEDED)
+with capped exponential backoff up to a deadline; gRPC itself never retries them (the same
+stance as torch RPC, pytorch#73601), so the application must.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from typing import TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from kubetrain.ps.errors import PSCallError, PSConfigError, PSUnavailableError
+
+__all__ = [
+    "RETRYABLE",
+    "Backoff",
+    "HealthReporter",
+    "bind",
+    "call_with_retry",
+    "make_channel",
+    "make_server",
+    "parse_addr",
+    "parse_addrs",
+    "wait_serving",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+# gRPC turns SO_REUSEPORT on by default: two servers on one port would then both bind and share
+# connections at random. Each replica must own its address:port, so a clash has to fail loudly.
+_SERVER_OPTIONS = [*_OPTIONS, ("grpc.so_reuseport", 0)]
+# Codes that mean "the peer is not there right now", not "the request is wrong".
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED})
+_ADDR_RE = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def parse_addr(addr: str, *, what: str = "address") -> str:
+    """Validate one `host:port` address (host name, IPv4 or [IPv6]); returns it stripped."""
+    addr = addr.strip()
+    m = _ADDR_RE.match(addr)
+    if not m or not 0 < int(m.group(2)) < 65536:
+        raise PSConfigError(f"{what}: got {addr!r}; expected host:port, e.g. 127.0.0.2:50051")
+    return addr
+
+
+def parse_addrs(addrs: str | Iterable[str], *, what: str = "--ps-addrs") -> list[str]:
+    """Validate a comma-separated list (or an iterable) of `host:port` addresses."""
+    items = addrs.split(",") if isinstance(addrs, str) else list(addrs)
+    out = [parse_addr(a, what=what) for a in items if a.strip()]
+    if not out:
+        raise PSConfigError(f"{what}: got {addrs!r}; expected at least one host:port")
+    return out
+
+
+def make_server(max_workers: int = 16) -> grpc.Server:
+    """A thread-pool gRPC server with large message limits and no port sharing."""
+    return grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=_SERVER_OPTIONS)
+
+
+def make_channel(addr: str) -> grpc.Channel:
+    """An insecure channel to `addr` with the same message limits as the servers."""
+    return grpc.insecure_channel(addr, options=_OPTIONS)
+
+
+class HealthReporter:
+    """The grpc.health.v1 service of one server: NOT_SERVING until `serving()` is called."""
+
+    def __init__(self, server: grpc.Server, services: Iterable[str]) -> None:
+        self._servicer = health.HealthServicer()
+        self._services = ["", *services]
+        health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
+        self._set(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    def _set(self, status: int) -> None:
+        for s in self._services:
+            self._servicer.set(s, status)
+
+    def serving(self) -> None:
+        """Report SERVING for the server and each named service."""
+        self._set(health_pb2.HealthCheckResponse.SERVING)
+
+    def not_serving(self) -> None:
+        """Report NOT_SERVING (shutting down)."""
+        self._set(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
+class Backoff:
+    """Capped exponential backoff with jitter, bounded by an overall deadline."""
+
+    def __init__(self, *, deadline_s: float, first_s: float = 0.05, cap_s: float = 2.0) -> None:
+        self._deadline = time.monotonic() + deadline_s
+        self._delay = first_s
+        self._cap = cap_s
+
+    def expired(self) -> bool:
+        """True once the deadline has passed."""
+        return time.monotonic() >= self._deadline
+
+    def wait(self, stop: threading.Event | None = None) -> bool:
+        """Sleep the next delay (less if the deadline is nearer); False if past the deadline."""
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return False
+        delay = min(self._delay * (0.5 + random.random()), left)
+        self._delay = min(self._delay * 2, self._cap)
+        if stop is not None:
+            return not stop.wait(delay)
+        time.sleep(delay)
+        return True
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    deadline_s: float,
+    stop: threading.Event | None = None,
+) -> T:
+    """Call `fn` until it succeeds, retrying RETRYABLE gRPC errors until `deadline_s` passes."""
+    backoff = Backoff(deadline_s=deadline_s)
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return fn()
+        except grpc.RpcError as e:
+            code = e.code() if isinstance(e, grpc.Call) else None
+            if code not in RETRYABLE:
+                details = e.details() if isinstance(e, grpc.Call) else repr(e)
+                raise PSCallError(f"{what}: {code}: {details}") from e
+            if attempts == 1 or attempts % 20 == 0:
+                log.info("%s: %s (attempt %d); retrying", what, code, attempts)
+            if not backoff.wait(stop):
+                raise PSUnavailableError(
+                    f"{what}: peer unreachable for {deadline_s:.0f}s after {attempts} attempts "
+                    f"(last: {code}); is it running, and is the address right?"
+                ) from e
+
+
+def wait_serving(addr: str, *, deadline_s: float, service: str = "") -> None:
+    """Block until the server at `addr` reports SERVING on its health service."""
+    backoff = Backoff(deadline_s=deadline_s, cap_s=0.5)
+    last = "no answer"
+    with make_channel(addr) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while True:
+            try:
+                resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+            except grpc.RpcError as e:
+                last = str(e.code()) if isinstance(e, grpc.Call) else repr(e)
+            if not backoff.wait():
+                raise PSUnavailableError(f"{addr}: not SERVING after {deadline_s:.0f}s (last: {last})")
+
+
+def bind(server: grpc.Server, host: str, port: int) -> int:
+    """Listen on host:port (insecure); PSConfigError naming the address if it is taken."""
+    target = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(target)
+    except RuntimeError as e:
+        raise PSConfigError(f"cannot listen on {target}: {e}; is another process using it?") from e
+    if bound == 0:
+        raise PSConfigError(f"cannot listen on {target}; is another process using it?")
+    return int(bound)

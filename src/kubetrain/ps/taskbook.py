@@ -1,0 +1,392 @@
+"""The master's book of work: todo / doing / done per epoch, leases, failures, eval rounds.
+
+Pure logic with no I/O and no clock of its own (callers pass `now`), so every rule is unit-tested:
+
+- a task is done only when a worker reports it trained, never when it was handed out or read;
+- a task held by a worker that fails, restarts, stops heartbeating or overruns the adaptive task
+  timeout goes back to the front of the queue; a task failing `max_task_failures` times is
+  dropped and counted, and the job fails once dropped records pass `max_dropped_fraction`;
+- a finished task whose gradients landed on a PS shard past the checkpoint that shard restarted
+  from is put back too: its update was lost (the PS failover ElasticDL designed, never built);
+- evaluation tasks have their own queue and are handed out first;
+- the whole book round-trips through JSON (`master_state`), so a restarted master carries on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kubetrain.ps.evaluation import EvalBook, EvalResult, EvalRound, history_entry
+from kubetrain.ps.tasks import (
+    EVAL,
+    TRAIN,
+    BookConfig,
+    Directive,
+    DoneEntry,
+    Lease,
+    Loss,
+    TaskRange,
+    WorkerInfo,
+    cut_epoch,
+    cut_split,
+    task_from_id,
+)
+
+__all__ = ["COUNTERS", "DONE", "FAILED", "FINAL_EVAL", "FINISHING", "TRAINING", "TaskBook"]
+
+TRAINING, FINAL_EVAL, FINISHING, DONE, FAILED = "training", "final_eval", "finishing", "done", "failed"
+COUNTERS = (
+    "records_trained",
+    "records_trained_twice",
+    "tasks_done",
+    "tasks_failed",
+    "tasks_requeued",
+    "tasks_dropped",
+    "records_dropped",
+    "tasks_retrained_after_ps_restore",
+    "workers_lost",
+    "duplicate_reports",
+)
+
+
+@dataclass
+class TaskBook:
+    """All of the master's bookkeeping; not thread-safe (the master holds one lock around it)."""
+
+    config: BookConfig
+    phase: str = TRAINING
+    failure_reason: str = ""
+    epoch_created: int = -1
+    todo: deque[TaskRange] = field(default_factory=deque)
+    slot_todo: dict[int, deque[TaskRange]] = field(default_factory=dict)
+    eval_todo: deque[TaskRange] = field(default_factory=deque)
+    doing: dict[int, Lease] = field(default_factory=dict)
+    done: dict[str, DoneEntry] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    next_lease: int = 1
+    evals: EvalBook = field(default_factory=EvalBook)
+    model_version: int = 0
+    ps_history: dict[int, list[int]] = field(default_factory=dict)
+    workers: dict[str, WorkerInfo] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    epoch_loss: dict[int, Loss] = field(default_factory=dict)
+    window_loss: Loss = field(default_factory=Loss)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    max_task_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.epoch_created < 0 and self.config.static_slots:
+            # Static sharding: each slot owns a fixed block of every epoch, handed out in order.
+            self.slot_todo = {s: deque() for s in range(self.config.static_slots)}
+            for epoch in range(self.config.epochs):
+                for t in self._cut(epoch):
+                    self.slot_todo[t.slot].append(t)
+            self.epoch_created = self.config.epochs - 1
+
+    # ----------------------------------------------------------------------------- hand-out
+
+    def _cut(self, epoch: int) -> list[TaskRange]:
+        c = self.config
+        return cut_epoch(c.train_shards, c.records_per_task, epoch=epoch, seed=c.seed, slots=c.static_slots)
+
+    def _train_queue(self, worker_id: str, worker: WorkerInfo) -> deque[TaskRange]:
+        if self.config.static_slots:
+            if worker.slot < 0:
+                taken = {w.slot for k, w in self.workers.items() if w.alive and k != worker_id}
+                worker.slot = next((s for s in range(self.config.static_slots) if s not in taken), -1)
+            return self.slot_todo.get(worker.slot, deque())
+        # Dynamic: the next epoch is cut when this one's queue runs dry (no epoch barrier).
+        while not self.todo and self.epoch_created < self.config.epochs - 1:
+            self.epoch_created += 1
+            self.todo.extend(self._cut(self.epoch_created))
+        return self.todo
+
+    def training_complete(self) -> bool:
+        """Every epoch is cut and no training task is queued or held."""
+        queued = self.todo or any(self.slot_todo.values())
+        held = any(lease.task.kind == TRAIN for lease in self.doing.values())
+        return self.epoch_created >= self.config.epochs - 1 and not queued and not held
+
+    def _end_directive(self) -> int | None:
+        return {DONE: Directive.JOB_DONE, FAILED: Directive.JOB_FAILED}.get(self.phase)
+
+    def get_task(self, worker_id: str, incarnation: str, now: float) -> tuple[int, Lease | None]:
+        """The next lease for a worker, or WAIT / JOB_DONE / JOB_FAILED."""
+        w = self._touch(worker_id, incarnation, now)
+        end = self._end_directive()
+        if end is not None:
+            return end, None
+        # A worker asks only when it holds nothing: a lease still on it lost its answer.
+        self._release_worker(worker_id, failure=False, reason="worker asked again")
+        if self.eval_todo:
+            return Directive.RUN_TASK, self._lease(self.eval_todo.popleft(), worker_id, w, now)
+        if self.phase == TRAINING:
+            queue = self._train_queue(worker_id, w)
+            if queue:
+                return Directive.RUN_TASK, self._lease(queue.popleft(), worker_id, w, now)
+        return Directive.WAIT, None
+
+    def _lease(self, task: TaskRange, worker_id: str, w: WorkerInfo, now: float) -> Lease:
+        lease = Lease(self.next_lease, task, worker_id, w.incarnation, now)
+        self.next_lease += 1
+        self.doing[lease.lease] = lease
+        return lease
+
+    # ----------------------------------------------------------------------------- workers
+
+    def _touch(self, worker_id: str, incarnation: str, now: float) -> WorkerInfo:
+        w = self.workers.get(worker_id)
+        if w is None:
+            w = self.workers[worker_id] = WorkerInfo(incarnation, now)
+        elif w.incarnation != incarnation:
+            # The same worker id with a new process: the old one died holding its leases.
+            self._release_worker(worker_id, failure=True, reason="worker restarted")
+            w.incarnation = incarnation
+        w.last_seen = now
+        w.alive = True
+        return w
+
+    def _release_worker(self, worker_id: str, *, failure: bool, reason: str) -> None:
+        for lease in [x for x in self.doing.values() if x.worker_id == worker_id]:
+            self._requeue(lease, failure=failure, reason=reason)
+
+    def heartbeat(self, worker_id: str, incarnation: str, lease: int, progress: int, now: float) -> tuple[int, bool]:
+        """(directive, abandon): abandon means the named lease is no longer the worker's."""
+        self._touch(worker_id, incarnation, now)
+        held = self.doing.get(lease)
+        if held is not None and held.worker_id == worker_id:
+            held.progress = max(held.progress, progress)
+        abandon = lease != 0 and (held is None or held.worker_id != worker_id)
+        end = self._end_directive()
+        return (Directive.RUN_TASK if end is None else end), abandon
+
+    def expire(self, now: float) -> list[str]:
+        """Re-queue the leases of silent workers and of overdue tasks; returns what happened."""
+        events = []
+        for worker_id, w in self.workers.items():
+            if w.alive and now - w.last_seen > self.config.heartbeat_timeout_s:
+                w.alive = False
+                self.counters["workers_lost"] += 1
+                events.append(f"worker {worker_id} missed heartbeats")
+                self._release_worker(worker_id, failure=True, reason="missed heartbeats")
+        timeout = self.task_timeout()
+        for lease in list(self.doing.values()):
+            if now - lease.started > timeout:
+                events.append(f"lease {lease.lease} ({lease.task.task_id}) over {timeout:.0f}s")
+                self._requeue(lease, failure=True, reason=f"task timeout {timeout:.0f}s")
+        return events
+
+    def task_timeout(self) -> float:
+        """ElasticDL's adaptive timeout: max(minimum, factor x the slowest task so far)."""
+        c = self.config
+        return max(c.min_task_timeout_s, c.task_timeout_factor * self.max_task_seconds)
+
+    # ----------------------------------------------------------------------------- failures
+
+    def _forget_lease(self, lease: Lease) -> None:
+        del self.doing[lease.lease]
+        if lease.task.kind == TRAIN and lease.progress:
+            # Records trained by an unfinished lease get trained again by the next one.
+            self.counters["records_trained"] += lease.progress
+            self.counters["records_trained_twice"] += lease.progress
+
+    def _requeue(self, lease: Lease, *, failure: bool, reason: str) -> None:
+        self._forget_lease(lease)
+        task = lease.task
+        if failure:
+            self.counters["tasks_failed"] += 1
+            n = self.failures[task.task_id] = self.failures.get(task.task_id, 0) + 1
+            if n >= self.config.max_task_failures:
+                self._drop(task, reason)
+                return
+        self.counters["tasks_requeued"] += 1
+        self._queue_front(task)
+
+    def _queue_front(self, task: TaskRange) -> None:
+        if task.kind == EVAL:
+            self.eval_todo.appendleft(task)
+        elif task.slot >= 0:
+            self.slot_todo[task.slot].appendleft(task)
+        else:
+            self.todo.appendleft(task)
+
+    def _drop(self, task: TaskRange, reason: str) -> None:
+        c = self.counters
+        c["tasks_dropped"] += 1
+        if task.kind == EVAL:
+            self._closed(self.evals.drop(task.task_id))
+            return
+        self.dropped[task.task_id] = task.records
+        c["records_dropped"] += task.records
+        limit = self.config.max_dropped_fraction * self.config.records_per_epoch * self.config.epochs
+        if c["records_dropped"] > limit and self.phase != FAILED:
+            self.phase = FAILED
+            self.failure_reason = (
+                f"{c['records_dropped']} training records dropped (task {task.task_id} failed "
+                f"{self.config.max_task_failures} times, last: {reason}); the limit is "
+                f"{self.config.max_dropped_fraction:.1%} of all epochs' records ({limit:.0f})"
+            )
+
+    # ----------------------------------------------------------------------------- reports
+
+    def report(
+        self,
+        *,
+        worker_id: str,
+        incarnation: str,
+        task_id: str,
+        lease: int,
+        success: bool,
+        error: str = "",
+        records: int = 0,
+        loss_sum: float = 0.0,
+        versions: Mapping[int, tuple[int, int]] | None = None,
+        eval_result: EvalResult | None = None,
+        now: float,
+    ) -> tuple[bool, str]:
+        """Take a worker's report on a lease; (accepted, note). Idempotent per lease."""
+        self._touch(worker_id, incarnation, now)
+        held = self.doing.get(lease)
+        if held is not None and held.task.task_id != task_id:
+            return False, f"lease {lease} is task {held.task.task_id}, not {task_id}"
+        if not success:
+            if held is None:
+                return False, "lease no longer held; failure ignored"
+            self._requeue(held, failure=True, reason=error or "worker reported failure")
+            return True, "dropped" if task_id in self.dropped else "re-queued"
+        task: TaskRange | None
+        if held is not None:
+            del self.doing[lease]
+            task = held.task
+            self.max_task_seconds = max(self.max_task_seconds, now - held.started)
+        else:
+            # The master took the lease back meanwhile (timeout, restart) or this is a retry.
+            entry = self.done.get(task_id)
+            if entry is not None and entry.lease == lease:
+                self.counters["duplicate_reports"] += 1
+                return True, "already counted"
+            task = self._take_back(task_id)
+        if task_id.startswith(EVAL):
+            if eval_result is not None:
+                self._closed(self.evals.record(task_id, eval_result))
+            return True, "evaluated"
+        return self._report_train(task, task_id, lease, records, loss_sum, dict(versions or {}))
+
+    def _take_back(self, task_id: str) -> TaskRange | None:
+        """A task re-queued, re-leased or dropped meanwhile, reclaimed: this report finishes it."""
+        for queue in (self.todo, self.eval_todo, *self.slot_todo.values()):
+            for t in queue:
+                if t.task_id == task_id:
+                    queue.remove(t)
+                    return t
+        for other in list(self.doing.values()):
+            if other.task.task_id == task_id:
+                self._forget_lease(other)  # its worker is told to abandon at its next heartbeat
+                return other.task
+        if task_id in self.dropped:
+            self.counters["records_dropped"] -= self.dropped.pop(task_id)
+            self.counters["tasks_dropped"] -= 1
+            return task_from_id(task_id)
+        return None
+
+    def _report_train(
+        self,
+        task: TaskRange | None,
+        task_id: str,
+        lease: int,
+        records: int,
+        loss_sum: float,
+        versions: dict[int, tuple[int, int]],
+    ) -> tuple[bool, str]:
+        c = self.counters
+        if task is None:
+            if task_id not in self.done:
+                return False, f"unknown task {task_id}"
+            c["records_trained"] += records
+            c["records_trained_twice"] += records
+            return True, "duplicate: the task was already done"
+        c["records_trained"] += records
+        entry = DoneEntry(lease, records, versions)
+        if self._lost(entry):
+            c["tasks_retrained_after_ps_restore"] += 1
+            c["records_trained_twice"] += records
+            self._queue_front(task)
+            return True, "re-queued: a PS shard restarted from a checkpoint older than this update"
+        self.done[task_id] = entry
+        self.failures.pop(task_id, None)
+        c["tasks_done"] += 1
+        self.epoch_loss.setdefault(task.epoch, Loss()).add(loss_sum, records)
+        self.window_loss.add(loss_sum, records)
+        return True, "done"
+
+    # ----------------------------------------------------------------------------- PS restarts
+
+    def _lost(self, entry: DoneEntry) -> bool:
+        for shard, (gen, version) in entry.versions.items():
+            # restored_versions of the generations after `gen`; the lowest decides.
+            later = self.ps_history.get(shard, [])[gen:]
+            if later and min(later) < version:
+                return True
+        return False
+
+    def note_ps_history(self, shard: int, restored_versions: Sequence[int]) -> int:
+        """A shard's generation record; re-queue finished tasks whose updates it lost."""
+        if len(restored_versions) <= len(self.ps_history.get(shard, [])):
+            return 0
+        self.ps_history[shard] = list(restored_versions)
+        lost = [tid for tid, e in self.done.items() if shard in e.versions and self._lost(e)]
+        slots = self._slots_by_id() if self.config.static_slots else {}
+        for tid in lost:
+            entry = self.done.pop(tid)
+            self.counters["tasks_retrained_after_ps_restore"] += 1
+            self.counters["records_trained_twice"] += entry.records
+            self.counters["tasks_done"] -= 1
+            task = task_from_id(tid, slots.get(tid, -1))
+            self.epoch_loss.setdefault(task.epoch, Loss())
+            self._queue_front(task)
+        return len(lost)
+
+    def _slots_by_id(self) -> dict[str, int]:
+        return {t.task_id: t.slot for e in range(self.config.epochs) for t in self._cut(e)}
+
+    # ----------------------------------------------------------------------------- evaluation
+
+    def start_round(self, *, version: int, final: bool) -> int:
+        """Cut the test split into a new evaluation round (its tasks go out before training)."""
+        c = self.config
+        rid = self.evals.next_round
+        tasks = cut_split(c.test_shards, c.eval_records_per_task, kind=EVAL, split="test", eval_round=rid)
+        self.evals.open(
+            version=version,
+            epoch=max(self.epoch_created, 0),
+            final=final,
+            task_ids=tuple(t.task_id for t in tasks),
+        )
+        self.eval_todo.extend(tasks)
+        if final:
+            self.phase = FINAL_EVAL
+        return rid
+
+    def _closed(self, r: EvalRound | None) -> None:
+        if r is None:
+            return
+        entry = history_entry(r, train_loss=self.window_loss.mean())
+        self.window_loss = Loss()
+        self.history.append(entry)
+        if r.final:
+            self.final_metrics = {k: v for k, v in entry.items() if k.startswith("test_")}
+            if self.epoch_loss:
+                last = self.epoch_loss[max(self.epoch_loss)].mean()
+                if last is not None:
+                    self.final_metrics["train_loss"] = last
+            if self.phase == FINAL_EVAL:
+                self.phase = FINISHING
+
+    def replace_config(self, **changes: Any) -> None:
+        """Change settings that do not alter the work (timeouts) after a restart."""
+        self.config = replace(self.config, **changes)

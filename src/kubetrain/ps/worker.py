@@ -1,0 +1,253 @@
+"""`python -m kubetrain.ps.worker`: get a task, train or evaluate it through the PS, report.
+
+A worker can join at any time: it asks the master for the job (model, batch size, mode), offers
+the shards its seeded initial parameters (the first offer wins), and loops on GetTask. Every
+call to the master or a shard is retried with backoff through their restarts, up to
+`--retry-deadline`. A heartbeat thread reports the current lease and progress; the master can
+answer that the lease was taken back (the worker drops it) or that the job has ended. Exit 0
+when the master says the job is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TypeVar
+
+import grpc
+import torch
+
+from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.ps.errors import JobAbortedError, PSConfigError, PSUnavailableError
+from kubetrain.ps.models import build_model
+from kubetrain.ps.procs import setup_logging, stop_on_signals, worker_id_default
+from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
+from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
+from kubetrain.ps.ps_client import PSClient
+from kubetrain.ps.rpc import call_with_retry, make_channel, parse_addr, parse_addrs
+from kubetrain.ps.tasks import EVAL, TRAIN, TaskRange
+from kubetrain.ps.trainer import ShardCache, TaskAbandoned, TaskProgress, Trainer
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("kubetrain.ps.worker")
+T = TypeVar("T")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The worker's flags."""
+    p = argparse.ArgumentParser(prog="python -m kubetrain.ps.worker", description=__doc__)
+    p.add_argument("--master", required=True, help="host:port of the master")
+    p.add_argument("--ps-addrs", required=True, help="host:port,... of the PS shards, in order")
+    p.add_argument("--data", type=Path, required=True)
+    p.add_argument("--worker-id", default=None, help="default: pod host name / completion index")
+    p.add_argument("--slowdown", type=float, default=1.0, help="be this many times slower (benchmarks)")
+    p.add_argument("--trained-log", type=Path, default=None, help="append a JSON line per trained batch")
+    p.add_argument("--retry-deadline", type=float, default=300.0, help="seconds to keep retrying a peer")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+class _Heartbeat(threading.Thread):
+    """Tells the master we are alive and how far the lease is; hears abandon / job end."""
+
+    def __init__(
+        self,
+        stub: pb_grpc.MasterStub,
+        ref: pb.WorkerRef,
+        progress: TaskProgress,
+        interval_s: float,
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self._stub, self._ref, self._progress = stub, ref, progress
+        self._interval, self._stop = interval_s, stop
+        self.ended: int | None = None
+
+    def run(self) -> None:
+        """Beat every interval until stopped."""
+        while not self._stop.wait(self._interval):
+            with self._progress.lock:
+                lease, done = self._progress.lease, self._progress.records_done
+            try:
+                resp = self._stub.Heartbeat(
+                    pb.HeartbeatRequest(worker=self._ref, lease=lease, records_done=done),
+                    timeout=max(self._interval, 2.0),
+                )
+            except grpc.RpcError:
+                continue  # the master may be restarting; the main loop retries its own calls
+            with self._progress.lock:
+                if resp.abandon_lease and lease != 0 and self._progress.lease == lease:
+                    self._progress.abandon = True
+            if resp.directive in (pb.JOB_DONE, pb.JOB_FAILED):
+                self.ended = int(resp.directive)
+
+
+def _task(msg: pb.Task) -> TaskRange:
+    kind = EVAL if msg.kind == pb.EVALUATE else TRAIN
+    return TaskRange(kind, msg.split, msg.shard, msg.start, msg.end, msg.epoch, msg.eval_round)
+
+
+class Worker:
+    """One worker process: the master stub, the trainer and the task loop."""
+
+    def __init__(self, args: argparse.Namespace, stop: threading.Event) -> None:
+        self._master_addr = parse_addr(args.master, what="--master")
+        ps_addrs = parse_addrs(args.ps_addrs)
+        if args.slowdown < 1:
+            raise PSConfigError(f"--slowdown: got {args.slowdown}; expected >= 1")
+        self.worker_id = args.worker_id or worker_id_default()
+        self.ref = pb.WorkerRef(worker_id=self.worker_id, incarnation=uuid.uuid4().hex)
+        self._stop = stop
+        self._deadline = float(args.retry_deadline)
+        self._channel = make_channel(self._master_addr)
+        self._master = pb_grpc.MasterStub(self._channel)
+        self.job: pb.JobInfo = self._ask("GetJobInfo", lambda: self._master.GetJobInfo(self.ref, timeout=10))
+        if self.job.num_ps != len(ps_addrs):
+            raise PSConfigError(f"the master says {self.job.num_ps} PS shards; --ps-addrs lists {len(ps_addrs)}")
+        data = ShardCache(args.data)
+        model = build_model(
+            self.job.model,
+            feature_shape=data.info.feature_shape,
+            num_classes=data.info.num_classes,
+            seed=int(self.job.seed),
+            model_args=json.loads(self.job.model_args_json or "{}"),
+        )
+        self._client = PSClient(
+            ps_addrs,
+            dense_names=[n for n, _ in model.named_parameters()],
+            deadline_s=self._deadline,
+            stop=stop,
+        )
+        self._log_file: IO[str] | None = None
+        if args.trained_log is not None:
+            args.trained_log.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(args.trained_log, "a", encoding="utf-8")  # noqa: SIM115
+        self.trainer = Trainer(
+            model=model,
+            client=self._client,
+            data=data,
+            worker_id=self.worker_id,
+            batch_size=int(self.job.batch_size),
+            mode=self.job.mode,
+            seed=int(self.job.seed),
+            sync_retries=int(self.job.sync_retries),
+            slowdown=float(args.slowdown),
+            trained_log=self._log_file,
+            stop=stop,
+        )
+        self.progress = TaskProgress()
+
+    def _ask(self, what: str, fn: Callable[[], T]) -> T:
+        return call_with_retry(
+            fn,
+            what=f"{what} on master {self._master_addr}",
+            deadline_s=self._deadline,
+            stop=self._stop,
+        )
+
+    def run(self) -> int:
+        """Loop on GetTask until the master says the job has ended."""
+        self.trainer.offer_init()
+        interval = float(self.job.heartbeat_interval_s or 1.0)
+        _Heartbeat(self._master, self.ref, self.progress, interval, self._stop).start()
+        log.info(
+            "worker %s joined: %s, %s mode, batch %d",
+            self.worker_id,
+            self.job.model,
+            self.job.mode,
+            self.job.batch_size,
+        )
+        while not self._stop.is_set():
+            resp: pb.GetTaskResponse = self._ask("GetTask", lambda: self._master.GetTask(self.ref, timeout=10))
+            if resp.directive == pb.JOB_DONE:
+                log.info("the master says the job is done")
+                return 0
+            if resp.directive == pb.JOB_FAILED:
+                raise JobAbortedError(f"the master says the job failed: {resp.message}")
+            if resp.directive == pb.WAIT:
+                self._stop.wait(resp.retry_after_s or 0.2)
+                continue
+            self._run_task(resp.task)
+        return int(ExitCode.CANCELLED)
+
+    def _run_task(self, msg: pb.Task) -> None:
+        task = _task(msg)
+        self.progress.start(int(msg.lease))
+        req = pb.ReportTaskRequest(worker=self.ref, task_id=msg.task_id, lease=msg.lease, success=True)
+        try:
+            if task.kind == EVAL:
+                r = self.trainer.evaluate(task)
+                req.records = r.count
+                req.eval.CopyFrom(
+                    pb.EvalResult(
+                        loss_sum=r.loss_sum,
+                        correct=r.correct,
+                        count=r.count,
+                        scores=list(r.scores),
+                        labels=list(r.labels),
+                    )
+                )
+            else:
+                out = self.trainer.train(task, int(msg.lease), self.progress)
+                req.records = out.records
+                req.loss_sum = out.loss_sum
+                req.shard_versions.extend(
+                    pb.ShardVersion(shard=s, generation=g, version=v) for s, (g, v) in out.versions.items()
+                )
+        except TaskAbandoned as e:
+            log.info("%s: %s", msg.task_id, e)
+            self.progress.clear()
+            return
+        except PSUnavailableError:
+            raise  # a shard is gone for good: this worker cannot do anything
+        except KubetrainError as e:  # bad records, sync retries exhausted: the task failed
+            log.warning("%s failed: %s", msg.task_id, e)
+            req.success = False
+            req.error = str(e)
+        answer = self._ask("ReportTask", lambda: self._master.ReportTask(req, timeout=30))
+        if not answer.accepted:
+            log.info("%s: report not accepted: %s", msg.task_id, answer.note)
+        self.progress.clear()
+
+    def close(self) -> None:
+        """Release channels and the trained-log file."""
+        self._client.close()
+        self._channel.close()
+        if self._log_file is not None:
+            self._log_file.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one worker; returns the exit code."""
+    torch.set_num_threads(max(1, args.threads))
+    stop = threading.Event()
+    stop_on_signals(stop)
+    worker = Worker(args, stop)
+    try:
+        return worker.run()
+    finally:
+        stop.set()
+        worker.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    setup_logging("worker", args.log_level)
+    try:
+        return run(args)
+    except KubetrainError as e:
+        log.error("%s", e)
+        return int(e.exit_code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
