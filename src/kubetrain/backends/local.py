@@ -1,0 +1,453 @@
+"""The local backend: runs PyTorchJob, MPIJob and JobSet manifests on this machine, as the operators would.
+
+Every replica ("pod") is one process in its own session, with its own loopback address
+(127.x.y.z, one block per job, see local_addresses), the environment its operator injects, its
+volumes mapped to local directories, and its stdout+stderr captured to a file. A supervisor
+thread per job plays the operator: it starts, restarts and stops the processes by the job's
+policies and writes the `status` the operator would write, so `kubetrain.status.parse_job_status`
+and the launcher read a local job exactly like a cluster one. The kinds:
+
+- PyTorchJob (training-operator v1.9): local_pytorch;
+- MPIJob v2beta1 (mpi-operator v0.8): local_mpi — the launcher's `mpirun` starts the ranks on
+  this machine through a `localhost slots=N` hostfile; the workers' sshd does not run;
+- JobSet v1alpha2 (v0.12): local_jobset, with child batch Jobs in local_batchjob.
+
+Directories under `root` (default `$KUBETRAIN_LOCAL_ROOT`, else `~/.kubetrain/local`):
+`claims/<claimName>/` for each PersistentVolumeClaim (shared by all replicas, kept across runs:
+put input data there and read outputs from there, see `claim_dir`), and
+`jobs/<namespace>/<name>-<uid8>/` per job with `logs/<pod>.<n>.log` (one file per container
+start) and `pods/<pod>/volumes/` (fresh emptyDirs). Servers in replicas should listen on their
+own address (the host part of their own entry in the address lists the manifest passes, which
+the backend rewrites to the replica's loopback address), not on 0.0.0.0: two replicas binding
+the wildcard address on one port collide here, where on a cluster each pod has its own IP.
+
+Processes never outlive their job: they are stopped (SIGTERM to every process of the replica's
+session, SIGKILL after a grace period) and reaped on success, failure, deadline, `delete`,
+`suspend` and `close`, and when the backend is garbage-collected or the interpreter exits.
+Jobs live as long as this backend object; a job name submitted again with the same KFP run and
+task labels is adopted, with other labels it is a conflict.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import queue
+import sys
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
+from kubetrain.backends.local_addresses import AddressBlock, allocate_block
+from kubetrain.backends.local_conditions import rfc3339
+from kubetrain.backends.local_controller import Controller, JobContext
+from kubetrain.backends.local_env import ensure_python_shims, inherited_environment, search_path
+from kubetrain.backends.local_jobset import JobSetController
+from kubetrain.backends.local_mpi import MPIJobController
+from kubetrain.backends.local_pod import LocalPod, PodContext
+from kubetrain.backends.local_process import LineSink, read_log
+from kubetrain.backends.local_pytorch import PyTorchJobController
+from kubetrain.backends.local_validate import validate_manifest
+from kubetrain.errors import BackendError, JobConflictError, ManifestError
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
+from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
+
+ROOT_ENV = "KUBETRAIN_LOCAL_ROOT"
+_CONTROLLERS: dict[str, type[Controller]] = {
+    PYTORCHJOB.kind: PyTorchJobController,
+    MPIJOB.kind: MPIJobController,
+    JOBSET.kind: JobSetController,
+}
+
+
+def default_root() -> Path:
+    """`$KUBETRAIN_LOCAL_ROOT`, else `~/.kubetrain/local`."""
+    return Path(os.environ.get(ROOT_ENV) or Path.home() / ".kubetrain" / "local")
+
+
+def claim_directory(root: Path | None, claim: str) -> Path:
+    """Where PersistentVolumeClaim `claim` lives for a local backend with `root` (None: the default root)."""
+    return (root if root is not None else default_root()) / "claims" / claim
+
+
+def _print_line(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
+
+
+@dataclass
+class _Record:
+    """One submitted job: its object, its controller, and who is waiting on it."""
+
+    ref: JobRef
+    obj: JobObject
+    controller: Controller
+    block: AddressBlock
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    wake: threading.Event = field(default_factory=threading.Event)
+    delete_requested: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    subscribers: list[queue.Queue[JobObject | None]] = field(default_factory=list)
+    events: list[EventInfo] = field(default_factory=list)
+    pods: list[tuple[PodInfo, LocalPod | None]] = field(default_factory=list)
+    broken: str | None = None
+
+    def publish(self) -> None:
+        """Copy the controller's status into the object; tell watchers when anything changed."""
+        with self.lock:
+            status = copy.deepcopy(self.controller.status)
+            if status == self.obj.get("status"):
+                return
+            self.obj["status"] = status
+            self._bump()
+
+    def _bump(self) -> None:
+        meta = self.obj["metadata"]
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion", "0")) + 1)
+        snapshot = copy.deepcopy(self.obj)
+        for subscriber in self.subscribers:
+            subscriber.put(snapshot)
+
+    def set_suspend(self, value: bool) -> None:
+        """Toggle the spec's suspend field, as `kubectl patch` would."""
+        with self.lock:
+            spec = self.obj["spec"]
+            if self.ref.kind is JOBSET:
+                spec["suspend"] = value
+            else:
+                spec.setdefault("runPolicy", {})["suspend"] = value
+            meta = self.obj["metadata"]
+            meta["generation"] = int(meta.get("generation", 1)) + 1
+            self._bump()
+        self.wake.set()
+
+    def snapshot_pods(self) -> None:
+        """Record the pods as they are now (read by other threads without touching the controller)."""
+        live = [(pod.info(), pod) for pod in self.controller.pods()]
+        self.pods = [*live, *((info, None) for info in self.controller.extra_pod_infos())]
+
+    def add_event(self, etype: str, reason: str, message: str, involved: str) -> None:
+        """Record an Event."""
+        with self.lock:
+            self.events.append(EventInfo(etype, reason, message, involved, last_timestamp=_now()))
+
+    def end_watches(self) -> None:
+        """The object is gone: end every watch."""
+        with self.lock:
+            for subscriber in self.subscribers:
+                subscriber.put(None)
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+def _stop_all(records: dict[tuple[str, str, str], _Record]) -> None:
+    """Stop every job's processes (finalizer: must not reference the backend itself)."""
+    for record in list(records.values()):
+        record.delete_requested.set()
+        record.wake.set()
+    for record in list(records.values()):
+        record.done.wait(timeout=60)
+
+
+class LocalBackend(Backend):
+    """Runs job manifests as local processes, imitating the Kubeflow and JobSet operators."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        root: Path | str | None = None,
+        *,
+        stream_logs: bool = False,
+        log_sink: LineSink | None = None,
+        default_namespace: str = "default",
+        max_grace_seconds: float = 3.0,
+        restart_backoff_seconds: float = 1.0,
+        poll_interval_seconds: float = 0.05,
+        probe_period_seconds: float = 0.25,
+        secrets: Mapping[str, Mapping[str, str]] | None = None,
+        config_maps: Mapping[str, Mapping[str, str]] | None = None,
+        lock_dir: Path | None = None,
+    ) -> None:
+        """`stream_logs` prints every replica's lines as `[master-0] ...` (or hands them to `log_sink`).
+
+        `max_grace_seconds` caps a pod's terminationGracePeriodSeconds (30 s by default on a
+        cluster) so that stopping a job takes seconds; `restart_backoff_seconds` scales the
+        kubelet's restart back-off (10 s, 20 s, ... on a cluster). `secrets` and `config_maps`
+        (name → key → value) supply what secretKeyRef/configMapKeyRef env and volumes read.
+        """
+        self.root = Path(root) if root is not None else default_root()
+        self._sink = log_sink if log_sink is not None else (_print_line if stream_logs else None)
+        self._namespace = default_namespace
+        self._grace = max_grace_seconds
+        self._backoff = restart_backoff_seconds
+        self._poll = poll_interval_seconds
+        self._probe_period = probe_period_seconds
+        self._secrets = {k: dict(v) for k, v in (secrets or {}).items()}
+        self._config_maps = {k: dict(v) for k, v in (config_maps or {}).items()}
+        self._lock_dir = lock_dir
+        self._cwd = Path.cwd()
+        self._records: dict[tuple[str, str, str], _Record] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _stop_all, self._records)
+
+    # --- helpers for users and tests --------------------------------------------------------------
+    def claim_dir(self, claim_name: str) -> Path:
+        """The local directory of PersistentVolumeClaim `claim_name` (created on demand)."""
+        path = claim_directory(self.root, claim_name)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def host_addresses(self, ref: JobRef) -> dict[str, str]:
+        """Every host name the job's manifest can use (service, pod host, `host.subdomain`) → address."""
+        return dict(self._record(ref).controller.hosts())
+
+    def pod_address(self, ref: JobRef, pod: str) -> str:
+        """The loopback address of a pod, by pod name, host name or `host.subdomain`."""
+        hosts = self.host_addresses(ref)
+        if pod in hosts:
+            return hosts[pod]
+        for info, local in self._record(ref).pods:
+            if info.name == pod and local is not None:
+                return local.plan.address
+        raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} has no pod or host named {pod!r}")
+
+    def job_dir(self, ref: JobRef) -> Path:
+        """The directory with the job's logs and emptyDir volumes."""
+        return self._record(ref).controller.ctx.pods.job_dir
+
+    # --- Backend ----------------------------------------------------------------------------------
+    def submit(self, manifest: Mapping[str, Any]) -> JobRef:
+        """Validate the manifest, start its supervisor and return at once (or adopt a running twin)."""
+        obj: JobObject = copy.deepcopy(dict(manifest))
+        kind = validate_manifest(obj)
+        meta = obj["metadata"]
+        namespace = str(meta.get("namespace") or self._namespace)
+        key = (kind.kind, namespace, str(meta["name"]))
+        with self._lock:
+            if self._closed:
+                raise BackendError("this LocalBackend is closed; create a new one")
+            existing = self._records.get(key)
+            if existing is not None:
+                return self._adopt(existing, meta)
+            uid = str(uuid.uuid4())
+            meta.update(
+                namespace=namespace,
+                uid=uid,
+                creationTimestamp=rfc3339(),
+                resourceVersion="1",
+                generation=1,
+            )
+            obj.pop("status", None)
+            record = self._start(obj, JobRef(kind=kind, name=key[2], namespace=namespace, uid=uid))
+            self._records[key] = record
+        return record.ref
+
+    def _adopt(self, existing: _Record, meta: Mapping[str, Any]) -> JobRef:
+        mine = existing.obj["metadata"].get("labels") or {}
+        theirs = meta.get("labels") or {}
+        owners = (LABEL_RUN_ID, LABEL_TASK_ID)
+        if all(mine.get(k) and mine.get(k) == theirs.get(k) for k in owners):
+            return existing.ref
+        ref = existing.ref
+        raise JobConflictError(
+            f"{ref.kind.kind} {ref.namespace}/{ref.name} already runs locally and belongs to another run "
+            f"(its labels {owners[0]}={mine.get(owners[0])!r}, {owners[1]}={mine.get(owners[1])!r}); "
+            "delete it or choose another name"
+        )
+
+    def _start(self, obj: JobObject, ref: JobRef) -> _Record:
+        job_dir = self.root / "jobs" / ref.namespace / f"{ref.name}-{ref.uid[:8]}"
+        job_dir.mkdir(parents=True, exist_ok=True)
+        shims = ensure_python_shims(self.root / "bin")
+        base_env = inherited_environment()
+        base_env["PATH"] = search_path(shims, os.environ.get("PATH", ""))
+        hosts: dict[str, str] = {}
+        holder: list[_Record] = []
+        wake = threading.Event()
+
+        def event(etype: str, reason: str, message: str, involved: str) -> None:
+            if holder:
+                holder[0].add_event(etype, reason, message, involved)
+
+        pod_ctx = PodContext(
+            kind=ref.kind.kind,
+            job_name=ref.name,
+            namespace=ref.namespace,
+            job_dir=job_dir,
+            claims_dir=self.root / "claims",
+            hosts=hosts,
+            secrets=self._secrets,
+            config_maps=self._config_maps,
+            base_env=base_env,
+            cwd=self._cwd,
+            sink=self._sink,
+            max_grace_seconds=self._grace,
+            probe_period_seconds=self._probe_period,
+            event=event,
+            wake=wake.set,
+        )
+        block = allocate_block(self._lock_dir)
+        try:
+            ctx = JobContext(ref.name, ref.namespace, ref.uid, pod_ctx, block, self._backoff)
+            controller = _CONTROLLERS[ref.kind.kind](obj, ctx)
+        except ValueError as e:  # more pods than one address block holds
+            block.release()
+            raise ManifestError("spec", str(e)) from e
+        hosts.update(controller.hosts())
+        record = _Record(ref=ref, obj=obj, controller=controller, block=block, wake=wake)
+        holder.append(record)
+        record.add_event(
+            "Normal", f"{ref.kind.kind}Created", f"{ref.kind.kind} {ref.name} is created locally", ref.name
+        )
+        record.publish()
+        thread = threading.Thread(
+            target=self._supervise, args=(record,), name=f"kubetrain-local-{ref.name}", daemon=True
+        )
+        thread.start()
+        return record
+
+    def _supervise(self, record: _Record) -> None:
+        controller = record.controller
+        completed = False
+        try:
+            while not record.delete_requested.is_set():
+                controller.reconcile(time.time())
+                record.snapshot_pods()
+                record.publish()
+                if controller.finished:
+                    break
+                record.wake.wait(self._poll)
+                record.wake.clear()
+            completed = True
+        finally:
+            deleted = record.delete_requested.is_set()
+            controller.shutdown("the job was deleted" if deleted else "the job finished")
+            record.block.release()
+            if not completed:
+                record.broken = "the local supervisor of this job stopped unexpectedly (see the traceback in the log)"
+            record.snapshot_pods()
+            record.publish()
+            record.done.set()
+        ttl = self._ttl(record.obj)
+        if completed and not deleted and ttl is not None and not record.delete_requested.wait(ttl):
+            self._forget(record)
+
+    @staticmethod
+    def _ttl(obj: JobObject) -> int | None:
+        spec = obj.get("spec") or {}
+        value = spec.get("ttlSecondsAfterFinished", (spec.get("runPolicy") or {}).get("ttlSecondsAfterFinished"))
+        return None if value is None else int(value)
+
+    def _forget(self, record: _Record) -> None:
+        ref = record.ref
+        with self._lock:
+            if self._records.get((ref.kind.kind, ref.namespace, ref.name)) is record:
+                del self._records[(ref.kind.kind, ref.namespace, ref.name)]
+        record.end_watches()
+
+    def _record(self, ref: JobRef) -> _Record:
+        with self._lock:
+            record = self._records.get((ref.kind.kind, ref.namespace, ref.name))
+        if record is None:
+            raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} does not exist in this local backend")
+        if record.broken is not None:
+            raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name}: {record.broken}")
+        return record
+
+    def get(self, ref: JobRef) -> JobObject:
+        """The job object now, with its status."""
+        record = self._record(ref)
+        with record.lock:
+            return copy.deepcopy(record.obj)
+
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
+        """The object now, then every new version, until `timeout_seconds` pass or the job is deleted."""
+        record = self._record(ref)
+        updates: queue.Queue[JobObject | None] = queue.Queue()
+        with record.lock:
+            updates.put(copy.deepcopy(record.obj))
+            record.subscribers.append(updates)
+        deadline = time.monotonic() + timeout_seconds
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                try:
+                    item = updates.get(timeout=remaining)
+                except queue.Empty:
+                    return
+                if item is None:
+                    return
+                yield item
+        finally:
+            with record.lock:
+                record.subscribers.remove(updates)
+
+    def pods(self, ref: JobRef) -> list[PodInfo]:
+        """The job's pods now."""
+        return [info for info, _ in self._record(ref).pods]
+
+    def pod_log(
+        self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
+    ) -> Iterator[str]:
+        """Lines of a pod's current (or previous) container log; `follow` waits for more until it ends."""
+        record = self._record(ref)
+        local = next((lp for info, lp in record.pods if info.name == pod.name), None)
+        if local is None:
+            if any(info.name == pod.name for info, _ in record.pods):
+                return iter(())  # a pod with no local process (an MPI worker)
+            raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} has no pod {pod.name!r}")
+        path, stream = local.log_file(previous=previous)
+        if path is None:
+            return iter(())
+        return read_log(path, stream=stream, follow=follow, tail_lines=tail_lines)
+
+    def events(self, ref: JobRef) -> list[EventInfo]:
+        """Events about the job and its pods, oldest first."""
+        record = self._record(ref)
+        with record.lock:
+            return list(record.events)
+
+    def delete(self, ref: JobRef) -> None:
+        """Stop every process of the job (foreground) and forget it. Unknown jobs are not an error."""
+        with self._lock:
+            record = self._records.get((ref.kind.kind, ref.namespace, ref.name))
+        if record is None:
+            return
+        record.delete_requested.set()
+        record.wake.set()
+        if not record.done.wait(timeout=self._grace + 60):
+            raise BackendError(
+                f"{ref.kind.kind} {ref.namespace}/{ref.name}: its processes did not stop within a minute"
+            )
+        self._forget(record)
+
+    def suspend(self, ref: JobRef) -> None:
+        """Set the job's suspend field: its processes stop, the object stays (condition Suspended)."""
+        self._record(ref).set_suspend(True)
+
+    def resume(self, ref: JobRef) -> None:
+        """Clear the suspend field: the job starts again (startTime reset, as the operators do)."""
+        self._record(ref).set_suspend(False)
+
+    def close(self) -> None:
+        """Stop every job's processes and refuse new submissions. Idempotent."""
+        with self._lock:
+            self._closed = True
+        self._finalizer()
+
+    def wait_until_stopped(self, ref: JobRef, timeout: float) -> bool:
+        """Whether the job's supervisor has finished (every process reaped) within `timeout`."""
+        return self._record(ref).done.wait(timeout)

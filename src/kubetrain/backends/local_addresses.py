@@ -1,0 +1,68 @@
+"""Loopback addresses for local replicas: one block of 127.0.0.0/8 per running job.
+
+On a cluster every pod has its own IP, so two jobs (or two replicas) can listen on the same port.
+Locally each job holds a *slot* s (1..65535) and its replicas get `127.<s // 256>.<s % 256>.<n>`,
+n = 1..254 in the job's pod order (on Linux all of 127.0.0.0/8 routes to the loopback device, so
+these addresses need no set-up). A slot is held with an exclusive `flock` on a file in a per-user
+directory, so concurrent jobs in different processes get different slots, and a slot is freed
+automatically when its holder exits, however it exits.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+from kubetrain.errors import BackendError
+
+MAX_PODS_PER_JOB = 254
+_MAX_SLOT = 65535
+
+
+def loopback_address(slot: int, ordinal: int) -> str:
+    """The address of the `ordinal`-th pod (0-based) of the job holding `slot`."""
+    if not 1 <= slot <= _MAX_SLOT:
+        raise ValueError(f"slot must be in 1..{_MAX_SLOT}, got {slot}")
+    if not 0 <= ordinal < MAX_PODS_PER_JOB:
+        raise ValueError(f"a local job has at most {MAX_PODS_PER_JOB} pods; pod ordinal {ordinal} is out of range")
+    return f"127.{slot >> 8}.{slot & 255}.{ordinal + 1}"
+
+
+def default_lock_dir() -> Path:
+    """Where slot locks live: shared by every kubetrain process of this user on this machine."""
+    return Path(tempfile.gettempdir()) / f"kubetrain-loopback-{os.getuid()}"
+
+
+class AddressBlock:
+    """A held slot. Release it when the job's processes are gone."""
+
+    def __init__(self, slot: int, fd: int) -> None:
+        self.slot = slot
+        self._fd: int | None = fd
+
+    def address(self, ordinal: int) -> str:
+        """The address of the job's `ordinal`-th pod."""
+        return loopback_address(self.slot, ordinal)
+
+    def release(self) -> None:
+        """Give the slot back (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def allocate_block(lock_dir: Path | None = None) -> AddressBlock:
+    """Hold the lowest free slot."""
+    directory = lock_dir or default_lock_dir()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for slot in range(1, _MAX_SLOT + 1):
+        fd = os.open(directory / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return AddressBlock(slot, fd)
+    raise BackendError(f"all {_MAX_SLOT} loopback address blocks in {directory} are in use by running local jobs")

@@ -1,0 +1,230 @@
+"""Replica processes of the local backend: one session per pod, output captured to a file.
+
+A container's processes all die with it; a local replica imitates that by running in its own
+session (`start_new_session=True`, so the replica is a session *and* process-group leader) and
+by killing every process of that session when the replica is stopped or its main process exits.
+The session, not the process group, is the unit: Open MPI's `mpirun` puts each local rank in a
+process group of its own, but all of them stay in the launcher's session.
+
+If the Python process that supervises the replicas dies without cleaning up (SIGKILL), each
+replica's main process still receives SIGTERM through the parent-death signal (`setpriv
+--pdeathsig`, when util-linux provides it); `mpirun` and `torchrun` forward it to their ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+LineSink = Callable[[str], None]
+
+_SETPRIV = shutil.which("setpriv")
+# How often to look again while waiting for a session's processes to exit after SIGTERM.
+_EXIT_CHECK_SECONDS = 0.02
+
+
+def container_exit_code(returncode: int) -> int:
+    """The exit code a container runtime reports: a process killed by signal N exits 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def session_members(sid: int) -> list[int]:
+    """Live (non-zombie) processes whose session id is `sid`, read from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # the process exited while we looked
+            continue
+        # The command name is in parentheses and may contain anything: parse after the last ')'.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and fields[0] != b"Z" and int(fields[3]) == sid:
+            members.append(int(entry.name))
+    return members
+
+
+def signal_session(sid: int, sig: int) -> int:
+    """Send `sig` to every live process of session `sid`; the number signalled."""
+    count = 0
+    for pid in session_members(sid):
+        try:
+            os.kill(pid, sig)
+            count += 1
+        except ProcessLookupError:
+            continue
+    return count
+
+
+class LogStream:
+    """One container attempt's output: appended to a file, followable while it grows."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = path.open("ab")
+        self._cond = threading.Condition()
+        self._version = 0
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        """Append bytes and wake followers."""
+        with self._cond:
+            self._file.write(data)
+            self._file.flush()
+            self._version += 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """No more output will come (the process and every holder of its pipe are gone)."""
+        with self._cond:
+            if not self._closed:
+                self._file.close()
+                self._closed = True
+            self._cond.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the stream has ended."""
+        return self._closed
+
+    @property
+    def version(self) -> int:
+        """A counter that changes with every write."""
+        return self._version
+
+    def wait_for_change(self, seen: int, timeout: float) -> None:
+        """Block until something was written after `seen`, the stream closed, or `timeout`."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version != seen or self._closed, timeout=timeout)
+
+
+def read_log(path: Path, *, stream: LogStream | None, follow: bool, tail_lines: int | None = None) -> Iterator[str]:
+    """Lines of a log file (without newlines); with `follow`, keep reading until `stream` closes."""
+    if not path.exists():
+        return
+    with path.open("rb") as f:
+        if tail_lines is not None:
+            lines = f.read().splitlines()
+            for raw in lines[-tail_lines:] if tail_lines > 0 else []:
+                yield raw.decode("utf-8", "replace")
+        else:
+            partial = b""
+            for raw in f:
+                if raw.endswith(b"\n") or not follow:
+                    yield (partial + raw).decode("utf-8", "replace").rstrip("\n")
+                    partial = b""
+                else:
+                    partial = raw
+            if not follow and partial:
+                yield partial.decode("utf-8", "replace")
+        if not follow or stream is None:
+            return
+        partial = b""
+        while True:
+            seen = stream.version
+            closed = stream.closed
+            raw = f.readline()
+            if raw.endswith(b"\n"):
+                yield (partial + raw).decode("utf-8", "replace").rstrip("\n")
+                partial = b""
+                continue
+            partial += raw
+            if closed:
+                # Everything was written before the close: what is left is a final unterminated line.
+                if partial:
+                    yield partial.decode("utf-8", "replace")
+                return
+            stream.wait_for_change(seen, timeout=1.0)
+
+
+class ReplicaProcess:
+    """One started container: its process tree, its captured output, and how to stop it."""
+
+    def __init__(
+        self,
+        *,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        log: LogStream,
+        prefix: str,
+        sink: LineSink | None,
+    ) -> None:
+        command = list(argv)
+        if _SETPRIV is not None:
+            command = [_SETPRIV, "--pdeathsig", "TERM", "--", *command]
+        self._log = log
+        self._prefix = prefix
+        self._sink = sink
+        self._popen = subprocess.Popen(
+            command,
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+        self.pid = self._popen.pid
+        self.started_at = time.time()
+        self._returncode: int | None = None
+        self._reader = threading.Thread(target=self._pump, name=f"kubetrain-log-{prefix}", daemon=True)
+        self._reader.start()
+
+    def _pump(self) -> None:
+        out = self._popen.stdout
+        if out is None:  # pragma: no cover - stdout is always a pipe here
+            return
+        try:
+            for line in iter(out.readline, b""):
+                self._log.write(line)
+                if self._sink is not None:
+                    self._sink(f"[{self._prefix}] {line.decode('utf-8', 'replace').rstrip()}")
+        finally:
+            out.close()
+            self._log.close()
+
+    @property
+    def log(self) -> LogStream:
+        """The stream this attempt writes to."""
+        return self._log
+
+    def poll(self) -> int | None:
+        """The container exit code once the main process has exited (then its session is killed)."""
+        if self._returncode is not None:
+            return container_exit_code(self._returncode)
+        rc = self._popen.poll()
+        if rc is None:
+            return None
+        self._returncode = rc
+        # Like a container: when the main process ends, whatever it left behind ends too.
+        signal_session(self.pid, signal.SIGKILL)
+        return container_exit_code(rc)
+
+    def stop(self, grace_seconds: float) -> int:
+        """SIGTERM every process of the session, SIGKILL what is left after the grace period; reap.
+
+        Returns the container exit code of the main process.
+        """
+        if self._returncode is None and self._popen.poll() is None:
+            signal_session(self.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_seconds
+            while time.monotonic() < deadline:
+                if self._popen.poll() is not None and not session_members(self.pid):
+                    break
+                time.sleep(_EXIT_CHECK_SECONDS)
+        signal_session(self.pid, signal.SIGKILL)
+        self._returncode = self._popen.wait()
+        # The pipe closes once every process of the session is gone; all of them were just killed.
+        self._reader.join(timeout=max(grace_seconds, 1.0))
+        return container_exit_code(self._returncode)

@@ -1,0 +1,230 @@
+"""Structural checks of a manifest before the local backend runs it.
+
+The local backend accepts manifests it did not render (hand-written PyTorchJobs, MPIJobs and
+JobSets), so it checks what the API server, the admission webhooks and the controllers would
+reject, and what it needs to run one: replica keys and counts, containers with an image,
+restart policies each controller accepts, volume mounts that name a volume, start-up order and
+policy references. A problem raises ManifestError naming the field path, before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubetrain.errors import ManifestError
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind, kind_of
+from kubetrain.names import is_dns1035_label
+
+_JOBSET_ACTIONS = (
+    "FailJobSet",
+    "RestartJobSet",
+    "RestartJobSetAndIgnoreMaxRestarts",
+    "RestartJob",
+    "RestartJobAndIgnoreMaxRestarts",
+)
+
+
+def _mapping(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ManifestError(path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ManifestError(path, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _int(value: object, path: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ManifestError(path, f"expected an integer ≥ {minimum}, got {value!r}")
+    return value
+
+
+def check_pod_template(template: object, path: str, *, restart_policies: tuple[str, ...] | None = None) -> None:
+    """A PodTemplateSpec: containers with images, mounts that name volumes, a known restart policy."""
+    spec = _mapping(_mapping(template, path).get("spec"), f"{path}.spec")
+    containers = _list(spec.get("containers"), f"{path}.spec.containers")
+    if not containers:
+        raise ManifestError(f"{path}.spec.containers", "at least one container is required")
+    volumes = {str(_mapping(v, f"{path}.spec.volumes[]").get("name")) for v in spec.get("volumes") or []}
+    for i, raw in enumerate(containers):
+        cpath = f"{path}.spec.containers[{i}]"
+        container = _mapping(raw, cpath)
+        if not container.get("name"):
+            raise ManifestError(f"{cpath}.name", "every container needs a name")
+        if not container.get("image"):
+            raise ManifestError(f"{cpath}.image", "every container needs an image (the operators' webhooks require it)")
+        for key in ("command", "args"):
+            if key in container and not all(isinstance(x, str) for x in _list(container[key], f"{cpath}.{key}")):
+                raise ManifestError(f"{cpath}.{key}", "expected a list of strings")
+        for j, raw_mount in enumerate(container.get("volumeMounts") or []):
+            mpath = f"{cpath}.volumeMounts[{j}]"
+            mount = _mapping(raw_mount, mpath)
+            if str(mount.get("name")) not in volumes:
+                raise ManifestError(f"{mpath}.name", f"volume {mount.get('name')!r} is not in {path}.spec.volumes")
+            if not str(mount.get("mountPath") or "").startswith("/"):
+                raise ManifestError(f"{mpath}.mountPath", f"expected an absolute path, got {mount.get('mountPath')!r}")
+        for j, env in enumerate(container.get("env") or []):
+            if not _mapping(env, f"{cpath}.env[{j}]").get("name"):
+                raise ManifestError(f"{cpath}.env[{j}].name", "every env entry needs a name")
+    policy = spec.get("restartPolicy")
+    if restart_policies is not None and policy is not None and policy not in restart_policies:
+        raise ManifestError(
+            f"{path}.spec.restartPolicy", f"expected one of {', '.join(restart_policies)}, got {policy!r}"
+        )
+
+
+def _check_run_policy(run_policy: object, path: str) -> None:
+    rp = _mapping(run_policy or {}, path)
+    for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        if rp.get(key) is not None:
+            _int(rp[key], f"{path}.{key}")
+    if rp.get("cleanPodPolicy") not in (None, "None", "Running", "All"):
+        raise ManifestError(f"{path}.cleanPodPolicy", f"expected None, Running or All, got {rp['cleanPodPolicy']!r}")
+    if not isinstance(rp.get("suspend", False), bool):
+        raise ManifestError(f"{path}.suspend", f"expected true or false, got {rp['suspend']!r}")
+
+
+def _check_pytorchjob(spec: Mapping[str, Any]) -> None:
+    replicas = _mapping(spec.get("pytorchReplicaSpecs"), "spec.pytorchReplicaSpecs")
+    unknown = sorted(set(replicas) - set(PYTORCHJOB.replica_types))
+    if unknown or not replicas:
+        raise ManifestError(
+            "spec.pytorchReplicaSpecs", f"expected keys Master and/or Worker (exact case), got {sorted(replicas)}"
+        )
+    for rtype, raw in replicas.items():
+        path = f"spec.pytorchReplicaSpecs.{rtype}"
+        replica = _mapping(raw, path)
+        if rtype == "Master" and replica.get("replicas") != 1:
+            raise ManifestError(
+                f"{path}.replicas", f"the Master must set replicas: 1 explicitly, got {replica.get('replicas')!r}"
+            )
+        _int(replica.get("replicas", 1), f"{path}.replicas", minimum=1)
+        policy = replica.get("restartPolicy")
+        if policy not in (None, "Never", "OnFailure", "ExitCode", "Always"):
+            raise ManifestError(
+                f"{path}.restartPolicy", f"expected Never, OnFailure, ExitCode or Always, got {policy!r}"
+            )
+        check_pod_template(replica.get("template"), f"{path}.template")
+        names = [c.get("name") for c in replica["template"]["spec"]["containers"]]
+        if "pytorch" not in names:
+            raise ManifestError(
+                f"{path}.template.spec.containers", f"one container must be named 'pytorch', got {names}"
+            )
+    if spec.get("elasticPolicy") is not None and "Worker" not in replicas:
+        raise ManifestError("spec.elasticPolicy", "an elasticPolicy requires Worker replicas")
+    nproc = spec.get("nprocPerNode")
+    if nproc is not None and not (str(nproc) in ("auto", "cpu", "gpu") or str(nproc).isdigit()):
+        raise ManifestError("spec.nprocPerNode", f"expected auto, cpu, gpu or an integer string, got {nproc!r}")
+    _check_run_policy(spec.get("runPolicy"), "spec.runPolicy")
+
+
+def _check_mpijob(spec: Mapping[str, Any]) -> None:
+    replicas = _mapping(spec.get("mpiReplicaSpecs"), "spec.mpiReplicaSpecs")
+    unknown = sorted(set(replicas) - set(MPIJOB.replica_types))
+    if unknown or "Launcher" not in replicas:
+        raise ManifestError("spec.mpiReplicaSpecs", f"expected Launcher and optionally Worker, got {sorted(replicas)}")
+    for rtype, raw in replicas.items():
+        path = f"spec.mpiReplicaSpecs.{rtype}"
+        replica = _mapping(raw, path)
+        count = _int(replica.get("replicas", 1 if rtype == "Launcher" else 0), f"{path}.replicas")
+        if rtype == "Launcher" and count != 1:
+            raise ManifestError(f"{path}.replicas", f"the Launcher must have exactly 1 replica, got {count}")
+        if replica.get("restartPolicy") not in (None, "Never", "OnFailure"):
+            raise ManifestError(
+                f"{path}.restartPolicy", f"mpi-operator accepts Never or OnFailure, got {replica['restartPolicy']!r}"
+            )
+        check_pod_template(replica.get("template"), f"{path}.template")
+    _int(spec.get("slotsPerWorker", 1), "spec.slotsPerWorker", minimum=1)
+    if spec.get("mpiImplementation") not in (None, "OpenMPI", "Intel", "MPICH"):
+        raise ManifestError(
+            "spec.mpiImplementation", f"expected OpenMPI, Intel or MPICH, got {spec['mpiImplementation']!r}"
+        )
+    _check_run_policy(spec.get("runPolicy"), "spec.runPolicy")
+
+
+def _check_jobset(spec: Mapping[str, Any]) -> None:
+    rjobs = _list(spec.get("replicatedJobs"), "spec.replicatedJobs")
+    if not rjobs:
+        raise ManifestError("spec.replicatedJobs", "at least one replicated job is required")
+    names: list[str] = []
+    for i, raw in enumerate(rjobs):
+        path = f"spec.replicatedJobs[{i}]"
+        rj = _mapping(raw, path)
+        name = str(rj.get("name") or "")
+        if not is_dns1035_label(name) or name in names:
+            raise ManifestError(f"{path}.name", f"expected a unique DNS-1035 name, got {name!r}")
+        _int(rj.get("replicas", 1), f"{path}.replicas", minimum=1)
+        job_spec = _mapping(_mapping(rj.get("template"), f"{path}.template").get("spec"), f"{path}.template.spec")
+        for key in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds"):
+            if job_spec.get(key) is not None:
+                _int(job_spec[key], f"{path}.template.spec.{key}", minimum=1 if key == "activeDeadlineSeconds" else 0)
+        check_pod_template(
+            job_spec.get("template"), f"{path}.template.spec.template", restart_policies=("OnFailure", "Never")
+        )
+        for j, raw_dep in enumerate(rj.get("dependsOn") or []):
+            dep = _mapping(raw_dep, f"{path}.dependsOn[{j}]")
+            if dep.get("name") not in names:
+                raise ManifestError(
+                    f"{path}.dependsOn[{j}].name",
+                    f"must name an earlier replicated job ({names}), got {dep.get('name')!r}",
+                )
+            if dep.get("status") not in ("Ready", "Complete"):
+                raise ManifestError(
+                    f"{path}.dependsOn[{j}].status", f"expected Ready or Complete, got {dep.get('status')!r}"
+                )
+        names.append(name)
+    startup = (spec.get("startupPolicy") or {}).get("startupPolicyOrder")
+    if startup not in (None, "AnyOrder", "InOrder"):
+        raise ManifestError("spec.startupPolicy.startupPolicyOrder", f"expected AnyOrder or InOrder, got {startup!r}")
+    if startup == "InOrder" and any(rj.get("dependsOn") for rj in rjobs):
+        raise ManifestError("spec.startupPolicy", "startupPolicy InOrder and dependsOn are mutually exclusive")
+    success = _mapping(spec.get("successPolicy") or {}, "spec.successPolicy")
+    if success.get("operator") not in (None, "All", "Any"):
+        raise ManifestError("spec.successPolicy.operator", f"expected All or Any, got {success['operator']!r}")
+    for target in success.get("targetReplicatedJobs") or []:
+        if target not in names:
+            raise ManifestError(
+                "spec.successPolicy.targetReplicatedJobs", f"{target!r} is not a replicated job ({names})"
+            )
+    failure = spec.get("failurePolicy")
+    if failure is not None:
+        failure = _mapping(failure, "spec.failurePolicy")
+        _int(failure.get("maxRestarts", 0), "spec.failurePolicy.maxRestarts")
+        for j, raw_rule in enumerate(failure.get("rules") or []):
+            rule = _mapping(raw_rule, f"spec.failurePolicy.rules[{j}]")
+            if rule.get("action") not in _JOBSET_ACTIONS:
+                raise ManifestError(
+                    f"spec.failurePolicy.rules[{j}].action",
+                    f"expected one of {', '.join(_JOBSET_ACTIONS)}, got {rule.get('action')!r}",
+                )
+            for target in rule.get("targetReplicatedJobs") or []:
+                if target not in names:
+                    raise ManifestError(
+                        f"spec.failurePolicy.rules[{j}].targetReplicatedJobs", f"{target!r} is not a replicated job"
+                    )
+    if not isinstance(spec.get("suspend", False), bool):
+        raise ManifestError("spec.suspend", f"expected true or false, got {spec['suspend']!r}")
+
+
+def validate_manifest(manifest: object) -> JobKind:
+    """The manifest's kind, after checking everything the local backend needs; ManifestError otherwise."""
+    obj = _mapping(manifest, "manifest")
+    kind = kind_of(obj)
+    meta = _mapping(obj.get("metadata"), "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not is_dns1035_label(name):
+        raise ManifestError(
+            "metadata.name", f"expected a DNS-1035 label (lower-case letters, digits, '-'), got {name!r}"
+        )
+    spec = _mapping(obj.get("spec"), "spec")
+    if kind is PYTORCHJOB:
+        _check_pytorchjob(spec)
+    elif kind is MPIJOB:
+        _check_mpijob(spec)
+    elif kind is JOBSET:
+        _check_jobset(spec)
+    return kind
