@@ -82,6 +82,7 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.faults: list[Fault] = []
         self.watch_drops: list[int] = []  # drop the next watches after this many events each
+        self.cut_epoch = 0  # open watches started in an older epoch are cut
         self.deletions: list[tuple[str, str, str, Obj]] = []  # (plural, ns, name, delete options)
         self.stopping = False
         self._httpd: http.server.ThreadingHTTPServer | None = None
@@ -228,6 +229,17 @@ class FakeApiServer:
         """Cut the next watches' connections mid-stream after this many events each."""
         with self.cv:
             self.watch_drops.extend(after_events)
+
+    def cut_watches(self, *, expire: bool = False) -> None:
+        """Cut every open watch now (as an API server restart would); `expire` also compacts
+        history first, so resuming from any resourceVersion seen so far answers 410 Gone."""
+        with self.cv:
+            if expire:
+                self._bump()
+                self.compacted_rv = self.rv
+                self.history.clear()
+            self.cut_epoch += 1
+            self.cv.notify_all()
 
     def compact(self) -> None:
         """Forget history: every resourceVersion older than now answers 410 Gone."""

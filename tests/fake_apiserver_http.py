@@ -264,6 +264,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         )
         since_param = query.get("resourceVersion") or "0"
         with api.cv:
+            epoch = api.cut_epoch
             drop_after = api.watch_drops.pop(0) if api.watch_drops else None
             expired = since_param != "0" and int(since_param) < api.compacted_rv
             since = api.rv if since_param == "0" else int(since_param)
@@ -296,7 +297,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             with api.cv:
                 pending = api.watch_events(kind.plural, ns, name, since)
-                while not pending and not api.stopping:
+                while not pending and not api.stopping and api.cut_epoch == epoch:
                     now = time.monotonic()
                     if now >= deadline or (bookmarks and now - last_bookmark >= api.bookmark_seconds):
                         break
@@ -304,6 +305,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     api.cv.wait(max(0.001, wake - now))
                     pending = api.watch_events(kind.plural, ns, name, since)
                 current = api.rv
+                cut = api.cut_epoch != epoch
+            if cut:
+                self._drop()
+                return
             if pending:
                 continue
             if api.stopping or time.monotonic() >= deadline:

@@ -183,10 +183,12 @@ class KubernetesBackend(Backend):
     # -- read ------------------------------------------------------------------------------------
 
     def _get_raw(self, ref: JobRef) -> JobObject:
+        # Through the status subresource: it returns the whole object (metadata, spec, status), and
+        # so the Role needs only `get` on <plural>/status, next to the list/watch the loop uses.
         kind = ref.kind
         result = self._retry.call(
             f"get {kind.kind} {ref.namespace}/{ref.name}",
-            self._custom.get_namespaced_custom_object,
+            self._custom.get_namespaced_custom_object_status,
             kind.group, kind.version, ref.namespace, kind.plural, ref.name, _request_timeout=REQUEST_TIMEOUT,
         )  # fmt: skip
         return dict(result)

@@ -1,0 +1,442 @@
+"""The launcher and the Kubernetes backend against a stand-in for the API server.
+
+These tests use tests/fake_apiserver.py, an in-process HTTP stand-in that serves the real REST
+paths and the watch protocol to the official `kubernetes` client. It is NOT a cluster: no
+operator, no kubelet, no scheduler. The operator's part (conditions, pods, logs, events) is
+played by the scripts below. What they prove is the launcher's and the client's side of the
+protocol: strict create, adoption, watch resumption, retries, cleanup and reporting.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubetrain.backends.kubernetes import KubernetesBackend, RetryPolicy
+from kubetrain.errors import BackendError, ExitCode, JobConflictError, JobFailedError, JobTimeoutError, ManifestError
+from kubetrain.launcher import DeleteAfter, OnTimeout, Tuning, run_job
+from kubetrain.manifests import build_mpijob, build_ps_jobset, build_pytorchjob
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
+from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
+from kubetrain.specs import MPIJobSpec, PSJobSpec, PyTorchJobSpec
+from kubetrain.specs.common import ReplicaSpec
+from kubetrain.specs.jobs import JobMeta
+from kubetrain.status import JobPhase, JobResult
+from tests.fake_apiserver import FakeApiServer, Request, make_pod
+
+pytestmark = pytest.mark.timeout(90)
+
+NS = "team-a"
+RUN, TASK = "run-7f3a", "task-91c2"
+IMAGE = "example.com/train:1"
+FAST = Tuning(pending_poll_seconds=0.2, watch_window_seconds=3.0, log_drain_seconds=5.0, log_tail_lines=5)
+
+
+def meta(name: str, run: str = RUN, task: str = TASK) -> JobMeta:
+    return JobMeta(name=name, namespace=NS, kfp_run_id=run, kfp_task_id=task)
+
+
+def pytorch_manifest(name: str = "train", workers: int = 1, **kw: str) -> dict[str, Any]:
+    worker = ReplicaSpec(image=IMAGE, replicas=workers) if workers else None
+    return build_pytorchjob(PyTorchJobSpec(meta=meta(name, **kw), master=ReplicaSpec(image=IMAGE), worker=worker))
+
+
+def mpi_manifest(name: str = "mpi") -> dict[str, Any]:
+    return build_mpijob(
+        MPIJobSpec(meta=meta(name), launcher=ReplicaSpec(image=IMAGE), worker=ReplicaSpec(image=IMAGE, replicas=2))
+    )
+
+
+def ps_manifest(name: str = "ps") -> dict[str, Any]:
+    return build_ps_jobset(
+        PSJobSpec(
+            meta=meta(name),
+            master=ReplicaSpec(image=IMAGE),
+            ps=ReplicaSpec(image=IMAGE, replicas=2),
+            worker=ReplicaSpec(image=IMAGE, replicas=2),
+        )  # fmt: skip
+    )
+
+
+def cond(ctype: str, reason: str = "", message: str = "", status: str = "True") -> tuple[str, str, str, str]:
+    return (ctype, status, reason, message)
+
+
+@dataclass
+class Env:
+    """One stand-in API server, a kubeconfig pointing at it, and the launcher's output."""
+
+    api: FakeApiServer
+    kubeconfig: Path
+    lines: list[str] = field(default_factory=list)
+
+    def sink(self, line: str) -> None:
+        with self.api.cv:
+            self.lines.append(line)
+            self.api.cv.notify_all()
+
+    def wait_line(self, text: str) -> None:
+        self.api.wait_until(lambda: any(text in line for line in self.lines), f"a launcher line with {text!r}")
+
+    def backend(self, **kw: Any) -> KubernetesBackend:
+        retry = kw.pop("retry", RetryPolicy(attempts=6, initial_delay_seconds=0.01, max_delay_seconds=0.05))
+        return KubernetesBackend(kubeconfig=str(self.kubeconfig), retry=retry, server_watch_seconds=5, **kw)
+
+    def launch(
+        self,
+        manifest: dict[str, Any],
+        script: Callable[[FakeApiServer], None] | None = None,
+        *,
+        timeout: float = 30.0,
+        delete_after: DeleteAfter = "success",
+        on_timeout: OnTimeout = "delete",
+        backend: KubernetesBackend | None = None,
+    ) -> JobResult:
+        """run_job in this thread while `script` plays the operator; the script's errors surface too."""
+        errors: list[BaseException] = []
+
+        def play() -> None:
+            try:
+                if script is not None:
+                    script(self.api)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the test thread
+                errors.append(e)
+
+        player = threading.Thread(target=play, daemon=True)
+        player.start()
+        be = backend or self.backend()
+        try:
+            return run_job(manifest, backend=be, timeout_seconds=timeout, delete_after=delete_after,
+                           on_timeout=on_timeout, log_sink=self.sink, tuning=FAST)  # fmt: skip
+        finally:
+            be.close()
+            player.join(20)
+            if errors:
+                raise errors[0]
+
+    def requests(self, verb: str, resource: str) -> list[Request]:
+        with self.api.cv:
+            return [r for r in self.api.requests if r.verb == verb and r.resource == resource]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    with FakeApiServer(bookmark_seconds=0.1) as api:
+        yield Env(api=api, kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS))
+
+
+def play_success(env: Env, kind: JobKind, name: str, replicas: list[tuple[str, int]], log: list[str],
+                 container: str = "pytorch") -> Callable[[FakeApiServer], None]:  # fmt: skip
+    """Pods Pending → Running → Succeeded, conditions Created → Running → Succeeded, a log on rank 0."""
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(kind, NS, name)
+        pods = [make_pod(name, NS, kind=kind, replica_type=t, index=i, container=container) for t, i in replicas]
+        for pod in pods:
+            api.put_pod(pod)
+        api.set_conditions(kind, NS, name, cond("Created", f"{kind.kind}Created"))
+        env.wait_line("Pending (ContainerCreating)")
+        for t, i in replicas:
+            api.put_pod(make_pod(name, NS, kind=kind, replica_type=t, index=i, phase="Running", container=container))
+        api.set_conditions(kind, NS, name, cond("Created"), cond("Running", f"{kind.kind}Running"),
+                           startTime="2025-03-01T10:00:00Z")  # fmt: skip
+        primary = pods[0]["metadata"]["name"]
+        api.append_log(NS, primary, container, *log)
+        env.wait_line(log[-1])
+        for t, i in replicas:
+            api.put_pod(make_pod(name, NS, kind=kind, replica_type=t, index=i, phase="Succeeded", container=container))
+        done = "Completed" if kind is JOBSET else "Succeeded"
+        api.set_conditions(kind, NS, name, cond("Created"), cond("Running", status="False"), cond(done, "AllDone"),
+                           startTime="2025-03-01T10:00:00Z", completionTime="2025-03-01T10:05:00Z")  # fmt: skip
+
+    return script
+
+
+def test_success_strict_create_progress_logs_and_foreground_delete(env: Env) -> None:
+    script = play_success(env, PYTORCHJOB, "train", [("Master", 0), ("Worker", 0)], ["epoch 1 loss=0.9", "done"])
+    result = env.launch(pytorch_manifest(), script)
+    assert (result.phase, result.name, result.namespace, result.kind) == (JobPhase.SUCCEEDED, "train", NS, "PyTorchJob")
+    assert result.duration_seconds == 300.0
+    assert result.backend == "kubernetes"
+    [create] = env.requests("create", "pytorchjobs")
+    assert create.query["fieldValidation"] == "Strict"
+    text = "\n".join(env.lines)
+    for expected in (
+        "PyTorchJob team-a/train: submitted → Created (PyTorchJobCreated)",
+        "Created → Running (PyTorchJobRunning)",
+        "Running → Succeeded (AllDone)",
+        "pod train-master-0 [Master 0]: Pending (ContainerCreating)",
+        "pod train-master-0 [Master 0]: Pending → Running after",
+        "following the log of pod train-master-0 [Master 0], container pytorch",
+        "[train-master-0] epoch 1 loss=0.9",
+    ):
+        assert expected in text, (expected, text)
+    logs = env.requests("get", "pods/log")
+    assert logs and all(r.query["container"] == "pytorch" for r in logs)
+    assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
+    assert ("pytorchjobs", NS, "train") not in env.api.objects
+
+
+def test_failure_reports_reason_and_log_tails_read_before_delete(env: Env) -> None:
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Running"))
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Worker", index=0, phase="Running"))
+        api.append_log(NS, "train-worker-0", "pytorch", *[f"step {i}" for i in range(20)], "RuntimeError: NaN loss")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Worker", index=0, phase="Failed", exit_code=3))
+        api.set_conditions(PYTORCHJOB, NS, "train",
+                           cond("Failed", "PyTorchJobFailed", "PyTorchJob train is failed because 1 Worker replica(s) "
+                                "failed."))  # fmt: skip
+
+    with pytest.raises(JobFailedError) as info:
+        env.launch(pytorch_manifest(), script, delete_after="always")
+    err = info.value
+    assert err.exit_code == ExitCode.JOB_FAILED
+    assert err.reason == "PyTorchJobFailed"
+    assert "1 Worker replica(s) failed" in str(err)
+    assert err.log_tails["train-worker-0/pytorch"].splitlines() == [
+        "step 16", "step 17", "step 18", "step 19", "RuntimeError: NaN loss"
+    ]  # fmt: skip
+    tail_read = next(i for i, r in enumerate(env.api.requests)
+                     if r.resource == "pods/log" and r.query.get("tailLines") == "5")  # fmt: skip
+    delete = next(i for i, r in enumerate(env.api.requests) if r.verb == "delete")
+    assert tail_read < delete
+
+
+def test_failed_job_is_kept_by_default(env: Env) -> None:
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Failed", exit_code=137))
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Failed", "PyTorchJobFailed", "master OOMKilled"))
+
+    with pytest.raises(JobFailedError, match="kept for debugging"):
+        env.launch(pytorch_manifest(workers=0), script)
+    assert env.api.deletions == []
+    assert ("pytorchjobs", NS, "train") in env.api.objects
+
+
+def _existing(env: Env, manifest: dict[str, Any], *conditions: tuple[str, str, str, str]) -> str:
+    """Create `manifest` in the stand-in directly (another launcher did), with a status; its uid."""
+    code, obj = env.api.create(PYTORCHJOB, NS, copy.deepcopy(manifest), {"fieldValidation": "Strict"})
+    assert code == 201, obj
+    if conditions:
+        env.api.set_conditions(PYTORCHJOB, NS, manifest["metadata"]["name"], *conditions)
+    return str(obj["metadata"]["uid"])
+
+
+def test_409_with_this_tasks_labels_adopts_the_running_job(env: Env) -> None:
+    uid = _existing(env, pytorch_manifest(workers=0), cond("Created"), cond("Running"))
+
+    def script(api: FakeApiServer) -> None:
+        env.wait_line("submitted → Running")  # the adopted job's state is reported as it is
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Succeeded", "PyTorchJobSucceeded"))
+
+    result = env.launch(pytorch_manifest(workers=0), script)
+    assert result.uid == uid
+    assert result.phase == JobPhase.SUCCEEDED
+    assert len(env.requests("create", "pytorchjobs")) == 1 + 0  # ours; the first was made directly
+    assert env.requests("get", "pytorchjobs/status"), "adoption reads the existing job"
+
+
+def test_409_of_a_failed_job_of_this_task_replaces_it(env: Env) -> None:
+    """A KFP retry of a failed task derives the same name: it must run again, not re-read the failure."""
+    old_uid = _existing(env, pytorch_manifest(workers=0), cond("Failed", "PyTorchJobFailed"))
+    operator = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["second attempt"])
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_until(lambda: bool(api.deletions), "the failed job's deletion")
+        operator(api)
+
+    result = env.launch(pytorch_manifest(workers=0), script)
+    assert result.uid != old_uid
+    assert env.api.deletions[0][:3] == ("pytorchjobs", NS, "train")
+
+
+def test_409_of_someone_elses_job_fails_clearly_and_touches_nothing(env: Env) -> None:
+    _existing(env, pytorch_manifest(workers=0, run="other-run", task="other-task"), cond("Running"))
+    with pytest.raises(JobConflictError) as info:
+        env.launch(pytorch_manifest(workers=0))
+    message = str(info.value)
+    assert "already exists and does not belong to this task" in message
+    assert "'other-run'/'other-task'" in message and f"{RUN!r}/{TASK!r}" in message
+    assert info.value.exit_code == ExitCode.INVALID_INPUT
+    assert env.api.deletions == []
+
+
+def test_unknown_field_is_rejected_by_strict_validation_not_pruned(env: Env) -> None:
+    manifest = pytorch_manifest(workers=0)
+    manifest["spec"]["cleanPodPolicy"] = "All"  # the old launchers' misplaced field
+    with pytest.raises(ManifestError, match=r'unknown field "spec\.cleanPodPolicy"') as info:
+        env.launch(manifest)
+    assert info.value.exit_code == ExitCode.INVALID_INPUT
+    assert env.api.objects == {}
+
+
+@pytest.mark.parametrize("gone_as_http", [False, True], ids=["410-event", "410-status"])
+def test_watch_drop_resumes_from_resource_version_and_410_relists(env: Env, gone_as_http: bool) -> None:
+    env.api.gone_as_http = gone_as_http
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Created"))
+        env.wait_line("→ Created")
+        created_rv = api.objects[("pytorchjobs", NS, "train")]["metadata"]["resourceVersion"]
+        watches = len(env.requests("watch", "pytorchjobs"))
+        api.cut_watches()  # the connection drops mid-watch
+        api.wait_until(lambda: len(env.requests("watch", "pytorchjobs")) > watches, "a reconnected watch")
+        resumed = env.requests("watch", "pytorchjobs")[-1].query["resourceVersion"]
+        assert int(resumed) >= int(created_rv), (resumed, created_rv)
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Created"), cond("Running"))
+        env.wait_line("→ Running")
+        lists = len(env.requests("list", "pytorchjobs"))
+        api.cut_watches(expire=True)  # history compacted: resuming answers 410 Gone
+        api.wait_until(lambda: len(env.requests("list", "pytorchjobs")) > lists, "a re-list after 410")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Succeeded", "PyTorchJobSucceeded"))
+
+    result = env.launch(pytorch_manifest(workers=0), script)
+    assert result.phase == JobPhase.SUCCEEDED
+    watches = env.requests("watch", "pytorchjobs")
+    assert all(w.query["allowWatchBookmarks"] in ("true", "True") for w in watches)
+    assert all(1 <= int(w.query["timeoutSeconds"]) <= 5 for w in watches)
+    text = "\n".join(env.lines)
+    assert text.count("→ Running") == 1 and text.count("→ Succeeded") == 1
+
+
+def test_5xx_429_and_dropped_connections_are_retried(env: Env) -> None:
+    env.api.fail_next(3, 500)
+    env.api.fail_next(2, 429, retry_after=0.05, message="throttled")
+    env.api.fail_next(2, None)  # connection closed without an answer
+    env.api.fail_next(2, 503, match=lambda r: r.verb == "watch")
+    script = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["ok"])
+    backend = env.backend(retry=RetryPolicy(attempts=10, initial_delay_seconds=0.01, max_delay_seconds=0.05))
+    result = env.launch(pytorch_manifest(workers=0), script, backend=backend)
+    assert result.phase == JobPhase.SUCCEEDED
+    assert all(f.times == 0 for f in env.api.faults)
+    assert len(env.requests("create", "pytorchjobs")) >= 1
+
+
+def test_a_5xx_storm_beyond_the_retry_limit_is_an_infrastructure_error(env: Env) -> None:
+    env.api.fail_next(1000, 503, message="etcdserver: leader changed")
+    backend = env.backend(retry=RetryPolicy(attempts=4, initial_delay_seconds=0.01, max_delay_seconds=0.02))
+    with pytest.raises(BackendError, match=r"kept failing \(4 attempts\).*leader changed") as info:
+        env.launch(pytorch_manifest(workers=0), backend=backend)
+    assert info.value.exit_code == ExitCode.INFRASTRUCTURE
+    assert len(env.api.requests) == 4
+
+
+def test_timeout_deletes_the_job(env: Env) -> None:
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Running"))
+
+    with pytest.raises(JobTimeoutError, match="did not finish within 1.5s .*deleted it") as info:
+        env.launch(pytorch_manifest(workers=0), script, timeout=1.5)
+    assert info.value.exit_code == ExitCode.TIMEOUT
+    assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
+
+
+def test_timeout_can_suspend_instead_of_delete(env: Env) -> None:
+    with pytest.raises(JobTimeoutError, match="suspended it"):
+        env.launch(pytorch_manifest(workers=0), timeout=1.0, on_timeout="suspend")
+    [patch] = env.requests("patch", "pytorchjobs")
+    assert patch.body == {"spec": {"runPolicy": {"suspend": True}}}
+    assert env.api.objects[("pytorchjobs", NS, "train")]["spec"]["runPolicy"]["suspend"] is True
+    assert env.api.deletions == []
+
+
+def test_image_pull_backoff_and_unschedulable_are_reported(env: Env) -> None:
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", waiting="ImagePullBackOff",
+                             waiting_message='Back-off pulling image "example.com/train:1"'))  # fmt: skip
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Worker",
+                             unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."))  # fmt: skip
+        api.add_event(NS, "Pod", "train-worker-0", "FailedScheduling", "0/3 nodes are available")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Created"))
+        env.wait_line("ImagePullBackOff")
+        env.wait_line("Unschedulable")
+        env.wait_line("FailedScheduling")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Failed", "PyTorchJobFailed", "gave up"))
+
+    with pytest.raises(JobFailedError):
+        env.launch(pytorch_manifest(), script)
+    text = "\n".join(env.lines)
+    assert (
+        'pod train-master-0 [Master 0]: Pending (ImagePullBackOff): Back-off pulling image "example.com/train:1"'
+        in text
+    )
+    assert "pod train-worker-0 [Worker 0]: Pending (Unschedulable): 0/3 nodes are available" in text
+    assert ", pending " in text
+    assert "event on Pod/train-worker-0: FailedScheduling: 0/3 nodes are available" in text
+
+
+def test_mpijob_rejected_by_the_operator_fails_with_the_validation_event(env: Env) -> None:
+    message = "Invalid MPIJob: spec.mpiReplicaSpecs[Launcher].replicas: Invalid value: 2: must be 1"
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(MPIJOB, NS, "mpi")
+        api.add_event(NS, "MPIJob", "mpi", "ValidationError", message)
+
+    with pytest.raises(JobFailedError, match="must be 1") as info:
+        env.launch(mpi_manifest(), script, timeout=60)
+    assert info.value.reason == "ValidationError"
+    assert env.requests("list", "events")
+
+
+def test_mpijob_success_follows_the_launcher_pod(env: Env) -> None:
+    script = play_success(env, MPIJOB, "mpi", [("Launcher", 0), ("Worker", 0), ("Worker", 1)],
+                          ["mpirun: 3 ranks", "accuracy 0.97"], container="mpi")  # fmt: skip
+    result = env.launch(mpi_manifest(), script)
+    assert result.phase == JobPhase.SUCCEEDED
+    assert "[mpi-launcher-0] accuracy 0.97" in env.lines
+    assert env.requests("list", "pods")[0].query["labelSelector"] == "training.kubeflow.org/job-name=mpi"
+
+
+def test_jobset_success_follows_the_master_pod(env: Env) -> None:
+    script = play_success(env, JOBSET, "ps", [("master", 0), ("ps", 0), ("worker", 0)], ["tasks done: 40"],
+                          container="ps")  # fmt: skip
+    result = env.launch(ps_manifest(), script)
+    assert result.phase == JobPhase.SUCCEEDED
+    assert "[ps-master-0-0-abcde] tasks done: 40" in env.lines
+    assert env.requests("list", "pods")[0].query["labelSelector"] == "jobset.sigs.k8s.io/jobset-name=ps"
+    assert env.api.deletions[0][:3] == ("jobsets", NS, "ps")
+
+
+def test_crashed_container_log_is_read_from_the_previous_instance(env: Env) -> None:
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Running", sidecar=True))
+        api.append_log(NS, "train-master-0", "pytorch", "Killed: out of memory", restart=0)
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Running", restarts=1,
+                             last_exit_code=137, sidecar=True))  # fmt: skip
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Restarting", "PyTorchJobRestarting"))
+        env.wait_line("Killed: out of memory")
+        api.append_log(NS, "train-master-0", "pytorch", "resumed from checkpoint")
+        env.wait_line("resumed from checkpoint")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Succeeded", restarts=1,
+                             sidecar=True))  # fmt: skip
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Succeeded"))
+
+    env.launch(pytorch_manifest(workers=0), script)
+    assert "[train-master-0 (previous)] Killed: out of memory" in env.lines
+    assert "[train-master-0] resumed from checkpoint" in env.lines
+    assert any(line.endswith("Restarting (PyTorchJobRestarting)") for line in env.lines)
+    assert all(r.query.get("container") == "pytorch" for r in env.requests("get", "pods/log"))
+
+
+def test_owner_reference_to_the_launcher_pod(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "pipeline-step-abc")
+    monkeypatch.setenv("POD_UID", "1234-uid")
+    script = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["ok"])
+    env.launch(pytorch_manifest(workers=0), script, backend=env.backend(owner_pod=True), delete_after="never")
+    owner = env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["ownerReferences"]
+    assert owner == [{"apiVersion": "v1", "kind": "Pod", "name": "pipeline-step-abc", "uid": "1234-uid",
+                      "controller": False, "blockOwnerDeletion": False}]  # fmt: skip
+    labels = env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["labels"]
+    assert (labels[LABEL_RUN_ID], labels[LABEL_TASK_ID]) == (RUN, TASK)

@@ -1,0 +1,98 @@
+"""deploy/rbac.yaml grants exactly the API calls the launcher makes: no more, no less.
+
+The calls are recorded by the stand-in API server (tests/fake_apiserver.py; not a cluster) while
+the launcher runs every path that talks to the API, for each job kind: adopt after a 409, report
+a pending pod and its events, follow the log, succeed and delete, time out and suspend.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubetrain.errors import JobTimeoutError
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
+from tests.conftest import REPO_ROOT
+from tests.fake_apiserver import FakeApiServer, make_pod
+from tests.integration.test_k8s_launcher import NS, Env, cond, mpi_manifest, ps_manifest, pytorch_manifest
+
+pytestmark = pytest.mark.timeout(120)
+
+RBAC = REPO_ROOT / "deploy" / "rbac.yaml"
+CASES: list[tuple[JobKind, Any, str, tuple[str, int], str]] = [
+    (PYTORCHJOB, pytorch_manifest, "train", ("Master", 0), "pytorch"),
+    (MPIJOB, mpi_manifest, "mpi", ("Launcher", 0), "mpi"),
+    (JOBSET, ps_manifest, "ps", ("master", 0), "ps"),
+]
+
+
+def documents() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """Every (verb, group, resource) the Role grants, expanded."""
+    [role] = [d for d in documents() if d["kind"] == "Role"]
+    return {
+        (verb, group, resource)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def exercise(env: Env, kind: JobKind, build: Any, name: str, primary: tuple[str, int], container: str) -> None:
+    """Every API path of the launcher for one kind, against one stand-in server."""
+    manifest = build()
+    code, obj = env.api.create(kind, NS, copy.deepcopy(manifest), {"fieldValidation": "Strict"})
+    assert code == 201, obj  # another launcher of this task created it: this one adopts it
+
+    pod = make_pod(name, NS, kind=kind, replica_type=primary[0], index=primary[1], container=container)
+
+    def script(api: FakeApiServer) -> None:
+        api.put_pod(copy.deepcopy(pod))
+        api.add_event(NS, "Pod", f"{name}-x", "FailedMount", "volume not ready")
+        env.wait_line("FailedMount")  # pods and events were listed
+        api.put_pod(make_pod(name, NS, kind=kind, replica_type=primary[0], index=primary[1], container=container,
+                             phase="Running"))  # fmt: skip
+        api.append_log(NS, pod["metadata"]["name"], container, "hello")
+        env.wait_line("hello")
+        api.put_pod(make_pod(name, NS, kind=kind, replica_type=primary[0], index=primary[1], container=container,
+                             phase="Succeeded"))  # fmt: skip
+        api.set_conditions(kind, NS, name, cond("Completed" if kind is JOBSET else "Succeeded"))
+
+    env.launch(manifest, script, delete_after="always")
+    # A second job of the kind that hits its deadline and is suspended.
+    with pytest.raises(JobTimeoutError):
+        env.launch(build(name=f"{name}2"), timeout=1.0, on_timeout="suspend")
+
+
+def test_role_grants_exactly_the_calls_the_launcher_makes(tmp_path: Path) -> None:
+    used: set[tuple[str, str, str]] = set()
+    for kind, build, name, primary, container in CASES:
+        with FakeApiServer(bookmark_seconds=0.1) as api:
+            env = Env(api=api, kubeconfig=api.write_kubeconfig(tmp_path / f"kubeconfig-{kind.plural}", namespace=NS))
+            exercise(env, kind, build, name, primary, container)
+            used |= api.api_calls()
+    role = granted()
+    assert used - role == set(), f"the launcher makes calls the Role does not grant: {sorted(used - role)}"
+    assert role - used == set(), f"the Role grants calls the launcher never makes: {sorted(role - used)}"
+
+
+def test_bindings_cover_standalone_and_multi_user_kfp_and_the_own_account() -> None:
+    docs = documents()
+    assert {d["kind"] for d in docs} == {"ServiceAccount", "Role", "RoleBinding"}
+    assert all("namespace" not in d["metadata"] for d in docs), "applied with -n, so one file serves any namespace"
+    [role] = [d for d in docs if d["kind"] == "Role"]
+    subjects = set()
+    for binding in (d for d in docs if d["kind"] == "RoleBinding"):
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": role["metadata"]["name"]}  # fmt: skip
+        subjects |= {(s["kind"], s["name"]) for s in binding["subjects"]}
+    assert subjects == {("ServiceAccount", "pipeline-runner"), ("ServiceAccount", "default-editor"),
+                        ("ServiceAccount", "kubetrain-launcher")}  # fmt: skip
