@@ -60,7 +60,7 @@ def ps_manifest(name: str = "ps") -> dict[str, Any]:
             master=ReplicaSpec(image=IMAGE),
             ps=ReplicaSpec(image=IMAGE, replicas=2),
             worker=ReplicaSpec(image=IMAGE, replicas=2),
-        )  # fmt: skip
+        )
     )
 
 
@@ -335,7 +335,7 @@ def test_timeout_deletes_the_job(env: Env) -> None:
         api.wait_job(PYTORCHJOB, NS, "train")
         api.set_conditions(PYTORCHJOB, NS, "train", cond("Running"))
 
-    with pytest.raises(JobTimeoutError, match="did not finish within 1.5s .*deleted it") as info:
+    with pytest.raises(JobTimeoutError, match=r"did not finish within 1\.5s .*deleted it") as info:
         env.launch(pytorch_manifest(workers=0), script, timeout=1.5)
     assert info.value.exit_code == ExitCode.TIMEOUT
     assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
