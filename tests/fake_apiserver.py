@@ -292,6 +292,8 @@ class FakeApiServer:
             obj = copy.deepcopy(body)
             obj["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()), generation=1,
                                    creationTimestamp=now_rfc3339())  # fmt: skip
+            if query.get("dryRun") == "All":
+                return 201, obj  # validated, admitted, not stored
             self.objects[key] = obj
             self._record("ADDED", key, obj)
             return 201, copy.deepcopy(obj)

@@ -105,6 +105,7 @@ def run_job(
     stream_logs: bool = True,
     cancel: threading.Event | None = None,
     tuning: Tuning | None = None,
+    on_status: Callable[[JobStatus], None] | None = None,
 ) -> JobResult:
     """Submit `manifest` on `backend`, follow it to its end and return its result.
 
@@ -113,6 +114,7 @@ def run_job(
     BackendError (the API failed after retries) or InvalidInputError (nothing was submitted).
     Signal handlers are installed only when called from the main thread, and restored on return;
     from other threads, set `cancel` to cancel. `tuning` sets watch windows and poll intervals.
+    `on_status` is called with every status the watch delivers (progress bars, KFP metadata).
     """
     opts = AwaitOptions(
         timeout_seconds=timeout_seconds,
@@ -122,7 +124,7 @@ def run_job(
         tuning=tuning or Tuning(),
     )
     kind_of(manifest)  # refuses unknown kinds before anything is submitted
-    return _Launch(manifest, backend, opts, log_sink, cancel or threading.Event()).run()
+    return _Launch(manifest, backend, opts, log_sink, cancel or threading.Event(), on_status).run()
 
 
 class _Launch:
@@ -135,8 +137,10 @@ class _Launch:
         opts: AwaitOptions,
         sink: LogSink,
         cancel: threading.Event,
+        on_status: Callable[[JobStatus], None] | None,
     ) -> None:
         self.manifest = manifest
+        self.on_status = on_status
         self.backend = backend
         self.opts = opts
         self.sink = sink
@@ -166,6 +170,7 @@ class _Launch:
                         poll_seconds=self.opts.tuning.pending_poll_seconds,
                         job_done=self.job_done,
                         stop=self.stop_logs,
+                        kubectl_hint=self.backend.name == "kubernetes",
                     )
                     self.follower.start()
                 status, obj = self._await(progress, deadline)
@@ -200,6 +205,8 @@ class _Launch:
                     for obj in stream:
                         status = parse_job_status(obj)
                         changed = progress.job(status)
+                        if self.on_status is not None:
+                            self.on_status(status)
                         if status.phase.terminal:
                             self.last_pods = self.backend.pods(self.ref)
                             progress.pods(self.last_pods)

@@ -85,6 +85,7 @@ class LogFollower(threading.Thread):
         poll_seconds: float,
         job_done: threading.Event,
         stop: threading.Event,
+        kubectl_hint: bool = False,
     ) -> None:
         super().__init__(name=f"kubetrain-logs-{ref.name}", daemon=True)
         self._backend = backend
@@ -93,6 +94,7 @@ class LogFollower(threading.Thread):
         self._poll = poll_seconds
         self._job_done = job_done
         self._stop_event = stop
+        self._hint = kubectl_hint
         self._emitted: dict[tuple[str, int], int] = {}  # (pod, restart count) -> lines written
         self._done: set[tuple[str, int]] = set()  # container instances read to their end
         self.lines = 0
@@ -123,7 +125,10 @@ class LogFollower(threading.Thread):
                     return
                 continue
             if announced != pod.name:
-                self._sink(f"following the log of {describe_pod(pod)}, container {pod.container}")
+                hint = (
+                    f" (kubectl -n {self._ref.namespace} logs -f {pod.name} -c {pod.container})" if self._hint else ""
+                )
+                self._sink(f"following the log of {describe_pod(pod)}, container {pod.container}{hint}")
                 announced = pod.name
             if pod.restart_count > 0 and (pod.name, pod.restart_count - 1) not in self._done:
                 # The container crashed since we last read it (or before we attached): its log

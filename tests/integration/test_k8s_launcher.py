@@ -440,3 +440,44 @@ def test_owner_reference_to_the_launcher_pod(env: Env, monkeypatch: pytest.Monke
                       "controller": False, "blockOwnerDeletion": False}]  # fmt: skip
     labels = env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["labels"]
     assert (labels[LABEL_RUN_ID], labels[LABEL_TASK_ID]) == (RUN, TASK)
+
+
+def test_dry_run_validates_strictly_and_creates_nothing(env: Env) -> None:
+    backend = env.backend()
+    try:
+        obj = backend.dry_run(pytorch_manifest(workers=0))
+        assert obj["metadata"]["name"] == "train" and obj["metadata"]["uid"]
+        bad = pytorch_manifest(workers=0)
+        bad["spec"]["runPolicy"]["activeDeadlineSecond"] = 60  # the TFJob launcher's misspelt key
+        with pytest.raises(ManifestError, match=r'unknown field "spec\.runPolicy\.activeDeadlineSecond"'):
+            backend.dry_run(bad)
+    finally:
+        backend.close()
+    assert env.api.objects == {}
+    assert all(r.query.get("dryRun") == "All" for r in env.requests("create", "pytorchjobs"))
+
+
+def test_every_status_reaches_the_callback_and_the_log_hint_names_the_container(env: Env) -> None:
+    seen: list[JobPhase] = []
+    script = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["ok"])
+    errors: list[BaseException] = []
+
+    def play() -> None:
+        try:
+            script(env.api)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    player = threading.Thread(target=play, daemon=True)
+    player.start()
+    backend = env.backend()
+    try:
+        run_job(pytorch_manifest(workers=0), backend=backend, timeout_seconds=30, log_sink=env.sink, tuning=FAST,
+                on_status=lambda s: seen.append(s.phase))  # fmt: skip
+    finally:
+        backend.close()
+        player.join(20)
+    assert not errors
+    assert seen[-1] == JobPhase.SUCCEEDED
+    assert JobPhase.RUNNING in seen
+    assert any(f"(kubectl -n {NS} logs -f train-master-0 -c pytorch)" in line for line in env.lines)

@@ -65,7 +65,7 @@ class KubernetesBackend(Backend):
         context: str | None = None,
         owner_pod: bool = False,
         retry: RetryPolicy | None = None,
-        server_watch_seconds: int = 60,
+        server_watch_seconds: int = 300,
         resubmit_failed: bool = True,
         gone_wait_seconds: float = 120.0,
         connection: Connection | None = None,
@@ -87,6 +87,35 @@ class KubernetesBackend(Backend):
 
     def submit(self, manifest: Mapping[str, Any]) -> JobRef:
         """Create the job (Strict field validation), adopting this task's existing job on 409."""
+        kind, body = self._prepare(manifest)
+        try:
+            created = self._create(kind, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise self._create_error(kind, body, e) from e
+            return self._adopt(kind, body)
+        return JobRef.from_object(created, default_namespace=body["metadata"]["namespace"])
+
+    def dry_run(self, manifest: Mapping[str, Any]) -> JobObject:
+        """What the API server would store (defaults and webhooks applied), creating nothing.
+
+        Server-side dry run with Strict field validation: the same checks as `submit`, against the
+        CRDs actually installed in the cluster.
+        """
+        kind, body = self._prepare(manifest)
+        try:
+            return self._create(kind, body, dry_run=True)
+        except ApiException as e:
+            if e.status == 409:
+                meta = body["metadata"]
+                raise JobConflictError(
+                    f"{kind.kind} {meta['namespace']}/{meta['name']} already exists (a launch would adopt it "
+                    "if it carries this task's labels)"
+                ) from e
+            raise self._create_error(kind, body, e) from e
+
+    def _prepare(self, manifest: Mapping[str, Any]) -> tuple[JobKind, JobObject]:
+        """The body to create: namespace resolved, name required, submission id, owner reference."""
         kind = kind_of(manifest)
         body: JobObject = copy.deepcopy(dict(manifest))
         meta = body.setdefault("metadata", {})
@@ -105,21 +134,16 @@ class KubernetesBackend(Backend):
         meta.setdefault("annotations", {})[SUBMISSION_ANNOTATION] = uuid.uuid4().hex
         if self._owner is not None:
             meta["ownerReferences"] = [*(meta.get("ownerReferences") or []), dict(self._owner)]
-        try:
-            created = self._create(kind, body)
-        except ApiException as e:
-            if e.status != 409:
-                raise self._create_error(kind, body, e) from e
-            return self._adopt(kind, body)
-        return JobRef.from_object(created, default_namespace=namespace)
+        return kind, body
 
-    def _create(self, kind: JobKind, body: JobObject) -> JobObject:
+    def _create(self, kind: JobKind, body: JobObject, *, dry_run: bool = False) -> JobObject:
         meta = body["metadata"]
+        extra = {"dry_run": "All"} if dry_run else {}
         result = self._retry.call(
             f"create {kind.kind} {meta['namespace']}/{meta['name']}",
             self._custom.create_namespaced_custom_object,
             kind.group, kind.version, meta["namespace"], kind.plural, body,
-            field_validation="Strict", _request_timeout=REQUEST_TIMEOUT,
+            field_validation="Strict", _request_timeout=REQUEST_TIMEOUT, **extra,
         )  # fmt: skip
         return dict(result)
 

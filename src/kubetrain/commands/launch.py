@@ -61,6 +61,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--owner-pod", action="store_true",
                         help="make the launcher pod (POD_NAME/POD_UID from the downward API) own the job")  # fmt: skip
     parser.add_argument("--no-logs", action="store_true", help="do not follow the primary pod's log")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="server-side dry run (Strict field validation, webhooks, defaults): print the object, create nothing",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON object on stdout")
     parser.set_defaults(func=run)
 
@@ -98,8 +103,10 @@ def make_backend(args: argparse.Namespace) -> Backend:
     """The backend the flags ask for (imported lazily: the local runner and the k8s client are heavy)."""
     if args.local:
         # Resolved at run time: the local runner is its own module with its own dependencies.
+        # Its own log streaming stays off: the launcher follows the primary pod's log, as on a
+        # cluster, and the two together would print every master line twice.
         local = importlib.import_module("kubetrain.backends.local")
-        return cast(Backend, local.LocalBackend(root=args.local_root, stream_logs=not args.no_logs))
+        return cast(Backend, local.LocalBackend(root=args.local_root, stream_logs=False))
     from kubetrain.backends.kubernetes import KubernetesBackend
 
     return KubernetesBackend(
@@ -107,11 +114,30 @@ def make_backend(args: argparse.Namespace) -> Backend:
     )
 
 
+def dry_run(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
+    """Print what the API server would store for `manifest`; nothing is created."""
+    if args.local:
+        raise InvalidInputError("--dry-run asks the API server; it cannot be combined with --local")
+    from kubetrain.backends.kubernetes import KubernetesBackend
+
+    backend = KubernetesBackend(namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
+    try:
+        obj = backend.dry_run(manifest)
+    finally:
+        backend.close()
+    print(
+        json.dumps(obj, indent=2) if args.json else yaml.safe_dump(obj, sort_keys=False), end="\n" if args.json else ""
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Launch the manifest and return the exit code."""
     try:
         manifest = apply_namespace(load_manifest(args.filename), args.namespace)
         kind_of(manifest)
+        if args.dry_run:
+            return dry_run(args, manifest)
         backend = make_backend(args)
         try:
             result = run_job(
