@@ -20,7 +20,6 @@ import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -29,8 +28,16 @@ from kubernetes.client.exceptions import ApiException
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
 from kubetrain.backends.kubernetes_config import Connection, connect, job_name_for_task, owner_reference_from_env
 from kubetrain.backends.kubernetes_objects import belongs_to, event_info, pod_info, pod_selector
-from kubetrain.backends.kubernetes_retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, api_message, is_transient
-from kubetrain.errors import BackendError, JobConflictError, JobFailedError, ManifestError
+from kubetrain.backends.kubernetes_retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, is_transient
+from kubetrain.backends.kubernetes_stream import (
+    WatchState,
+    api_error,
+    create_error,
+    deleted_error,
+    json_lines,
+    stream_lines,
+)
+from kubetrain.errors import BackendError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, parse_job_status
@@ -41,15 +48,8 @@ logger = logging.getLogger(__name__)
 REQUEST_TIMEOUT = (10.0, 60.0)
 WATCH_READ_GRACE_SECONDS = 30.0
 SUBMISSION_ANNOTATION = "kubetrain.io/submission-id"
-OPERATORS = {"kubeflow.org": "the Kubeflow training-operator / mpi-operator", "jobset.x-k8s.io": "JobSet"}
 
 __all__ = ["KubernetesBackend", "RetryPolicy", "job_name_for_task"]
-
-
-@dataclass
-class _WatchState:
-    obj: JobObject
-    resource_version: str
 
 
 class KubernetesBackend(Backend):
@@ -81,7 +81,7 @@ class KubernetesBackend(Backend):
         self._server_watch_seconds = max(1, int(server_watch_seconds))
         self._resubmit_failed = resubmit_failed
         self._gone_wait_seconds = gone_wait_seconds
-        self._watches: dict[tuple[str, str], _WatchState] = {}
+        self._watches: dict[tuple[str, str], WatchState] = {}
 
     # -- create ----------------------------------------------------------------------------------
 
@@ -92,7 +92,7 @@ class KubernetesBackend(Backend):
             created = self._create(kind, body)
         except ApiException as e:
             if e.status != 409:
-                raise self._create_error(kind, body, e) from e
+                raise create_error(kind, body, e) from e
             return self._adopt(kind, body)
         return JobRef.from_object(created, default_namespace=body["metadata"]["namespace"])
 
@@ -112,7 +112,7 @@ class KubernetesBackend(Backend):
                     f"{kind.kind} {meta['namespace']}/{meta['name']} already exists (a launch would adopt it "
                     "if it carries this task's labels)"
                 ) from e
-            raise self._create_error(kind, body, e) from e
+            raise create_error(kind, body, e) from e
 
     def _prepare(self, manifest: Mapping[str, Any]) -> tuple[JobKind, JobObject]:
         """The body to create: namespace resolved, name required, submission id, owner reference."""
@@ -146,24 +146,6 @@ class KubernetesBackend(Backend):
             field_validation="Strict", _request_timeout=REQUEST_TIMEOUT, **extra,
         )  # fmt: skip
         return dict(result)
-
-    def _create_error(self, kind: JobKind, body: JobObject, e: ApiException) -> Exception:
-        meta = body["metadata"]
-        label = f"{kind.kind} {meta['namespace']}/{meta['name']}"
-        message = api_message(e)
-        if e.status in (400, 422):
-            return ManifestError(label, f"rejected by the API server (HTTP {e.status}): {message}")
-        if e.status == 403:
-            return BackendError(
-                f"create {label}: forbidden: {message}; "
-                "grant the launcher's service account the Role in deploy/rbac.yaml"
-            )
-        if e.status == 404:
-            return BackendError(
-                f"create {label}: the API server does not serve {kind.api_version} {kind.plural} "
-                f"({message}); is {OPERATORS.get(kind.group, 'its operator')} installed?"
-            )
-        return BackendError(f"create {label}: HTTP {e.status}: {message}")
 
     def _adopt(self, kind: JobKind, body: JobObject) -> JobRef:
         meta = body["metadata"]
@@ -199,7 +181,7 @@ class KubernetesBackend(Backend):
             except ApiException as e:
                 if e.status == 404:
                     return
-                raise self._error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
+                raise api_error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
             time.sleep(1.0)
         raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} was still being deleted after "
                            f"{self._gone_wait_seconds:g}s; its pods may be stuck terminating")  # fmt: skip
@@ -222,9 +204,9 @@ class KubernetesBackend(Backend):
         try:
             return self._get_raw(ref)
         except ApiException as e:
-            raise self._error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
+            raise api_error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
 
-    def _relist(self, ref: JobRef) -> _WatchState:
+    def _relist(self, ref: JobRef) -> WatchState:
         """The job and the list's resourceVersion to watch from (after a start or a 410 Gone)."""
         kind = ref.kind
         what = f"list {kind.kind} {ref.namespace}/{ref.name}"
@@ -235,11 +217,11 @@ class KubernetesBackend(Backend):
                 field_selector=f"metadata.name={ref.name}", _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except ApiException as e:
-            raise self._error(what, e) from e
+            raise api_error(what, e) from e
         items = listing.get("items") or []
         if not items:
-            raise self._deleted(ref)
-        return _WatchState(obj=items[0], resource_version=str(listing["metadata"]["resourceVersion"]))
+            raise deleted_error(ref)
+        return WatchState(obj=items[0], resource_version=str(listing["metadata"]["resourceVersion"]))
 
     def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
         """The job's current state, then every change, for about `timeout_seconds`."""
@@ -256,7 +238,7 @@ class KubernetesBackend(Backend):
             try:
                 response = self._open_watch(ref, state.resource_version, server_timeout)
                 try:
-                    for event in _json_lines(response):
+                    for event in json_lines(response):
                         etype, obj = event.get("type"), event.get("object") or {}
                         if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
                             raise BackendError(f"{what}: the server sent something that is not a watch event: "
@@ -274,7 +256,7 @@ class KubernetesBackend(Backend):
                             continue
                         if etype == "DELETED":
                             self._watches.pop(key, None)
-                            raise self._deleted(ref)
+                            raise deleted_error(ref)
                         state.obj, state.resource_version = obj, version
                         failures = 0
                         yield copy.deepcopy(obj)
@@ -284,7 +266,7 @@ class KubernetesBackend(Backend):
                 if e.status == 410:
                     gone = True
                 elif not is_transient(e):
-                    raise self._error(what, e) from e
+                    raise api_error(what, e) from e
                 else:
                     failures += 1
                     self._retry.backoff(what, failures, e)
@@ -321,7 +303,7 @@ class KubernetesBackend(Backend):
                 _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except ApiException as e:
-            raise self._error(what, e) from e
+            raise api_error(what, e) from e
         items = json.loads(response.data).get("items") or []
         return sorted((pod_info(ref.kind, p) for p in items), key=lambda p: (p.replica_type, p.index, p.name))
 
@@ -341,9 +323,9 @@ class KubernetesBackend(Backend):
                 _preload_content=False, _request_timeout=timeout, **kwargs,
             )  # fmt: skip
         except ApiException as e:
-            raise self._error(what, e) from e
+            raise api_error(what, e) from e
         try:
-            for raw in _lines(response):
+            for raw in stream_lines(response):
                 yield raw.decode("utf-8", "replace")
         except TRANSPORT_ERRORS as e:
             raise BackendError(f"{what}: stream broken: {e}") from e
@@ -362,7 +344,7 @@ class KubernetesBackend(Backend):
                     _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
                 )  # fmt: skip
             except ApiException as e:
-                raise self._error(what, e) from e
+                raise api_error(what, e) from e
             raw.extend(json.loads(response.data).get("items") or [])
         seen: set[str] = set()
         out: list[EventInfo] = []
@@ -390,7 +372,7 @@ class KubernetesBackend(Backend):
             )  # fmt: skip
         except ApiException as e:
             if e.status != 404:
-                raise self._error(what, e) from e
+                raise api_error(what, e) from e
 
     def suspend(self, ref: JobRef) -> None:
         """Suspend the job by merge patch: the operator deletes its pods and keeps the object."""
@@ -404,41 +386,8 @@ class KubernetesBackend(Backend):
                 _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except ApiException as e:
-            raise self._error(what, e) from e
+            raise api_error(what, e) from e
 
     def close(self) -> None:
         """Close the connection pool. Idempotent."""
         self._api.close()
-
-    # -- errors ----------------------------------------------------------------------------------
-
-    @staticmethod
-    def _error(what: str, e: ApiException) -> BackendError:
-        hint = "; the launcher's service account needs the Role in deploy/rbac.yaml" if e.status == 403 else ""
-        return BackendError(f"{what}: HTTP {e.status}: {api_message(e)}{hint}")
-
-    @staticmethod
-    def _deleted(ref: JobRef) -> JobFailedError:
-        return JobFailedError(
-            f"{ref.kind.kind} {ref.namespace}/{ref.name} was deleted while the launcher waited for it "
-            "(by a person, a controller or the garbage collector)",
-            reason="Deleted",
-        )
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    """Complete lines of a streamed HTTP body, as soon as each arrives."""
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        yield from complete
-    if buffer:
-        yield buffer
-
-
-def _json_lines(response: Any) -> Iterator[dict[str, Any]]:
-    """Watch events: one JSON object per line."""
-    for line in _lines(response):
-        if line.strip():
-            yield json.loads(line)
