@@ -76,8 +76,14 @@ def claim_directory(root: Path | None, claim: str) -> Path:
     return (root if root is not None else default_root()) / "claims" / claim
 
 
+_PRINT_LOCK = threading.Lock()
+
+
 def _print_line(line: str) -> None:
-    print(line, file=sys.stdout, flush=True)
+    # One write per line under a lock: replicas' reader threads print concurrently.
+    with _PRINT_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 @dataclass

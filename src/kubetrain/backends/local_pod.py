@@ -30,6 +30,7 @@ from kubetrain.backends.local_env import (
 from kubetrain.backends.local_probe import ProbeLoop, build_check
 from kubetrain.backends.local_process import LineSink, LogStream, ReplicaProcess
 
+BIND_ENV = "KUBETRAIN_BIND_ADDRESS"
 EventSink = Callable[[str, str, str, str], None]  # type, reason, message, involved object
 DEFAULT_GRACE_SECONDS = 30.0
 
@@ -271,10 +272,12 @@ class LocalPod:
     def _launch(self) -> tuple[list[str], dict[str, str], Path]:
         mounts = self._mount_volumes()
         rewriter = self._rewriter(mounts)
-        defined = self._container_env()
+        defined, literal = self._container_env()
         env = dict(self.ctx.base_env)
         env["HOSTNAME"] = self.plan.hostname
-        env.update({k: v if k == "HOSTNAME" else rewriter.rewrite(v) for k, v in defined.items()})
+        # Only text of the manifest is translated; what the API supplies (downward-API fields,
+        # secrets, config maps) is a fact about the pod, e.g. a pod name equal to its service name.
+        env.update({k: rewriter.rewrite(v) if k in literal else v for k, v in defined.items()})
         command = [str(x) for x in self._container.get("command") or []]
         args = [str(x) for x in self._container.get("args") or []]
         # No command: the image's ENTRYPOINT would run, which has no local equivalent; an image
@@ -305,8 +308,10 @@ class LocalPod:
         )
         return self.ctx.cwd
 
-    def _container_env(self) -> dict[str, str]:
+    def _container_env(self) -> tuple[dict[str, str], set[str]]:
+        """The container's env in definition order, and the names whose value is literal text."""
         defined: dict[str, str] = {}
+        literal: set[str] = set()
         for source in self._container.get("envFrom") or []:
             prefix = str(source.get("prefix") or "")
             for ref_key, store in (("configMapRef", self.ctx.config_maps), ("secretRef", self.ctx.secrets)):
@@ -320,6 +325,10 @@ class LocalPod:
                     raise self._fail(f"envFrom {ref_key} {ref.get('name')!r} is not available to the local backend")
                 defined.update({prefix + k: v for k, v in data.items()})
         items: Sequence[Mapping[str, Any]] = [
+            # kubetrain's own servers listen on $KUBETRAIN_BIND_ADDRESS: locally that must be the
+            # replica's address, since two replicas on 0.0.0.0 and one port would collide (or,
+            # with gRPC's SO_REUSEPORT, silently share connections).
+            {"name": BIND_ENV, "value": self.plan.address},
             *self.plan.local_env,
             *(self._container.get("env") or []),
             *self.plan.operator_env,
@@ -329,7 +338,11 @@ class LocalPod:
             value = self._env_value(item, defined)
             if value is not None:
                 defined[name] = value
-        return defined
+                if "valueFrom" in item:
+                    literal.discard(name)
+                else:
+                    literal.add(name)
+        return defined, literal
 
     def _env_value(self, item: Mapping[str, Any], defined: Mapping[str, str]) -> str | None:
         if "valueFrom" not in item:

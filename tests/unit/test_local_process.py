@@ -1,0 +1,135 @@
+"""Replica processes: the whole session dies with the replica, output is captured, addresses are unique."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kubetrain.backends.local_addresses import allocate_block, loopback_address
+from kubetrain.backends.local_process import LogStream, ReplicaProcess, container_exit_code, read_log
+
+pytestmark = pytest.mark.timeout(60)
+
+# A parent that starts a child in a process group of its own (as mpirun does with its ranks),
+# reports both pids, then waits; the child ignores SIGTERM.
+TREE = r"""
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('child up', flush=True); time.sleep(600)"],
+    process_group=0)
+print(os.getpid(), child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def _start(tmp_path: Path, code: str, sink: list[str] | None = None) -> ReplicaProcess:
+    return ReplicaProcess(
+        argv=[sys.executable, "-c", code],
+        env={"PATH": os.environ["PATH"]},
+        cwd=tmp_path,
+        log=LogStream(tmp_path / "logs" / "r.0.log"),
+        prefix="worker-0",
+        sink=sink.append if sink is not None else None,
+    )
+
+
+def test_stop_kills_every_process_of_the_session_even_other_groups(tmp_path: Path) -> None:
+    proc = _start(tmp_path, TREE)
+    log = proc.log
+    _wait_for(lambda: "child up" in log.path.read_text())
+    parent, child = (int(x) for x in log.path.read_text().splitlines()[0].split())
+    assert os.getpgid(child) != os.getpgid(parent)  # the child really is in another process group
+    code = proc.stop(grace_seconds=0.5)
+    assert code == 128 + signal.SIGTERM
+    assert not _alive(parent)
+    assert not _alive(child)  # ignored SIGTERM, got SIGKILL after the grace period
+
+
+def test_when_the_main_process_exits_its_leftovers_are_killed(tmp_path: Path) -> None:
+    leaves = r"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], process_group=0)
+print(child.pid, flush=True)
+sys.exit(3)
+"""
+    proc = _start(tmp_path, leaves)
+    _wait_for(lambda: proc.poll() is not None)
+    assert proc.poll() == 3
+    child = int(proc.log.path.read_text().split()[0])
+    _wait_for(lambda: not _alive(child))
+
+
+def test_output_goes_to_the_file_and_the_prefixed_sink(tmp_path: Path) -> None:
+    lines: list[str] = []
+    proc = _start(tmp_path, "import sys; print('out'); print('err', file=sys.stderr); sys.stdout.write('tail')", lines)
+    _wait_for(lambda: proc.poll() is not None)
+    _wait_for(lambda: proc.log.closed)
+    assert sorted(read_log(proc.log.path, stream=None, follow=False)) == ["err", "out", "tail"]
+    assert sorted(lines) == ["[worker-0] err", "[worker-0] out", "[worker-0] tail"]
+    assert list(read_log(proc.log.path, stream=None, follow=False, tail_lines=1)) == ["tail"]
+
+
+def test_follow_returns_lines_as_they_come_and_ends_with_the_process(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    code = f"""
+import os, time
+print('first', flush=True)
+while not os.path.exists({str(gate)!r}):
+    time.sleep(0.01)
+print('second', flush=True)
+"""
+    proc = _start(tmp_path, code)
+    seen: list[str] = []
+    follower = threading.Thread(target=lambda: seen.extend(read_log(proc.log.path, stream=proc.log, follow=True)))
+    follower.start()
+    _wait_for(lambda: seen == ["first"])
+    gate.touch()
+    follower.join(timeout=20)
+    assert not follower.is_alive()
+    assert seen == ["first", "second"]
+    assert proc.poll() == 0
+
+
+def test_signal_deaths_read_as_container_exit_codes() -> None:
+    assert container_exit_code(-signal.SIGKILL) == 137
+    assert container_exit_code(2) == 2
+
+
+def test_each_job_holds_its_own_address_block(tmp_path: Path) -> None:
+    first, second = allocate_block(tmp_path), allocate_block(tmp_path)
+    try:
+        assert first.slot != second.slot
+        assert first.address(0) != second.address(0)
+        slot = first.slot
+        first.release()
+        third = allocate_block(tmp_path)
+        assert third.slot == slot  # a released block is reused
+        third.release()
+    finally:
+        first.release()
+        second.release()
+    assert loopback_address(1, 0) == "127.0.1.1"
+    assert loopback_address(258, 253) == "127.1.2.254"
+    with pytest.raises(ValueError, match="at most 254 pods"):
+        loopback_address(1, 254)
