@@ -42,6 +42,8 @@ DELETE_AFTER_CHOICES: tuple[str, ...] = ("never", "success", "always")
 ON_TIMEOUT_CHOICES: tuple[str, ...] = ("delete", "suspend")
 # Reasons of Warning events that mean "the operator rejected this job and will never set a condition".
 REJECTION_REASONS = frozenset({"ValidationError"})
+# Phases that mean the job got going (the start timeout no longer applies).
+STARTED = frozenset({JobPhase.RUNNING, JobPhase.RESTARTING, JobPhase.SUCCEEDED, JobPhase.FAILED})
 
 
 def stderr_sink(line: str) -> None:
@@ -79,11 +81,17 @@ class AwaitOptions:
     delete_after: DeleteAfter = "success"
     on_timeout: OnTimeout = "delete"
     stream_logs: bool = True
+    # Limit on the time to reach Running (an image that never pulls, a pod that never schedules).
+    start_timeout_seconds: float | None = None
     tuning: Tuning = field(default_factory=Tuning)
 
     def __post_init__(self) -> None:
         if not self.timeout_seconds > 0:
             raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
+        if self.start_timeout_seconds is not None and not self.start_timeout_seconds > 0:
+            raise InvalidInputError(
+                f"start_timeout_seconds: got {self.start_timeout_seconds!r}; expected a positive number or None"
+            )
         if self.delete_after not in DELETE_AFTER_CHOICES:
             raise InvalidInputError(
                 f"delete_after: got {self.delete_after!r}; expected one of {', '.join(DELETE_AFTER_CHOICES)}"
@@ -106,6 +114,7 @@ def run_job(
     cancel: threading.Event | None = None,
     tuning: Tuning | None = None,
     on_status: Callable[[JobStatus], None] | None = None,
+    start_timeout_seconds: float | None = None,
 ) -> JobResult:
     """Submit `manifest` on `backend`, follow it to its end and return its result.
 
@@ -115,12 +124,14 @@ def run_job(
     Signal handlers are installed only when called from the main thread, and restored on return;
     from other threads, set `cancel` to cancel. `tuning` sets watch windows and poll intervals.
     `on_status` is called with every status the watch delivers (progress bars, KFP metadata).
+    `start_timeout_seconds` bounds the time to reach Running; past it the job is treated as timed out.
     """
     opts = AwaitOptions(
         timeout_seconds=timeout_seconds,
         delete_after=delete_after,
         on_timeout=on_timeout,
         stream_logs=stream_logs,
+        start_timeout_seconds=start_timeout_seconds,
         tuning=tuning or Tuning(),
     )
     kind_of(manifest)  # refuses unknown kinds before anything is submitted
@@ -155,6 +166,7 @@ class _Launch:
     def run(self) -> JobResult:
         start = time.monotonic()
         deadline = start + self.opts.timeout_seconds
+        start_by = None if self.opts.start_timeout_seconds is None else start + self.opts.start_timeout_seconds
         with self.guard:
             try:
                 # Not interruptible: a signal during create is acted on once we know the job.
@@ -173,28 +185,33 @@ class _Launch:
                         kubectl_hint=self.backend.name == "kubernetes",
                     )
                     self.follower.start()
-                status, obj = self._await(progress, deadline)
+                status, obj = self._await(progress, deadline, start_by)
                 return self._finish(status, obj)
             except Cancelled as c:
                 self._stop_follower(drain=False)
                 raise self._cancelled(c.signal_name) from None
             except _Deadline as d:
                 self._stop_follower(drain=False)
-                raise self._timed_out(d.status) from None
+                raise self._timed_out(d) from None
             finally:
                 # Whatever happened, no thread keeps reading logs after run_job returns.
                 self._stop_follower(drain=False)
 
     # -- waiting ---------------------------------------------------------------------------------
 
-    def _await(self, progress: ProgressReporter, deadline: float) -> tuple[JobStatus, JobObject | None]:
+    def _await(
+        self, progress: ProgressReporter, deadline: float, start_by: float | None
+    ) -> tuple[JobStatus, JobObject | None]:
         assert self.ref is not None
         status: JobStatus | None = None
         while True:
             self.guard.check()
-            remaining = deadline - time.monotonic()
+            if start_by is not None and status is not None and status.phase in STARTED:
+                start_by = None
+            limit = deadline if start_by is None else min(deadline, start_by)
+            remaining = limit - time.monotonic()
             if remaining <= 0:
-                raise _Deadline(status)
+                raise _Deadline(status, not_started=limit != deadline, pods=progress.pending_summary())
             eager = status is None or self._eager(status, progress)
             window = min(
                 remaining, self.opts.tuning.pending_poll_seconds if eager else self.opts.tuning.watch_window_seconds
@@ -213,7 +230,9 @@ class _Launch:
                             return status, obj
                         if changed or self._eager(status, progress):
                             progress.pods(self.backend.pods(self.ref))
-                        if self.cancel.is_set() or time.monotonic() >= deadline:
+                        if status.phase in STARTED:
+                            start_by = None
+                        if self.cancel.is_set() or time.monotonic() >= (deadline if start_by is None else limit):
                             break
             finally:
                 closer: Callable[[], None] | None = getattr(stream, "close", None)
@@ -302,19 +321,23 @@ class _Launch:
                          f"{self.ref.kind.plural} {self.ref.name}")  # fmt: skip
         return JobFailedError("\n".join(parts), reason=status.reason, log_tails=tails)
 
-    def _timed_out(self, status: JobStatus | None) -> JobTimeoutError:
+    def _timed_out(self, limit: _Deadline) -> JobTimeoutError:
         assert self.ref is not None
-        phase = status.phase.value if status else "unknown"
+        phase = limit.status.phase.value if limit.status else "unknown"
         if self.opts.on_timeout == "suspend":
             self.backend.suspend(self.ref)
             action = "suspended it (resume by setting suspend to false)"
         else:
             self.backend.delete(self.ref)
             action = "deleted it"
-        message = (
-            f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name} did not finish within "
-            f"{self.opts.timeout_seconds:g}s (last phase {phase}); {action}"
-        )
+        label = f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
+        if limit.not_started:
+            pods = f"; pods: {limit.pods}" if limit.pods else ""
+            message = (
+                f"{label} did not start within {self.opts.start_timeout_seconds:g}s (phase {phase}{pods}); {action}"
+            )
+        else:
+            message = f"{label} did not finish within {self.opts.timeout_seconds:g}s (last phase {phase}); {action}"
         self.sink(message)
         return JobTimeoutError(message)
 
@@ -354,9 +377,11 @@ class _Launch:
 
 
 class _Deadline(Exception):  # noqa: N818 - control flow, never escapes this module
-    def __init__(self, status: JobStatus | None) -> None:
+    def __init__(self, status: JobStatus | None, *, not_started: bool = False, pods: str = "") -> None:
         super().__init__("deadline")
         self.status = status
+        self.not_started = not_started
+        self.pods = pods
 
 
 __all__ = [

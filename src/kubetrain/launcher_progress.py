@@ -129,6 +129,17 @@ class ProgressReporter:
         """Whether some pod was last seen Pending (the launcher then looks more often)."""
         return any(state[0] == "Pending" for state in self._pods.values())
 
+    def pending_summary(self) -> str:
+        """`pod: reason, pending Ns` for every pod last seen Pending (for a start-timeout message)."""
+        now = self._clock()
+        parts = []
+        for name, (phase, reason, _) in sorted(self._pods.items()):
+            if phase == "Pending":
+                pending = _seconds(self._pending_since.get(name), now)
+                took = f", pending {pending:.0f}s" if pending is not None else ""
+                parts.append(f"{name}: {reason or 'Pending'}{took}")
+        return "; ".join(parts)
+
     def any_pods(self) -> bool:
         """Whether any pod of the job has been seen."""
         return bool(self._pods)

@@ -397,3 +397,31 @@ def test_bad_options_and_kinds_submit_nothing() -> None:
     with pytest.raises(ManifestError, match="TFJob"):
         run_job({**manifest(), "kind": "TFJob"}, backend=backend, timeout_seconds=1)
     assert backend.calls == []
+
+
+def test_start_timeout_ends_a_job_that_never_runs_and_names_the_pending_pods() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Pending", reason="ImagePullBackOff"))
+        b.set_conditions(cond("Created"))
+
+    with pytest.raises(JobTimeoutError, match=r"did not start within 0\.5s .*train-abc-master-0: ImagePullBackOff"):
+        launch(backend, script, start_timeout_seconds=0.5)
+    assert backend.calls[-1] == "delete"
+
+
+def test_start_timeout_no_longer_applies_once_running() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Running"))
+        b.set_conditions(cond("Running"))
+        b.wait_for_line("→ Running")
+        # Well past the start timeout, still running: only the overall timeout may end it now.
+        b.wait_for(lambda: b.calls.count("watch") >= 3, "more watch windows")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Succeeded"))
+        b.set_conditions(cond("Succeeded"))
+
+    launch(backend, script, start_timeout_seconds=0.2, tuning={"watch_window_seconds": 0.2})
+    assert "delete" in backend.calls

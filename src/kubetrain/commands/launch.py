@@ -44,6 +44,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help=f"overall limit; then the job is deleted or suspended (default {DEFAULT_TIMEOUT_SECONDS})",
     )
     parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="limit on reaching Running (an image that never pulls, a pod that never schedules); "
+        "then the job is deleted or suspended as for --timeout",
+    )
+    parser.add_argument(
         "--delete-after",
         choices=DELETE_AFTER_CHOICES,
         default="success",
@@ -147,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 delete_after=cast(DeleteAfter, args.delete_after),
                 on_timeout=cast(OnTimeout, args.on_timeout),
                 stream_logs=not args.no_logs,
+                start_timeout_seconds=args.start_timeout,
             )
         finally:
             backend.close()
