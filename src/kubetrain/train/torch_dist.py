@@ -8,6 +8,8 @@ into a non-zero exit instead of a hang.
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -38,6 +40,30 @@ def select_device(backend: str, topo: TorchTopology) -> torch.device:
     return torch.device("cpu")
 
 
+_POLL_SECONDS = 0.05
+
+
+def _wait_for_listener(topo: TorchTopology, *, timeout: float) -> None:
+    """Return once rank 0's store accepts connections (a worker pod often starts first).
+
+    TCPStore's own client retries a refused connection with a growing back-off, which cost
+    seconds whenever a worker came up before the master; polling the port is cheap and
+    exact. (Under torchrun the agent's store is up before any worker starts.)
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((topo.master_addr, topo.master_port), timeout=1.0):
+                return
+        except OSError as e:
+            if time.monotonic() > deadline:
+                raise TrainingError(
+                    f"rank {topo.rank}: rendezvous with {topo.master_addr}:{topo.master_port} "
+                    f"failed: rank 0 did not listen within {timeout:.0f}s ({e})"
+                ) from e
+            time.sleep(_POLL_SECONDS)
+
+
 class Group:
     """This process's membership in the job: rank, world size and the collectives the loop uses.
 
@@ -55,6 +81,8 @@ class Group:
         """Rendezvous at MASTER_ADDR:MASTER_PORT and create the default process group."""
         if not self.topo.distributed:
             return
+        if self.rank != 0 and self.topo.launcher == "operator":
+            _wait_for_listener(self.topo, timeout=init_timeout)
         try:
             # env:// also handles torchrun, whose agent already hosts the store at MASTER_PORT
             # (TORCHELASTIC_USE_AGENT_STORE): rank 0 then connects instead of binding the port.
