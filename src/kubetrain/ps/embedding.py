@@ -100,7 +100,8 @@ class EmbeddingTable:
 
     def lookup(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """A copy of the rows of `ids` (created lazily)."""
-        return self._values[self.positions(ids)].copy()
+        pos = self.positions(ids)  # first: creating rows may reallocate the storage
+        return self._values[pos].copy()
 
     @property
     def values(self) -> npt.NDArray[np.float32]:

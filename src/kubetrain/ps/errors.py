@@ -6,8 +6,8 @@ from kubetrain.errors import InvalidInputError, TrainingError
 
 __all__ = [
     "CheckpointError",
-    "PSCallError",
     "JobAbortedError",
+    "PSCallError",
     "PSConfigError",
     "PSUnavailableError",
     "StaleStateError",

@@ -219,7 +219,8 @@ class ParameterShard:
             uniq, inverse = np.unique(ids, return_inverse=True)
             merged = np.zeros((len(uniq), values.shape[1]), np.float32)
             np.add.at(merged, inverse, values)
-            apply_rows(opt, t.values, t.positions(uniq), merged, t.slots, lr)
+            rows = t.positions(uniq)  # first: creating rows may reallocate the storage
+            apply_rows(opt, t.values, rows, merged, t.slots, lr)
 
     def _bump(self) -> None:
         self.version += 1
