@@ -3,9 +3,10 @@
 On a cluster every pod has its own IP, so two jobs (or two replicas) can listen on the same port.
 Locally each job holds a *slot* s (1..65535) and its replicas get `127.<s // 256>.<s % 256>.<n>`,
 n = 1..254 in the job's pod order (on Linux all of 127.0.0.0/8 routes to the loopback device, so
-these addresses need no set-up). A slot is held with an exclusive `flock` on a file in a per-user
-directory, so concurrent jobs in different processes get different slots, and a slot is freed
-automatically when its holder exits, however it exits.
+these addresses need no set-up). Slots rotate, so consecutive jobs get fresh addresses. A slot
+is held with an exclusive `flock` on a file in a per-user directory, so concurrent jobs in
+different processes get different slots, and a slot is freed automatically when its holder
+exits, however it exits.
 """
 
 from __future__ import annotations
@@ -54,15 +55,31 @@ class AddressBlock:
 
 
 def allocate_block(lock_dir: Path | None = None) -> AddressBlock:
-    """Hold the lowest free slot."""
+    """Hold the next free slot after the one handed out last.
+
+    Slots rotate instead of restarting from the lowest: a new job's replicas then get addresses
+    that no recent job used, like new pods get new IPs, so a server does not meet the TIME_WAIT
+    sockets of the previous job on its port.
+    """
     directory = lock_dir or default_lock_dir()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for slot in range(1, _MAX_SLOT + 1):
-        fd = os.open(directory / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        return AddressBlock(slot, fd)
+    counter = os.open(directory / "next-slot", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(counter, fcntl.LOCK_EX)
+        raw = os.pread(counter, 16, 0).decode().strip()
+        start = int(raw) if raw.isdigit() and 1 <= int(raw) <= _MAX_SLOT else 1
+        for step in range(_MAX_SLOT):
+            slot = (start - 1 + step) % _MAX_SLOT + 1
+            fd = os.open(directory / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            following = str(slot % _MAX_SLOT + 1).encode()
+            os.ftruncate(counter, 0)
+            os.pwrite(counter, following, 0)
+            return AddressBlock(slot, fd)
+    finally:
+        os.close(counter)  # also drops the counter's lock
     raise BackendError(f"all {_MAX_SLOT} loopback address blocks in {directory} are in use by running local jobs")

@@ -27,6 +27,8 @@ LineSink = Callable[[str], None]
 _SETPRIV = shutil.which("setpriv")
 # How often to look again while waiting for a session's processes to exit after SIGTERM.
 _EXIT_CHECK_SECONDS = 0.02
+# How long SIGKILLed processes may take to disappear (they are in uninterruptible I/O at worst).
+_KILL_WAIT_SECONDS = 5.0
 
 
 def container_exit_code(returncode: int) -> int:
@@ -225,6 +227,11 @@ class ReplicaProcess:
                 time.sleep(_EXIT_CHECK_SECONDS)
         signal_session(self.pid, signal.SIGKILL)
         self._returncode = self._popen.wait()
+        # SIGKILL is delivered asynchronously: return only once nothing of the session runs.
+        deadline = time.monotonic() + _KILL_WAIT_SECONDS
+        while session_members(self.pid) and time.monotonic() < deadline:
+            signal_session(self.pid, signal.SIGKILL)
+            time.sleep(_EXIT_CHECK_SECONDS)
         # The pipe closes once every process of the session is gone; all of them were just killed.
         self._reader.join(timeout=max(grace_seconds, 1.0))
         return container_exit_code(self._returncode)
