@@ -127,7 +127,7 @@ class FakeKfpApi:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
             def _serve(self, method: str) -> None:

@@ -39,7 +39,9 @@ def convert(value: str, kind: str, name: str) -> Any:
         if kind == "Float":
             return float(value)
     except ValueError as e:
-        raise InvalidInputError(f"--param {name}={value}: expected {'an integer' if kind == 'Integer' else 'a number'}") from e
+        raise InvalidInputError(
+            f"--param {name}={value}: expected {'an integer' if kind == 'Integer' else 'a number'}"
+        ) from e
     if kind == "Boolean":
         lowered = value.strip().lower()
         if lowered in _TRUE:
@@ -61,7 +63,9 @@ def parse_params(pairs: Iterable[str], inputs: Mapping[str, PipelineInput]) -> d
         if not sep or not key:
             raise InvalidInputError(f"--param {pair!r}: expected KEY=VALUE")
         if key not in inputs:
-            raise InvalidInputError(f"--param {key}: this pipeline has no such parameter; it has {', '.join(sorted(inputs))}")
+            raise InvalidInputError(
+                f"--param {key}: this pipeline has no such parameter; it has {', '.join(sorted(inputs))}"
+            )
         if key in out:
             raise InvalidInputError(f"--param {key}: given twice")
         out[key] = convert(value, inputs[key].type, key)

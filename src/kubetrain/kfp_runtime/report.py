@@ -35,18 +35,25 @@ img { max-width: 100%; }
 """
 
 
-def format_value(value: object) -> str:
-    """A metric value for display: floats to 4 significant decimals, the rest as text."""
+def format_value(value: object, spec: str = "") -> str:
+    """A value for display: with `spec` (a format spec) when given; floats by magnitude otherwise."""
     if isinstance(value, bool):
         return str(value).lower()
+    if spec and isinstance(value, (int, float)):
+        return format(round(value) if spec == "d" else value, spec)
     if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 1000 else f"{value:,.0f}"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.1f}" if abs(value) >= 10 else f"{value:.4f}"
     return str(value)
 
 
 def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(step, loss) points and (epoch, test accuracy) points from a metrics.json history."""
-    loss = [(float(h["step"]), float(h["loss"])) for h in history if "step" in h and "loss" in h]
+    # Programs that tag entries record per-step losses ("step") and epoch means ("epoch"); mixing
+    # the two would draw spikes that are not in the training, so the loss curve uses steps only.
+    steps = [h for h in history if h.get("kind", "step") == "step"] or list(history)
+    loss = [(float(h["step"]), float(h["loss"])) for h in steps if "step" in h and "loss" in h]
     accuracy: list[tuple[float, float]] = []
     for h in history:
         if "test_accuracy" in h:

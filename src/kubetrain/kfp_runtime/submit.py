@@ -12,6 +12,7 @@ ids from the KF_PIPELINES_* variables, the kube config, or no authentication for
 from __future__ import annotations
 
 import datetime
+import importlib
 import tempfile
 import urllib.error
 import urllib.request
@@ -104,7 +105,9 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
         preflight(request.host, token)
     with warnings.catch_warnings():
         # kfp.Client warns on every construction that it needs KFP ≥ 2.0.0-beta.2; that is known.
-        warnings.filterwarnings("ignore", message="This client only works with Kubeflow Pipeline", category=FutureWarning)
+        warnings.filterwarnings(
+            "ignore", message="This client only works with Kubeflow Pipeline", category=FutureWarning
+        )
         try:
             return (factory or kfp.Client)(**kwargs)
         except TimeoutError as e:
@@ -113,10 +116,12 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
 
 
 def _api_errors() -> tuple[type[BaseException], ...]:
-    from kfp_server_api.exceptions import ApiException
+    """What kfp.Client raises when the API answers with an error or cannot be reached."""
     from urllib3.exceptions import HTTPError
 
-    return (ApiException, HTTPError)
+    # kfp_server_api ships no type information; importing it by name keeps mypy's view of it Any.
+    api_exception: type[BaseException] = importlib.import_module("kfp_server_api.exceptions").ApiException
+    return (api_exception, HTTPError)
 
 
 def _latest_version_id(client: Any, pipeline_id: str) -> str:

@@ -11,17 +11,19 @@ from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
 from kubetrain.kfp_runtime.report import format_value, page
 
+# (key, header, format spec); text columns have no spec.
 COLUMNS = (
-    ("framework", "framework"),
-    ("job_name", "job"),
-    ("status", "status"),
-    ("test_accuracy", "test accuracy"),
-    ("test_loss", "test loss"),
-    ("samples_per_second", "samples/s"),
-    ("duration_seconds", "training s"),
-    ("job_seconds", "job s"),
-    ("world_size", "world size"),
+    ("framework", "framework", ""),
+    ("job_name", "job", ""),
+    ("status", "status", ""),
+    ("test_accuracy", "test accuracy", ".4f"),
+    ("test_loss", "test loss", ".4f"),
+    ("samples_per_second", "samples/s", ",.0f"),
+    ("duration_seconds", "training s", ".1f"),
+    ("job_seconds", "job s", ".1f"),
+    ("world_size", "world size", "d"),
 )
+_TEXT = ("framework", "job_name", "status")
 
 
 @dataclass(frozen=True)
@@ -30,10 +32,10 @@ class Row:
 
     values: Mapping[str, Any]
 
-    def cell(self, key: str) -> str:
+    def cell(self, key: str, spec: str = "") -> str:
         """The formatted cell for a column ('–' when unknown)."""
         value = self.values.get(key)
-        return "–" if value is None else format_value(value)
+        return "–" if value is None else format_value(value, spec)
 
 
 def comparison_rows(runs: Sequence[tuple[str, ArtifactLike, ArtifactLike]]) -> list[Row]:
@@ -67,20 +69,20 @@ def best(rows: Sequence[Row]) -> str:
 
 def markdown_table(rows: Sequence[Row]) -> str:
     """The comparison as a GitHub-flavoured Markdown table."""
-    header = "| " + " | ".join(label for _, label in COLUMNS) + " |"
-    rule = "|" + "|".join("---" if key in ("framework", "job_name", "status") else "---:" for key, _ in COLUMNS) + "|"
+    header = "| " + " | ".join(label for _, label, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" if key in _TEXT else "---:" for key, _, _ in COLUMNS) + "|"
     lines = [header, rule]
-    lines += ["| " + " | ".join(row.cell(key) for key, _ in COLUMNS) + " |" for row in rows]
+    lines += ["| " + " | ".join(row.cell(key, spec) for key, _, spec in COLUMNS) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
 def html_table(rows: Sequence[Row]) -> str:
     """The comparison as an HTML table."""
-    parts = ["<table>", "<tr>" + "".join(f"<th>{html.escape(label)}</th>" for _, label in COLUMNS) + "</tr>"]
+    parts = ["<table>", "<tr>" + "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in COLUMNS) + "</tr>"]
     for row in rows:
         cells = "".join(
-            f"<td{'' if key in ('framework', 'job_name', 'status') else ' class=num'}>{html.escape(row.cell(key))}</td>"
-            for key, _ in COLUMNS
+            f"<td{'' if key in _TEXT else ' class=num'}>{html.escape(row.cell(key, spec))}</td>"
+            for key, _, spec in COLUMNS
         )
         parts.append(f"<tr>{cells}</tr>")
     parts.append("</table>")

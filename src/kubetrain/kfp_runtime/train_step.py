@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -162,7 +163,9 @@ def parse_command(command: str) -> tuple[str, ...]:
         raise InvalidInputError(f"command: got {command!r}; expected a shell-quoted command line ({e})") from e
 
 
-def _report_details(result: JobResult, plan: JobPlan, framework: str, image: str) -> list[tuple[str, object]]:
+def _report_details(
+    result: JobResult, plan: JobPlan, framework: str, image: str, job_seconds: float
+) -> list[tuple[str, object]]:
     details: list[tuple[str, object]] = [
         ("framework", framework),
         ("job", f"{result.kind} {result.namespace}/{result.name}"),
@@ -173,8 +176,7 @@ def _report_details(result: JobResult, plan: JobPlan, framework: str, image: str
         ("data", plan.params.data_dir),
         ("output", plan.params.output_dir),
     ]
-    if result.duration_seconds is not None:
-        details.append(("job duration (s)", round(result.duration_seconds, 1)))
+    details.append(("submit to end (s)", round(job_seconds, 1)))
     return details
 
 
@@ -214,6 +216,7 @@ def launch_training(
     manifest = build_manifest(build(plan))
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
     backend = make_backend(kind, namespace=plan.namespace)
+    started = time.monotonic()
     try:
         result = run_job(
             manifest,
@@ -223,6 +226,8 @@ def launch_training(
         )
     finally:
         backend.close()
+    # Measured here rather than from the job's status times, which have one-second resolution.
+    job_seconds = time.monotonic() - started
     output_dir = workspace.local(params.output_dir)
     metrics = artifacts.read_metrics(output_dir)
     model_meta: dict[str, Any] = {
@@ -238,11 +243,13 @@ def launch_training(
         "world_size": int(metrics["world_size"]),
     }
     artifacts.copy_model(output_dir, outputs.model, metadata=model_meta)
-    logged = artifacts.log_metrics(outputs.metrics, metrics, job_seconds=result.duration_seconds)
+    logged = artifacts.log_metrics(outputs.metrics, metrics, job_seconds=job_seconds)
     title = f"{framework} training: {name}"
     artifacts.write_text(
         outputs.report,
-        report.training_report(title=title, metrics=metrics, details=_report_details(result, plan, framework, image)),
+        report.training_report(
+            title=title, metrics=metrics, details=_report_details(result, plan, framework, image, job_seconds)
+        ),
     )
     print(f"{framework}: {result.phase.value}; " + ", ".join(f"{k} {v:.4g}" for k, v in logged.items()), flush=True)
     return name, result.phase.value

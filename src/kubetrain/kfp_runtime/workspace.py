@@ -103,7 +103,8 @@ def make_backend(kind: BackendKind, *, namespace: str | None, environ: Mapping[s
     if kind == "local":
         from kubetrain.backends.local import LocalBackend
 
-        return LocalBackend(root=local_root(environ), stream_logs=True)
+        # Logs come from the launcher, which follows the primary replica as it does on a cluster.
+        return LocalBackend(root=local_root(environ), stream_logs=False)
     from kubetrain.backends.kubernetes import KubernetesBackend
 
     return KubernetesBackend(namespace=namespace or None)

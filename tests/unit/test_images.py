@@ -1,0 +1,155 @@
+"""Lint the Dockerfiles and tie every image reference to the one place that defines it (presets).
+
+Checks what breaks builds or clusters quietly: floating base tags, images that run as root
+(the training pods use the "restricted" Pod Security Standard), COPY sources that do not exist
+in the build context, a build script whose tags differ from what the compiled YAML pulls.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubetrain import __version__
+from kubetrain.kfp_runtime.catalog import Entry, entries
+from kubetrain.presets import IMAGE_NAMES, IMAGE_REGISTRY, LAUNCHER_IMAGE, image_ref
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES = REPO / "images"
+# A pinned tag starts with a version number (3.11.9-slim-bookworm, 22.04); "latest" never is.
+_PINNED_TAG = re.compile(r"^\d+(\.\d+)+([-.][A-Za-z0-9._-]+)?$")
+
+
+@dataclass
+class Stage:
+    """One FROM … block of a Dockerfile."""
+
+    base: str
+    alias: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+
+def parse_dockerfile(text: str) -> list[Stage]:
+    """The stages of a Dockerfile with their instructions (continuations joined, comments dropped)."""
+    logical: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not current and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        logical.append(current + line)
+        current = ""
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, rest = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            words = [w for w in rest.split() if not w.startswith("--")]
+            alias = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(base=words[0], alias=alias))
+        elif stages:
+            stages[-1].instructions.append((keyword, rest.strip()))
+    return stages
+
+
+def copy_sources(rest: str) -> list[str] | None:
+    """The source paths of a COPY instruction; None when it copies from another stage."""
+    words = rest.split()
+    if any(w.startswith("--from=") for w in words):
+        return None
+    args = [w for w in words if not w.startswith("--")]
+    return args[:-1]
+
+
+def dockerfiles() -> dict[str, Path]:
+    return {name: IMAGES / name / "Dockerfile" for name in IMAGE_NAMES}
+
+
+def test_every_preset_image_has_a_dockerfile() -> None:
+    for name, path in dockerfiles().items():
+        assert path.is_file(), f"presets name image {name!r} but {path} does not exist"
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_base_images_are_pinned(name: str) -> None:
+    stages = parse_dockerfile(dockerfiles()[name].read_text())
+    assert stages, f"{name}: no FROM"
+    aliases = {s.alias for s in stages if s.alias}
+    for stage in stages:
+        if stage.base in aliases:
+            continue
+        image, sep, tag = stage.base.rpartition(":")
+        assert sep and "/" not in tag, f"{name}: base {stage.base!r} has no tag"
+        assert _PINNED_TAG.match(tag), f"{name}: base {stage.base!r} is not pinned to a version tag"
+        assert image, stage.base
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_final_stage_runs_as_a_non_root_user(name: str) -> None:
+    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
+    users = [rest for keyword, rest in final.instructions if keyword == "USER"]
+    assert users, f"{name}: the final stage sets no USER (it would run as root)"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0"), f"{name}: final USER is {users[-1]!r}"
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_every_copy_source_exists_in_the_build_context(name: str) -> None:
+    # images/build.sh builds with the repository root as context.
+    for stage in parse_dockerfile(dockerfiles()[name].read_text()):
+        for keyword, rest in stage.instructions:
+            if keyword not in ("COPY", "ADD"):
+                continue
+            for source in copy_sources(rest) or []:
+                matches = list(REPO.glob(source.rstrip("/"))) if any(c in source for c in "*?[") else []
+                assert matches or (REPO / source).exists(), f"{name}: {keyword} source {source!r} not in {REPO}"
+
+
+def test_lint_rejects_what_it_should() -> None:
+    # The checks above must be able to fail: a floating tag, a root user, a missing source.
+    bad = parse_dockerfile("FROM python:latest\nCOPY nowhere/ /x\nUSER root\n")
+    assert not _PINNED_TAG.match(bad[0].base.rpartition(":")[2])
+    assert bad[0].instructions[-1] == ("USER", "root")
+    sources = copy_sources(bad[0].instructions[0][1])
+    assert sources == ["nowhere/"]
+    assert not (REPO / sources[0]).exists()
+
+
+def test_build_script_tags_match_presets() -> None:
+    out = subprocess.run(
+        [str(IMAGES / "build.sh"), "--dry-run"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    tags = re.findall(r" -t (\S+) ", out)
+    assert tags == [image_ref(n) for n in ("launcher", "pytorch", "chainermn", "ps")]
+    assert all(t.endswith(f":{__version__}") and t.startswith(f"{IMAGE_REGISTRY}/") for t in tags)
+
+
+def _images_in(node: object) -> list[str]:
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "image" and isinstance(value, str):
+                found.append(value)
+            found += _images_in(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _images_in(item)
+    return found
+
+
+@pytest.mark.parametrize("entry", entries(), ids=lambda e: e.name)
+def test_compiled_yaml_pulls_the_launcher_image_of_this_version(entry: Entry) -> None:
+    path = entry.yaml_path
+    images = _images_in(list(yaml.safe_load_all(path.read_text())))
+    assert images, f"{path}: no image reference"
+    assert set(images) == {LAUNCHER_IMAGE}, f"{path}: {sorted(set(images))} != {LAUNCHER_IMAGE}"
