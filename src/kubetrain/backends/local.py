@@ -39,20 +39,20 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
-from kubetrain.backends.local_addresses import AddressBlock, allocate_block
+from kubetrain.backends.local_addresses import allocate_block
 from kubetrain.backends.local_conditions import rfc3339
 from kubetrain.backends.local_controller import Controller, JobContext
 from kubetrain.backends.local_env import ensure_python_shims, inherited_environment, search_path
 from kubetrain.backends.local_jobset import JobSetController
 from kubetrain.backends.local_mpi import MPIJobController
-from kubetrain.backends.local_pod import LocalPod, PodContext
+from kubetrain.backends.local_podspec import PodContext
 from kubetrain.backends.local_process import LineSink, read_log
 from kubetrain.backends.local_pytorch import PyTorchJobController
+from kubetrain.backends.local_record import JobRecord, stop_all
 from kubetrain.backends.local_validate import validate_manifest
 from kubetrain.errors import BackendError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
@@ -84,84 +84,6 @@ def _print_line(line: str) -> None:
     with _PRINT_LOCK:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
-
-
-@dataclass
-class _Record:
-    """One submitted job: its object, its controller, and who is waiting on it."""
-
-    ref: JobRef
-    obj: JobObject
-    controller: Controller
-    block: AddressBlock
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    wake: threading.Event = field(default_factory=threading.Event)
-    delete_requested: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
-    subscribers: list[queue.Queue[JobObject | None]] = field(default_factory=list)
-    events: list[EventInfo] = field(default_factory=list)
-    pods: list[tuple[PodInfo, LocalPod | None]] = field(default_factory=list)
-    broken: str | None = None
-
-    def publish(self) -> None:
-        """Copy the controller's status into the object; tell watchers when anything changed."""
-        with self.lock:
-            status = copy.deepcopy(self.controller.status)
-            if status == self.obj.get("status"):
-                return
-            self.obj["status"] = status
-            self._bump()
-
-    def _bump(self) -> None:
-        meta = self.obj["metadata"]
-        meta["resourceVersion"] = str(int(meta.get("resourceVersion", "0")) + 1)
-        snapshot = copy.deepcopy(self.obj)
-        for subscriber in self.subscribers:
-            subscriber.put(snapshot)
-
-    def set_suspend(self, value: bool) -> None:
-        """Toggle the spec's suspend field, as `kubectl patch` would."""
-        with self.lock:
-            spec = self.obj["spec"]
-            if self.ref.kind is JOBSET:
-                spec["suspend"] = value
-            else:
-                spec.setdefault("runPolicy", {})["suspend"] = value
-            meta = self.obj["metadata"]
-            meta["generation"] = int(meta.get("generation", 1)) + 1
-            self._bump()
-        self.wake.set()
-
-    def snapshot_pods(self) -> None:
-        """Record the pods as they are now (read by other threads without touching the controller)."""
-        live = [(pod.info(), pod) for pod in self.controller.pods()]
-        self.pods = [*live, *((info, None) for info in self.controller.extra_pod_infos())]
-
-    def add_event(self, etype: str, reason: str, message: str, involved: str) -> None:
-        """Record an Event."""
-        with self.lock:
-            self.events.append(EventInfo(etype, reason, message, involved, last_timestamp=_now()))
-
-    def end_watches(self) -> None:
-        """The object is gone: end every watch."""
-        with self.lock:
-            for subscriber in self.subscribers:
-                subscriber.put(None)
-
-
-def _now() -> Any:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC)
-
-
-def _stop_all(records: dict[tuple[str, str, str], _Record]) -> None:
-    """Stop every job's processes (finalizer: must not reference the backend itself)."""
-    for record in list(records.values()):
-        record.delete_requested.set()
-        record.wake.set()
-    for record in list(records.values()):
-        record.done.wait(timeout=60)
 
 
 class LocalBackend(Backend):
@@ -202,10 +124,10 @@ class LocalBackend(Backend):
         self._config_maps = {k: dict(v) for k, v in (config_maps or {}).items()}
         self._lock_dir = lock_dir
         self._cwd = Path.cwd()
-        self._records: dict[tuple[str, str, str], _Record] = {}
+        self._records: dict[tuple[str, str, str], JobRecord] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._finalizer = weakref.finalize(self, _stop_all, self._records)
+        self._finalizer = weakref.finalize(self, stop_all, self._records)
 
     # --- helpers for users and tests --------------------------------------------------------------
     def claim_dir(self, claim_name: str) -> Path:
@@ -259,7 +181,7 @@ class LocalBackend(Backend):
             self._records[key] = record
         return record.ref
 
-    def _adopt(self, existing: _Record, meta: Mapping[str, Any]) -> JobRef:
+    def _adopt(self, existing: JobRecord, meta: Mapping[str, Any]) -> JobRef:
         mine = existing.obj["metadata"].get("labels") or {}
         theirs = meta.get("labels") or {}
         owners = (LABEL_RUN_ID, LABEL_TASK_ID)
@@ -272,14 +194,14 @@ class LocalBackend(Backend):
             "delete it or choose another name"
         )
 
-    def _start(self, obj: JobObject, ref: JobRef) -> _Record:
+    def _start(self, obj: JobObject, ref: JobRef) -> JobRecord:
         job_dir = self.root / "jobs" / ref.namespace / f"{ref.name}-{ref.uid[:8]}"
         job_dir.mkdir(parents=True, exist_ok=True)
         shims = ensure_python_shims(self.root / "bin")
         base_env = inherited_environment()
         base_env["PATH"] = search_path(shims, os.environ.get("PATH", ""))
         hosts: dict[str, str] = {}
-        holder: list[_Record] = []
+        holder: list[JobRecord] = []
         wake = threading.Event()
 
         def event(etype: str, reason: str, message: str, involved: str) -> None:
@@ -311,7 +233,7 @@ class LocalBackend(Backend):
             block.release()
             raise ManifestError("spec", str(e)) from e
         hosts.update(controller.hosts())
-        record = _Record(ref=ref, obj=obj, controller=controller, block=block, wake=wake)
+        record = JobRecord(ref=ref, obj=obj, controller=controller, block=block, wake=wake)
         holder.append(record)
         record.add_event(
             "Normal", f"{ref.kind.kind}Created", f"{ref.kind.kind} {ref.name} is created locally", ref.name
@@ -323,7 +245,7 @@ class LocalBackend(Backend):
         thread.start()
         return record
 
-    def _supervise(self, record: _Record) -> None:
+    def _supervise(self, record: JobRecord) -> None:
         controller = record.controller
         completed = False
         try:
@@ -355,14 +277,14 @@ class LocalBackend(Backend):
         value = spec.get("ttlSecondsAfterFinished", (spec.get("runPolicy") or {}).get("ttlSecondsAfterFinished"))
         return None if value is None else int(value)
 
-    def _forget(self, record: _Record) -> None:
+    def _forget(self, record: JobRecord) -> None:
         ref = record.ref
         with self._lock:
             if self._records.get((ref.kind.kind, ref.namespace, ref.name)) is record:
                 del self._records[(ref.kind.kind, ref.namespace, ref.name)]
         record.end_watches()
 
-    def _record(self, ref: JobRef) -> _Record:
+    def _record(self, ref: JobRef) -> JobRecord:
         with self._lock:
             record = self._records.get((ref.kind.kind, ref.namespace, ref.name))
         if record is None:

@@ -11,7 +11,8 @@ from typing import Any
 
 from kubetrain.backends.local_addresses import AddressBlock
 from kubetrain.backends.local_conditions import Status, rfc3339
-from kubetrain.backends.local_pod import LocalPod, PodContext
+from kubetrain.backends.local_pod import LocalPod
+from kubetrain.backends.local_podspec import PodContext
 
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
 

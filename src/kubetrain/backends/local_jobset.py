@@ -32,7 +32,8 @@ from kubetrain.backends.local_batchjob import BatchJob
 from kubetrain.backends.local_conditions import condition_is_true, set_jobset_condition
 from kubetrain.backends.local_controller import Controller, JobContext, random_suffix
 from kubetrain.backends.local_env import env_items
-from kubetrain.backends.local_pod import LocalPod, PodPlan, main_container
+from kubetrain.backends.local_pod import LocalPod
+from kubetrain.backends.local_podspec import PodPlan, main_container
 
 KIND = "JobSet"
 P = "jobset.sigs.k8s.io"

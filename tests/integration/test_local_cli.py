@@ -1,0 +1,184 @@
+"""`kubetrain launch -f MANIFEST --local`: rendered manifests with the real training programs, exit codes,
+and SIGTERM leaving no replica process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubetrain.data.download import download
+from kubetrain.errors import ExitCode
+from tests.integration.test_local_pytorchjob import _pids_of, _wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+CLAIM = "work"
+
+
+def _kubetrain(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "kubetrain", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _render(kind: str, tmp_path: Path, *flags: str) -> Path:
+    done = _kubetrain(
+        "render", kind, "--name", f"cli-{kind}", "--workspace-pvc", CLAIM, *flags, "-o", "yaml", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(done.stdout)
+    return path
+
+
+def _launch(manifest: Path, root: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return _kubetrain(
+        "launch", "-f", str(manifest), "--local", "--local-root", str(root), "--json", *flags, cwd=root.parent
+    )
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built-in digits data set, downloaded once for the module."""
+    out = tmp_path_factory.mktemp("data") / "digits"
+    download("builtin:digits", out, quiet=True)
+    return out
+
+
+def _claim_with_digits(root: Path, digits: Path) -> Path:
+    claim = root / "claims" / CLAIM
+    (claim / "datasets").mkdir(parents=True)
+    (claim / "datasets" / "digits").symlink_to(digits, target_is_directory=True)
+    return claim
+
+
+def _result(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_rendered_pytorchjob_trains_with_gloo_on_master_and_two_workers(tmp_path: Path, digits: Path) -> None:
+    root = tmp_path / "root"
+    claim = _claim_with_digits(root, digits)
+    manifest = _render("pytorchjob", tmp_path, "--workers", "2", "--epochs", "1")
+    done = _launch(manifest, root)
+    assert done.returncode == ExitCode.SUCCESS, done.stderr[-3000:]
+    assert _result(done)["phase"] == "Succeeded"
+    metrics = json.loads((claim / "runs" / "output" / "metrics.json").read_text())
+    assert metrics["world_size"] == 3
+    assert metrics["test_accuracy"] > 0.5
+    assert _pids_of(tmp_path) == []
+
+
+def test_rendered_elastic_pytorchjob_rendezvous_under_torchrun(tmp_path: Path, digits: Path) -> None:
+    root = tmp_path / "root"
+    claim = _claim_with_digits(root, digits)
+    manifest = _render("pytorchjob", tmp_path, "--workers", "2", "--elastic", "1:2", "--epochs", "1")
+    assert "torch.distributed.run" in manifest.read_text()
+    done = _launch(manifest, root)
+    assert done.returncode == ExitCode.SUCCESS, done.stderr[-3000:]
+    metrics = json.loads((claim / "runs" / "output" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2  # both workers joined the c10d rendezvous at worker-0's address
+    assert _pids_of(tmp_path) == []
+
+
+@pytest.mark.mpi
+def test_rendered_mpijob_trains_chainermn_with_a_launcher_and_two_workers(tmp_path: Path, digits: Path) -> None:
+    root = tmp_path / "root"
+    claim = _claim_with_digits(root, digits)
+    manifest = _render("mpijob", tmp_path, "--workers", "2", "--epochs", "1")
+    done = _launch(manifest, root)
+    assert done.returncode == ExitCode.SUCCESS, done.stderr[-3000:]
+    assert _result(done)["phase"] == "Succeeded"
+    metrics = json.loads((claim / "runs" / "output" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2
+    assert _pids_of(tmp_path) == []
+
+
+def _pytorchjob(name: str, command: list[str], *, workers: int = 2, **run_policy: Any) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "registry.example/t:1", "command": command}]}}
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never", "template": template}}
+    if workers:
+        replicas["Worker"] = {"replicas": workers, "restartPolicy": "Never", "template": template}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
+    }
+
+
+def _write(tmp_path: Path, manifest: dict[str, Any]) -> Path:
+    path = tmp_path / f"{manifest['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return path
+
+
+def _sleeper(tmp_path: Path) -> list[str]:
+    """A replica command whose command line names tmp_path (so the test can find its processes)."""
+    program = tmp_path / "sleep.py"
+    program.write_text("import time\ntime.sleep(600)\n")
+    return ["python", str(program)]
+
+
+def test_exit_codes_of_launch(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    failing = _write(tmp_path, _pytorchjob("fails", ["python", "-c", "raise SystemExit(3)"], workers=0))
+    done = _launch(failing, root)
+    assert done.returncode == ExitCode.JOB_FAILED, done.stderr[-2000:]
+    assert "exited with code 3" in done.stderr
+
+    broken = _pytorchjob("broken", ["python", "-c", "pass"])
+    del broken["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"]
+    done = _launch(_write(tmp_path, broken), root)
+    assert done.returncode == ExitCode.INVALID_INPUT
+    assert "Master.replicas" in done.stderr
+    assert not (root / "jobs" / "default").exists() or not list((root / "jobs" / "default").glob("broken-*"))
+
+    slow = _write(tmp_path, _pytorchjob("slow", _sleeper(tmp_path), workers=1))
+    done = _launch(slow, root, "--timeout", "3")
+    assert done.returncode == ExitCode.TIMEOUT, done.stderr[-2000:]
+    assert _pids_of(tmp_path) == []
+
+
+def test_sigterm_to_launch_stops_every_replica_within_five_seconds(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    manifest = _write(tmp_path, _pytorchjob("cancel", _sleeper(tmp_path), workers=2))
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "kubetrain", "launch", "-f", str(manifest), "--local", "--local-root", str(root)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Every replica is this program, whose path is under tmp_path (the launcher's own command line
+        # names the manifest, also under tmp_path, so it is counted too).
+        _wait_for(lambda: len(_pids_of(tmp_path)) == 4, timeout=60, what="the launcher and three replicas")
+        replicas = [pid for pid in _pids_of(tmp_path) if pid != launch.pid]
+        launch.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _wait_for(lambda: not any(pid in _pids_of(tmp_path) for pid in replicas), timeout=10, what="replicas to go")
+        assert time.monotonic() - sent < 5.0
+        assert launch.wait(timeout=30) == ExitCode.CANCELLED
+        assert "cancelled" in (launch.stderr.read() if launch.stderr else "")
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
+    assert _pids_of(tmp_path) == []
