@@ -7,5 +7,11 @@
 
 Every component is a lightweight Python component on the launcher image whose body imports
 kubetrain and calls one function of :mod:`kubetrain.kfp_runtime`. The YAML files load anywhere
-with `kfp.components.load_component_from_file` / `load_component_from_url`.
+with `kfp.components.load_component_from_file` / `load_component_from_url`; kfp ≤ 2.17 drops
+the training components' TaskConfig passthroughs on the way, which
+`kubetrain.components.load_component(path_or_url)` keeps.
 """
+
+from kubetrain.kfp_runtime.reuse import load_component
+
+__all__ = ["load_component"]

@@ -49,10 +49,6 @@ def chainermn_train(
 
     Args:
         dataset: Output of download_dataset: its metadata names the data directory on the workspace.
-        model: Output. The model files and metrics.json; metadata has framework, job name and status.
-        metrics: Output. test_accuracy, test_loss, train_loss, samples_per_second, duration_seconds,
-            job_seconds, world_size, epochs.
-        report: Output. HTML page with the final metrics and the loss and accuracy curves.
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
             kfp.kubernetes tolerations, node selectors, env, volumes); not set by hand.
         run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
@@ -79,6 +75,10 @@ def chainermn_train(
         service_account: Service account of the training pods; empty for the namespace default.
 
     Returns:
+        model: The model files and metrics.json; metadata has framework, job name and status.
+        metrics: test_accuracy, test_loss, train_loss, samples_per_second, duration_seconds,
+            job_seconds, world_size, epochs.
+        report: HTML page with the final metrics and the loss and accuracy curves.
         job_name: Name of the MPIJob.
         status: Final status of the job (Succeeded).
     """

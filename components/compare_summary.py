@@ -27,11 +27,10 @@ def compare_summary(
         chainermn_metrics: Metrics output of chainermn_train.
         ps_model: Model output of ps_train.
         ps_metrics: Metrics output of ps_train.
-        summary: Output. The comparison as a Markdown table.
-        summary_html: Output. The comparison as an HTML page.
-
     Returns:
-        The framework with the highest test accuracy.
+        summary: The comparison as a Markdown table.
+        summary_html: The comparison as an HTML page.
+        Output: The framework with the highest test accuracy.
     """
     from kubetrain.kfp_runtime.summary import compare_step
 

@@ -23,8 +23,6 @@ def download_dataset(
     (kfp.kubernetes.mount_pvc); the kubetrain pipelines do.
 
     Args:
-        dataset: Output. `dataset.json`; its metadata gives the claim (workspace_pvc), the
-            pod-side directory (path), record counts per split, feature shape and class count.
         source: builtin:digits (no network), an http(s)/s3/gs/file URL of an .npz or archive, a
             base URL ending in / holding the MNIST idx files, or comma-separated MNIST file URLs
             (each may end in #sha256=HEX).
@@ -32,6 +30,10 @@ def download_dataset(
         shards: Number of training shards to write (parameter-server tasks stay inside one shard).
         workspace_pvc: Name of the ReadWriteMany PersistentVolumeClaim shared with the training jobs.
         refresh: Download again even when the workspace already holds this source.
+
+    Returns:
+        dataset: `dataset.json`; its metadata gives the claim (workspace_pvc), the pod-side
+            directory (path), record counts per split, feature shape and class count.
     """
     from kubetrain.kfp_runtime.download_step import download_dataset_step
 

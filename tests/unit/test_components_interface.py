@@ -1,0 +1,137 @@
+"""The components' declared interface: what users and the KFP backend rely on without running them.
+
+- every input and output is typed and documented (the description lands in the compiled YAML);
+- lightweight components on the launcher image, no pip install at run time;
+- the body imports kubetrain inside the function and makes one library call (KFP ships only the
+  function's source, so a module-level import would be a NameError in the pod);
+- training components pass resources, node selectors, tolerations, env and volumes through to
+  the training pods, and their inputs match the library function they call.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from typing import Any
+
+import pytest
+import yaml
+
+from kubetrain.kfp_runtime import frameworks
+from kubetrain.kfp_runtime.catalog import COMPONENTS, Entry
+from kubetrain.presets import LAUNCHER_IMAGE
+
+TRAINING = ("pytorch_train", "chainermn_train", "ps_train")
+WORKSPACE_DEFAULT = "kubetrain-workspace"
+
+
+def _component(name: str) -> Any:
+    return Entry("component", name).load()
+
+
+def _compiled(name: str) -> dict[str, Any]:
+    return next(iter(yaml.safe_load_all(Entry("component", name).yaml_path.read_text())))
+
+
+def _body_function(name: str) -> ast.FunctionDef:
+    component = _component(name)
+    source = textwrap.dedent(inspect.getsource(component.python_func))
+    module = ast.parse(source)
+    func = module.body[0]
+    assert isinstance(func, ast.FunctionDef)
+    return func
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_every_input_and_output_is_documented(name: str) -> None:
+    spec = next(iter(_compiled(name)["components"].values()))
+    inputs = {**spec["inputDefinitions"].get("parameters", {}), **spec["inputDefinitions"].get("artifacts", {})}
+    outputs = {**spec["outputDefinitions"].get("parameters", {}), **spec["outputDefinitions"].get("artifacts", {})}
+    undocumented = sorted(k for k, v in {**inputs, **outputs}.items() if not v.get("description"))
+    assert not undocumented, f"{name}: undocumented {undocumented}"
+    signature = inspect.signature(_component(name).python_func)
+    untyped = [p for p, param in signature.parameters.items() if param.annotation is inspect.Parameter.empty]
+    assert not untyped, f"{name}: untyped parameters {untyped}"
+    assert signature.return_annotation is not inspect.Signature.empty
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_lightweight_component_on_the_launcher_image_without_installs(name: str) -> None:
+    compiled = _compiled(name)
+    (executor,) = compiled["deploymentSpec"]["executors"].values()
+    container = executor["container"]
+    assert container["image"] == LAUNCHER_IMAGE
+    command = " ".join(container["command"])
+    assert "pip install" not in command, f"{name}: installs packages at run time"
+    assert "kfp.dsl.executor_main" in command
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_body_imports_kubetrain_inside_and_makes_one_call(name: str) -> None:
+    func = _body_function(name)
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    assert len(body) == 2, f"{name}: expected an import and one call, got {len(body)} statements"
+    imp, call = body
+    assert isinstance(imp, ast.ImportFrom)
+    assert imp.module is not None
+    assert imp.module.startswith("kubetrain.kfp_runtime.")
+    value = call.value if isinstance(call, (ast.Return, ast.Expr)) else None
+    assert isinstance(value, ast.Call)
+    assert isinstance(value.func, ast.Name)
+    assert value.func.id in {alias.asname or alias.name for alias in imp.names}
+    # Defaults are literals: the function's source is all the pod gets.
+    for default in [*func.args.defaults, *func.args.kw_defaults]:
+        assert default is None or isinstance(default, ast.Constant), f"{name}: non-literal default"
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_workspace_default_is_the_same_everywhere(name: str) -> None:
+    params = inspect.signature(_component(name).python_func).parameters
+    if "workspace_pvc" in params:
+        assert params["workspace_pvc"].default == WORKSPACE_DEFAULT
+
+
+@pytest.mark.parametrize("name", TRAINING)
+def test_training_components_pass_task_settings_to_the_training_pods(name: str) -> None:
+    spec = next(iter(_compiled(name)["components"].values()))
+    passthroughs = {p["field"]: p.get("applyToTask", False) for p in spec["taskConfigPassthroughs"]}
+    assert passthroughs == {
+        "RESOURCES": False,  # GPUs reserved for the training pods only, not the launcher
+        "KUBERNETES_NODE_SELECTOR": False,
+        "KUBERNETES_TOLERATIONS": False,
+        "ENV": True,
+        "KUBERNETES_VOLUMES": True,  # the launcher reads the workspace too
+    }
+    assert spec["inputDefinitions"]["parameters"]["task_config"]["parameterType"] == "TASK_CONFIG"
+    outputs = spec["outputDefinitions"]
+    assert set(outputs["parameters"]) == {"job_name", "status"}
+    assert {k: v["artifactType"]["schemaTitle"] for k, v in outputs["artifacts"].items()} == {
+        "model": "system.Model",
+        "metrics": "system.Metrics",
+        "report": "system.HTML",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "function", "own"),
+    [
+        ("pytorch_train", frameworks.train_pytorch, {"workers", "elastic_min_workers", "elastic_max_workers"}),
+        ("chainermn_train", frameworks.train_chainermn, {"workers", "slots_per_worker"}),
+        ("ps_train", frameworks.train_ps, {"ps_replicas", "workers", "mode", "records_per_task", "optimizer"}),
+    ],
+)
+def test_component_inputs_are_exactly_what_the_library_takes(name: str, function: Any, own: set[str]) -> None:
+    component = set(inspect.signature(_component(name).python_func).parameters)
+    library = {p for p in inspect.signature(function).parameters if p != "common"}
+    common = set(inspect.signature(frameworks._common).parameters)
+    assert component == library | common
+    assert own <= library
+
+
+def test_run_and_task_ids_are_required_inputs() -> None:
+    # No default: a reused component cannot silently fall back to a fixed job name.
+    for name in TRAINING:
+        params = inspect.signature(_component(name).python_func).parameters
+        assert params["run_id"].default is inspect.Parameter.empty
+        assert params["task_id"].default is inspect.Parameter.empty

@@ -1,0 +1,318 @@
+"""The library behind the component bodies (kubetrain.kfp_runtime), without KFP or a backend running."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubetrain.errors import InvalidInputError, TrainingError
+from kubetrain.kfp_runtime import artifacts, report, summary
+from kubetrain.kfp_runtime.download_step import dataset_dir_name, download_dataset_step
+from kubetrain.kfp_runtime.frameworks import batch_size_to_master
+from kubetrain.kfp_runtime.params import PipelineInput, parse_params
+from kubetrain.kfp_runtime.train_step import LaunchSettings, dataset_location, replace_program
+from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, open_workspace
+from kubetrain.manifests import build_manifest
+from kubetrain.presets import TrainingParams, ps_job_spec
+from tests.crd_schema import validate_strict
+
+
+class FakeArtifact:
+    """The two attributes of a KFP artifact the library uses, plus Metrics.log_metric."""
+
+    def __init__(self, path: Path, metadata: dict[str, Any] | None = None) -> None:
+        self.path = str(path)
+        self.metadata: dict[str, Any] = dict(metadata or {})
+
+    def log_metric(self, metric: str, value: float) -> None:
+        self.metadata[metric] = value
+
+
+METRICS = {
+    "test_accuracy": 0.97,
+    "test_loss": 0.1,
+    "train_loss": 0.08,
+    "samples_per_second": 12345.6,
+    "world_size": 2,
+    "wall_seconds": 3.5,
+    "epochs": 2,
+    "global_step": 90,
+    "history": [
+        {"step": 10, "epoch": 0, "loss": 1.5, "kind": "step"},
+        {"step": 45, "epoch": 0, "loss": 0.9, "kind": "epoch", "test_accuracy": 0.9},
+        {"step": 50, "epoch": 1, "loss": 0.2, "kind": "step"},
+        {"step": 90, "epoch": 1, "loss": 0.3, "kind": "epoch", "test_accuracy": 0.97},
+    ],
+}
+
+
+# -- backend and workspace ---------------------------------------------------------------------
+
+
+def test_backend_kind_from_the_environment() -> None:
+    assert backend_kind({}) == "kubernetes"
+    assert backend_kind({"KUBETRAIN_BACKEND": "Local"}) == "local"
+    with pytest.raises(InvalidInputError, match="KUBETRAIN_BACKEND: got 'docker'"):
+        backend_kind({"KUBETRAIN_BACKEND": "docker"})
+
+
+def test_workspace_paths_map_between_pod_and_launcher(tmp_path: Path) -> None:
+    view = WorkspaceView(claim="ws", local_dir=tmp_path)
+    assert view.pod("datasets", "digits") == "/workspace/datasets/digits"
+    assert view.local("/workspace/datasets/digits") == tmp_path / "datasets" / "digits"
+    assert view.local("/workspace") == tmp_path
+    with pytest.raises(InvalidInputError, match="not on the workspace volume"):
+        view.local("/etc/passwd")
+    with pytest.raises(InvalidInputError, match="not on the workspace volume"):
+        view.local("/workspace/../etc")
+
+
+def test_local_workspace_is_the_local_backends_claim_directory(tmp_path: Path) -> None:
+    view = open_workspace("my-claim", kind="local", environ={"KUBETRAIN_LOCAL_ROOT": str(tmp_path)})
+    assert view.local_dir == tmp_path / "claims" / "my-claim"
+    assert view.local_dir.is_dir()
+    with pytest.raises(InvalidInputError, match="workspace_pvc: got 'Not_A_Name'"):
+        open_workspace("Not_A_Name", kind="local", environ={"KUBETRAIN_LOCAL_ROOT": str(tmp_path)})
+
+
+def test_cluster_workspace_must_be_mounted() -> None:
+    # This test machine has nothing mounted at /workspace: the launcher refuses to write the
+    # data into its own container, where no training pod would ever see it.
+    with pytest.raises(InvalidInputError, match="not mounted at /workspace"):
+        open_workspace("kubetrain-workspace", kind="kubernetes")
+
+
+# -- download step ------------------------------------------------------------------------------
+
+
+def test_dataset_directory_names() -> None:
+    assert dataset_dir_name("builtin:digits", sha256="", shards=1).startswith("digits-")
+    url = dataset_dir_name("https://example.com/data/mnist.npz", sha256="", shards=1)
+    assert url.startswith("mnist-")
+    assert dataset_dir_name("builtin:digits", sha256="", shards=2) != dataset_dir_name(
+        "builtin:digits", sha256="", shards=1
+    )
+
+
+def test_download_step_writes_the_workspace_and_describes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_BACKEND", "local")
+    monkeypatch.setenv("KUBETRAIN_LOCAL_ROOT", str(tmp_path / "local"))
+    out = FakeArtifact(tmp_path / "kfp" / "dataset")
+    meta = download_dataset_step(
+        source="builtin:digits", sha256="", shards=2, workspace_pvc="ws", refresh=False, dataset=out
+    )
+    assert meta["path"].startswith("/workspace/datasets/digits-")
+    assert meta["records"] == {"train": 1438, "test": 359}
+    assert meta["shards"] == {"train": 2, "test": 1}
+    assert meta["feature_shape"] == [1, 8, 8]
+    assert meta["num_classes"] == 10
+    assert meta["reused"] is False
+    assert out.metadata == meta
+    on_disk = tmp_path / "local" / "claims" / "ws" / meta["path"].removeprefix("/workspace/")
+    assert (on_disk / "dataset.json").is_file()
+    assert json.loads(Path(out.path).read_text())["name"] == "digits"
+
+    again = download_dataset_step(
+        source="builtin:digits",
+        sha256="",
+        shards=2,
+        workspace_pvc="ws",
+        refresh=False,
+        dataset=FakeArtifact(tmp_path / "b"),
+    )
+    assert again["reused"] is True
+    assert again["path"] == meta["path"]
+    fresh = download_dataset_step(
+        source="builtin:digits",
+        sha256="",
+        shards=2,
+        workspace_pvc="ws",
+        refresh=True,
+        dataset=FakeArtifact(tmp_path / "c"),
+    )
+    assert fresh["reused"] is False
+
+
+def test_download_step_rejects_bad_shards(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="shards: got 0"):
+        download_dataset_step(
+            source="builtin:digits",
+            sha256="",
+            shards=0,
+            workspace_pvc="ws",
+            refresh=False,
+            dataset=FakeArtifact(tmp_path),
+        )
+
+
+# -- launch settings and program overrides ---------------------------------------------------
+
+
+def test_unresolved_placeholders_are_refused() -> None:
+    with pytest.raises(InvalidInputError, match=r"pass dsl\.PIPELINE_JOB_ID_PLACEHOLDER"):
+        LaunchSettings(run_id="{{$.pipeline_job_uuid}}", task_id="t", workspace_pvc="ws", timeout_seconds=10)
+    with pytest.raises(InvalidInputError, match="task_id"):
+        LaunchSettings(run_id="r", task_id=" ", workspace_pvc="ws", timeout_seconds=10)
+    with pytest.raises(InvalidInputError, match="delete_after"):
+        LaunchSettings(run_id="r", task_id="t", workspace_pvc="ws", timeout_seconds=10, delete_after="later")
+    settings = LaunchSettings(run_id="r", task_id="t", workspace_pvc="ws", timeout_seconds=90.5, backoff_limit=2)
+    assert settings.run_policy().active_deadline_seconds == 90
+    assert settings.run_policy().backoff_limit == 2
+
+
+def test_dataset_location_comes_from_the_artifact(tmp_path: Path) -> None:
+    good = FakeArtifact(tmp_path, {"path": "/workspace/datasets/x", "workspace_pvc": "ws"})
+    assert dataset_location(good, workspace_pvc="ws") == "/workspace/datasets/x"
+    with pytest.raises(InvalidInputError, match="lies on claim 'ws' but this step mounts 'other'"):
+        dataset_location(good, workspace_pvc="other")
+    with pytest.raises(InvalidInputError, match="no 'path' metadata"):
+        dataset_location(FakeArtifact(tmp_path), workspace_pvc="ws")
+
+
+TORCH = ("python", "-m", "kubetrain.train.torch_ddp")
+
+
+@pytest.mark.parametrize(
+    ("command", "program", "expected"),
+    [
+        (TORCH, ("python", "/app/train.py"), ("python", "/app/train.py")),
+        (
+            ("mpirun", "-n", "2", "python", "-m", "kubetrain.train.torch_ddp"),
+            ("python", "-m", "mine"),
+            ("mpirun", "-n", "2", "python", "-m", "mine"),
+        ),
+        (
+            ("python", "-m", "torch.distributed.run", "-m", "kubetrain.train.torch_ddp"),
+            ("python3", "/app/train.py"),
+            ("python", "-m", "torch.distributed.run", "/app/train.py"),
+        ),
+    ],
+)
+def test_program_replacement(command: tuple[str, ...], program: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    assert replace_program(command, TORCH, program) == expected
+
+
+def test_program_replacement_errors() -> None:
+    with pytest.raises(InvalidInputError, match="elastic job starts the program under torchrun"):
+        replace_program(("python", "-m", "torch.distributed.run", "-m", "kubetrain.train.torch_ddp"), TORCH, ("./run",))
+    with pytest.raises(InvalidInputError, match="cannot find the training program"):
+        replace_program(("bash", "-c", "x"), TORCH, ("python", "x.py"))
+
+
+def test_ps_batch_size_goes_to_the_master() -> None:
+    spec = batch_size_to_master(ps_job_spec(name="ps-0123456789ab", params=TrainingParams(batch_size=16)))
+    assert "--batch-size" not in spec.worker.args
+    i = spec.master.args.index("--batch-size")
+    assert spec.master.args[i + 1] == "16"
+    assert batch_size_to_master(spec) == spec
+    validate_strict(build_manifest(spec))
+
+
+# -- outputs ------------------------------------------------------------------------------------
+
+
+def test_read_metrics_requires_the_documented_keys(tmp_path: Path) -> None:
+    with pytest.raises(TrainingError, match=r"wrote no metrics\.json"):
+        artifacts.read_metrics(tmp_path)
+    (tmp_path / "metrics.json").write_text(json.dumps({"test_accuracy": 0.9}))
+    with pytest.raises(TrainingError, match="missing keys"):
+        artifacts.read_metrics(tmp_path)
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    assert artifacts.read_metrics(tmp_path)["global_step"] == 90
+
+
+def test_model_metrics_and_report_artifacts(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps(METRICS))
+    (out / "model.pt").write_bytes(b"weights")
+    (out / "ps-state").mkdir()
+    model = FakeArtifact(tmp_path / "model")
+    names = artifacts.copy_model(out, model, metadata={"framework": "pytorch"})
+    assert names == ["model.pt", "metrics.json"]
+    assert (Path(model.path) / "model.pt").read_bytes() == b"weights"
+    assert model.metadata["framework"] == "pytorch"
+
+    metrics = FakeArtifact(tmp_path / "metrics")
+    logged = artifacts.log_metrics(metrics, METRICS, job_seconds=12.5)
+    assert logged == metrics.metadata
+    assert logged["test_accuracy"] == 0.97
+    assert logged["duration_seconds"] == 3.5
+    assert logged["job_seconds"] == 12.5
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TrainingError, match="wrote no model"):
+        artifacts.copy_model(empty, FakeArtifact(tmp_path / "m2"), metadata={})
+
+
+def test_report_has_curves_and_tables() -> None:
+    loss, accuracy = report.curves(METRICS["history"])
+    assert loss == [(10.0, 1.5), (50.0, 0.2)]  # per-step losses only, not the epoch means
+    assert accuracy == [(1.0, 0.9), (2.0, 0.97)]
+    page = report.training_report(title="t <1>", metrics=METRICS, details=[("job", "PyTorchJob a/b")])
+    assert "t &lt;1&gt;" in page
+    encoded = page.split("data:image/png;base64,", 1)[1].split('"', 1)[0]
+    assert base64.b64decode(encoded).startswith(b"\x89PNG\r\n\x1a\n")
+    assert "0.9700" in page
+    no_history = report.training_report(title="t", metrics={**METRICS, "history": []}, details=[])
+    assert "no curves" in no_history
+    assert "data:image/png" not in no_history
+
+
+def test_comparison_table(tmp_path: Path) -> None:
+    runs = []
+    for name, accuracy in (("pytorch", 0.97), ("chainermn", 0.98), ("ps", 0.96)):
+        model = FakeArtifact(
+            tmp_path / f"{name}-model", {"framework": name, "job_name": f"{name}-1", "status": "Succeeded"}
+        )
+        metrics = FakeArtifact(
+            tmp_path / f"{name}-metrics", {"test_accuracy": accuracy, "world_size": 2.0, "samples_per_second": 1234.5}
+        )
+        runs.append((name, model, metrics))
+    md = FakeArtifact(tmp_path / "summary.md")
+    page = FakeArtifact(tmp_path / "summary.html")
+    assert summary.compare_step(runs=runs, summary_markdown=md, summary_html=page) == "chainermn"
+    table = Path(md.path).read_text()
+    assert "| chainermn | chainermn-1 | Succeeded | 0.9800 |" in table
+    assert "| 2 |" in table  # world size as an integer
+    assert "1,234" in table
+    assert "<table>" in Path(page.path).read_text()
+    with pytest.raises(InvalidInputError, match="no test_accuracy"):
+        summary.comparison_rows([("x", runs[0][1], FakeArtifact(tmp_path / "empty"))])
+
+
+# -- parameters ---------------------------------------------------------------------------------
+
+INPUTS = {
+    "epochs": PipelineInput("epochs", "Integer", 5, True),
+    "learning_rate": PipelineInput("learning_rate", "Float", 0.1, True),
+    "refresh": PipelineInput("refresh", "Boolean", False, True),
+    "dataset": PipelineInput("dataset", "String", "builtin:digits", True),
+    "needed": PipelineInput("needed", "String", None, False),
+}
+
+
+def test_params_are_typed_by_the_pipeline() -> None:
+    got = parse_params(["epochs=3", "learning_rate=0.5", "refresh=yes", "dataset=https://x/y=z", "needed=1"], INPUTS)
+    assert got == {"epochs": 3, "learning_rate": 0.5, "refresh": True, "dataset": "https://x/y=z", "needed": "1"}
+
+
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        (["epochs=x", "needed=1"], "expected an integer"),
+        (["refresh=maybe", "needed=1"], "expected true or false"),
+        (["nope=1", "needed=1"], "no such parameter; it has dataset, epochs"),
+        (["epochs", "needed=1"], "expected KEY=VALUE"),
+        (["epochs=1", "epochs=2", "needed=1"], "given twice"),
+        ([], "missing required parameters: needed"),
+    ],
+)
+def test_bad_params(pairs: list[str], message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        parse_params(pairs, INPUTS)

@@ -1,0 +1,188 @@
+"""Task settings → training pods: the TaskConfig passthrough, from the compiled pipeline to the manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kfp import compiler, dsl, kubernetes
+
+from kubetrain.components.pytorch_train import pytorch_train
+from kubetrain.errors import InvalidInputError, SpecError
+from kubetrain.kfp_runtime.frameworks import bind_to_pod_ip
+from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
+from kubetrain.manifests import build_manifest
+from kubetrain.presets import TrainingParams, pytorch_job_spec
+from kubetrain.specs import EnvVar, KeyRef, Resources, Toleration, Volume, VolumeMount
+from tests.crd_schema import validate_strict
+
+# What the KFP driver hands the component for a task with resources, env, a toleration, a node
+# selector, the workspace claim and a secret volume (Kubernetes JSON fragments).
+TASK_CONFIG = {
+    "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "4", "nvidia.com/gpu": "1"}},
+    "env": [
+        {"name": "PLAIN", "value": "1"},
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode", "optional": True}}},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ],
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "nodeSelector": {"accelerator": "a100"},
+    "volumes": [
+        {"name": "workspace-pvc", "persistentVolumeClaim": {"claimName": "kubetrain-workspace"}},
+        {"name": "creds", "secret": {"secretName": "creds"}},
+        {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+    ],
+    "volumeMounts": [
+        {"name": "workspace-pvc", "mountPath": "/workspace"},
+        {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ],
+}
+
+
+class KfpTaskConfig:
+    """The attribute form kfp.dsl.TaskConfig has inside the component."""
+
+    def __init__(self, fragments: dict[str, Any]) -> None:
+        self.resources = fragments.get("resources")
+        self.env = fragments.get("env")
+        self.tolerations = fragments.get("tolerations")
+        self.node_selector = fragments.get("nodeSelector")
+        self.volumes = fragments.get("volumes")
+        self.volume_mounts = fragments.get("volumeMounts")
+        self.affinity = fragments.get("affinity")
+
+
+def test_task_config_becomes_pod_options() -> None:
+    pod = pod_options(KfpTaskConfig(TASK_CONFIG), explicit=ExplicitResources(), workspace_claim="kubetrain-workspace")
+    assert pod.resources == Resources(cpu="2", memory="4Gi", cpu_limit="4", gpus=1, gpu_resource="nvidia.com/gpu")
+    assert pod.env == (
+        EnvVar(name="PLAIN", value="1"),
+        EnvVar(name="TOKEN", secret_key_ref=KeyRef(name="creds", key="token")),
+        EnvVar(name="MODE", config_map_key_ref=KeyRef(name="settings", key="mode", optional=True)),
+        EnvVar(name="NODE", field_path="spec.nodeName"),
+    )
+    assert pod.tolerations == (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+    assert dict(pod.node_selector) == {"accelerator": "a100"}
+    # The workspace claim is mounted by the job spec itself: passing it through would mount it twice.
+    assert pod.volumes == (
+        Volume(name="creds", secret="creds"),
+        Volume(name="scratch", empty_dir=True, empty_dir_medium="Memory", size_limit="1Gi"),
+    )
+    assert pod.volume_mounts == (
+        VolumeMount(name="creds", mount_path="/etc/creds", read_only=True),
+        VolumeMount(name="scratch", mount_path="/scratch"),
+    )
+
+
+def test_the_mapping_form_gives_the_same_options() -> None:
+    as_object = pod_options(
+        KfpTaskConfig(TASK_CONFIG), explicit=ExplicitResources(), workspace_claim="kubetrain-workspace"
+    )
+    as_mapping = pod_options(TASK_CONFIG, explicit=ExplicitResources(), workspace_claim="kubetrain-workspace")
+    assert as_object == as_mapping
+
+
+def test_empty_task_config_and_component_inputs() -> None:
+    pod = pod_options(None, explicit=ExplicitResources(cpu="1", memory="2Gi", gpus=2), workspace_claim=None)
+    assert pod.resources == Resources(cpu="1", memory="2Gi", gpus=2)
+    assert pod.env == ()
+    assert pod.volumes == ()
+
+
+def test_the_same_value_both_ways_is_fine_different_values_are_an_error() -> None:
+    task = {"resources": {"requests": {"cpu": "2"}}}
+    assert pod_options(task, explicit=ExplicitResources(cpu="2"), workspace_claim=None).resources.cpu == "2"
+    with pytest.raises(InvalidInputError, match=r"cpu: the component input says '3' but the task sets '2'"):
+        pod_options(task, explicit=ExplicitResources(cpu="3"), workspace_claim=None)
+
+
+@pytest.mark.parametrize(
+    ("fragments", "message"),
+    [
+        ({"affinity": {"nodeAffinity": {}}}, "not affinity"),
+        ({"resources": {"limits": {"ephemeral-storage": "1Gi"}}}, "ephemeral-storage"),
+        ({"resources": {"limits": {"nvidia.com/gpu": "1", "amd.com/gpu": "1"}}}, "at most one accelerator"),
+        ({"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}, "whole number"),
+        ({"volumes": [{"name": "x", "hostPath": {"path": "/x"}}]}, "hostPath"),
+        ({"env": [{"name": "X", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}, "resourceFieldRef"),
+        ({"bogus": 1}, "unknown fields"),
+    ],
+)
+def test_what_cannot_be_carried_over_is_refused(fragments: dict[str, Any], message: str) -> None:
+    with pytest.raises((InvalidInputError, SpecError), match=message):
+        pod_options(fragments, explicit=ExplicitResources(), workspace_claim=None)
+
+
+def test_options_reach_every_training_pod_of_the_manifest() -> None:
+    pod = pod_options(TASK_CONFIG, explicit=ExplicitResources(), workspace_claim="kubetrain-workspace")
+    spec = pytorch_job_spec(
+        name="pytorch-0123456789ab",
+        params=TrainingParams(),
+        workers=2,
+        pod=pod,
+        workspace_pvc="kubetrain-workspace",
+        kfp_run_id="run",
+        kfp_task_id="task",
+    )
+    manifest = build_manifest(spec)
+    validate_strict(manifest)
+    for role in ("Master", "Worker"):
+        template = manifest["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]
+        (container,) = template["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert container["resources"]["requests"] == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
+        assert template["nodeSelector"] == {"accelerator": "a100"}
+        assert template["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "creds"
+        assert env["TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "token"
+        assert env["PLAIN"] == {"name": "PLAIN", "value": "1"}
+        claims = [v for v in template["volumes"] if "persistentVolumeClaim" in v]
+        assert [c["persistentVolumeClaim"]["claimName"] for c in claims] == ["kubetrain-workspace"]
+        assert {"/workspace", "/etc/creds", "/scratch"} <= {m["mountPath"] for m in container["volumeMounts"]}
+
+
+def test_ps_servers_bind_their_pod_ip() -> None:
+    pod = bind_to_pod_ip(pod_options(None, explicit=ExplicitResources(), workspace_claim=None))
+    assert EnvVar(name="KUBETRAIN_BIND_ADDRESS", field_path="status.podIP") in pod.env
+    assert bind_to_pod_ip(pod) == pod
+
+
+def _compile(task_settings: Any, tmp_path: Path) -> dict[str, Any]:
+    @dsl.pipeline(name="settings")
+    def settings_pipeline():  # no "-> None": with postponed annotations KFP reads "None" as an output type
+        data = dsl.importer(artifact_uri="file:///data", artifact_class=dsl.Dataset)
+        task = pytorch_train(
+            dataset=data.output, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER
+        )
+        task_settings(task)
+
+    path = tmp_path / "p.yaml"
+    compiler.Compiler().compile(settings_pipeline, str(path))
+    return next(iter(yaml.safe_load_all(path.read_text())))
+
+
+def test_task_settings_compile_into_the_passthrough(tmp_path: Path) -> None:
+    def settings(task: Any) -> None:
+        task.set_cpu_request("2").set_memory_request("4Gi").set_accelerator_type("nvidia.com/gpu")
+        task.set_accelerator_limit(1)
+        task.set_env_variable("PLAIN", "1")
+        kubernetes.add_toleration(task, key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+        kubernetes.add_node_selector(task, label_key="accelerator", label_value="a100")
+        kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
+
+    spec = _compile(settings, tmp_path)
+    component = spec["components"]["comp-pytorch-train"]
+    assert {p["field"] for p in component["taskConfigPassthroughs"]} >= {"RESOURCES", "KUBERNETES_TOLERATIONS"}
+
+
+def test_affinity_on_a_training_task_is_a_compile_error(tmp_path: Path) -> None:
+    def settings(task: Any) -> None:
+        kubernetes.add_node_affinity(task, match_expressions=[{"key": "zone", "operator": "In", "values": ["a"]}])
+
+    with pytest.raises(ValueError, match="KUBERNETES_AFFINITY"):
+        _compile(settings, tmp_path)

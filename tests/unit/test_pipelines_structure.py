@@ -1,0 +1,67 @@
+"""The compiled pipelines' structure: parameters, caching, workspace mounts, run-time job names, fan-out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from kubetrain.kfp_runtime.catalog import PIPELINES, Entry
+
+LAUNCHER_COMPONENTS = {"comp-download-dataset", "comp-pytorch-train", "comp-chainermn-train", "comp-ps-train"}
+TRAINERS = {"pytorch-train", "chainermn-train", "ps-train"}
+
+
+def _docs(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    spec, platform = yaml.safe_load_all(Entry("pipeline", name).yaml_path.read_text())
+    return spec, platform
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_dataset_and_workspace_parameters(name: str) -> None:
+    spec, _ = _docs(name)
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["dataset"]["defaultValue"] == "builtin:digits"
+    assert params["workspace_pvc"]["defaultValue"] == "kubetrain-workspace"
+    assert all(p.get("description") for p in params.values()), f"{name}: undocumented parameters"
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_launcher_tasks_mount_the_workspace_and_never_hit_the_cache(name: str) -> None:
+    spec, platform = _docs(name)
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for task_name, task in spec["root"]["dag"]["tasks"].items():
+        component = task["componentRef"]["name"]
+        if component not in LAUNCHER_COMPONENTS:
+            continue
+        assert task["cachingOptions"].get("enableCache", False) is False, f"{name}/{task_name} is cached"
+        executor = spec["components"][component]["executorLabel"]
+        (mount,) = executors[executor]["pvcMount"]
+        assert mount["mountPath"] == "/workspace"
+        assert mount["pvcNameParameter"] == {"componentInputParameter": "workspace_pvc"}
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_job_names_come_from_the_run_and_task_ids_at_run_time(name: str) -> None:
+    spec, _ = _docs(name)
+    trainers = [t for n, t in spec["root"]["dag"]["tasks"].items() if n in TRAINERS]
+    assert trainers
+    for task in trainers:
+        params = task["inputs"]["parameters"]
+        # Placeholders resolved by the backend per run and task, never a constant fixed at compile time.
+        assert params["run_id"] == {"runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}
+        assert params["task_id"] == {"runtimeValue": {"constant": "{{$.pipeline_task_uuid}}"}}
+        assert task["inputs"]["artifacts"]["dataset"]["taskOutputArtifact"]["producerTask"] == "download-dataset"
+
+
+def test_compare_frameworks_downloads_once_trains_in_parallel_then_summarizes() -> None:
+    spec, _ = _docs("compare_frameworks")
+    tasks = spec["root"]["dag"]["tasks"]
+    assert set(tasks) == {"download-dataset", *TRAINERS, "compare-summary"}
+    for trainer in TRAINERS:
+        # Each trainer waits only for the download, so the three run side by side on a cluster.
+        assert tasks[trainer]["dependentTasks"] == ["download-dataset"]
+    assert sorted(tasks["compare-summary"]["dependentTasks"]) == sorted(TRAINERS)
+    summary_inputs = tasks["compare-summary"]["inputs"]["artifacts"]
+    assert {v["taskOutputArtifact"]["producerTask"] for v in summary_inputs.values()} == TRAINERS
