@@ -172,7 +172,11 @@ def _repartition(root: Path, shard_index: int, num_shards: int) -> ShardSnapshot
             keep = (ids % num_shards) == shard_index
             part = rows.setdefault(table, {})
             for key, a in data.items():
-                piece = np.asarray(a)[keep]
+                arr = np.asarray(a)
+                if arr.ndim == 0:  # a per-table step count: the furthest one carries on
+                    part[key] = arr if key not in part else np.maximum(part[key], arr)
+                    continue
+                piece = arr[keep]
                 part[key] = piece if key not in part else np.concatenate([part[key], piece])
     return ShardSnapshot(
         version=max(s.version for s in snaps),

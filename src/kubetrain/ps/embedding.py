@@ -84,7 +84,8 @@ class EmbeddingTable:
             return out
 
         self._values = grown(self._values)
-        self._slots = {k: grown(v) for k, v in self._slots.items()}
+        # Per-row slots grow with the rows; per-table ones (Adam's step count, 0-d) do not.
+        self._slots = {k: grown(v) if v.ndim else v for k, v in self._slots.items()}
 
     def positions(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Row positions of `ids`, creating (and initialising) the rows not seen before."""
@@ -128,7 +129,7 @@ class EmbeddingTable:
             "values": self._values[:n].copy(),
         }
         for k, v in self._slots.items():
-            out[f"slot_{k}"] = v[:n].copy()
+            out[f"slot_{k}"] = v[:n].copy() if v.ndim else v.copy()
         return out
 
     def load(
@@ -143,7 +144,10 @@ class EmbeddingTable:
         self._slots = new_slots(self._optimizer, (0, self.config.dim), rows=True)
         self._grow(len(ids))
         self._values[: len(ids)] = values
-        for k in self._slots:
+        for k, v in self._slots.items():
             if k in slots:
-                self._slots[k][: len(ids)] = slots[k]
+                if v.ndim:
+                    v[: len(ids)] = slots[k]
+                else:
+                    v[...] = slots[k]
         self._pos = {int(i): p for p, i in enumerate(ids)}

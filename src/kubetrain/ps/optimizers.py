@@ -2,7 +2,8 @@
 
 Each optimizer owns its slot state (Adam's moments and step counts) next to the parameters, so a
 checkpoint holds everything needed to carry on. Sparse Adam is "lazy": only the rows a gradient
-touches move, each with its own step count for the bias correction, as in TF's LazyAdam.
+touches move; the bias correction uses the table's step count, as torch's SparseAdam and TF's
+LazyAdam do, so the PS and a single-process `SparseAdam` baseline make the same updates.
 """
 
 from __future__ import annotations
@@ -50,13 +51,12 @@ class OptimizerSpec:
 
 def new_slots(spec: OptimizerSpec, shape: tuple[int, ...], *, rows: bool = False) -> SlotArrays:
     """Zeroed slot arrays for a dense parameter of `shape`, or for rows (shape (n, dim))."""
+    del rows  # the same slots for both: moments shaped like the parameter, one step count
     if spec.name == "adam":
-        # Adam's step count: one per dense tensor, one per row of a table (lazy Adam).
-        steps_shape = shape[:1] if rows else ()
         return {
             "m": np.zeros(shape, np.float32),
             "v": np.zeros(shape, np.float32),
-            "t": np.zeros(steps_shape, np.float32),
+            "t": np.zeros((), np.float32),
         }
     if spec.momentum > 0:
         return {"buf": np.zeros(shape, np.float32)}
@@ -96,12 +96,12 @@ def apply_rows(
     """Update rows `rows` (unique positions into `table`) in place with `grad` (one row each)."""
     if spec.name == "adam":
         m, v, t = slots["m"], slots["v"], slots["t"]
-        t[rows] += 1
+        t += 1
         m[rows] = spec.beta1 * m[rows] + (1 - spec.beta1) * grad
         v[rows] = spec.beta2 * v[rows] + (1 - spec.beta2) * grad * grad
-        steps = t[rows][:, None].astype(np.float64)
-        m_hat = m[rows] / (1 - spec.beta1**steps)
-        v_hat = v[rows] / (1 - spec.beta2**steps)
+        step = float(t)
+        m_hat = m[rows] / (1 - spec.beta1**step)
+        v_hat = v[rows] / (1 - spec.beta2**step)
         table[rows] -= (lr * m_hat / (np.sqrt(v_hat) + spec.eps)).astype(np.float32)
     elif spec.momentum > 0:
         buf = slots["buf"]

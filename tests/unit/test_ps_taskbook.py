@@ -1,0 +1,289 @@
+"""The master's book: hand-out, done-only-when-reported, re-queues, drops, eval rounds, restarts."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubetrain.ps.errors import PSConfigError, StaleStateError
+from kubetrain.ps.evaluation import EvalResult
+from kubetrain.ps.master_state import StateStore, book_from_json, book_to_json
+from kubetrain.ps.taskbook import FAILED, FINAL_EVAL, FINISHING, TaskBook
+from kubetrain.ps.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split
+
+
+def _config(**kw: Any) -> BookConfig:
+    base: dict[str, Any] = {
+        "epochs": 2,
+        "records_per_task": 10,
+        "train_shards": (25, 15),
+        "test_shards": (12,),
+        "eval_records_per_task": 5,
+        "heartbeat_timeout_s": 5.0,
+        "min_task_timeout_s": 30.0,
+    }
+    base.update(kw)
+    return BookConfig(**base)
+
+
+def _take(book: TaskBook, worker: str = "w0", inc: str = "a", now: float = 0.0) -> Lease:
+    directive, lease = book.get_task(worker, inc, now)
+    assert directive == Directive.RUN_TASK and lease is not None
+    return lease
+
+
+def _finish(book: TaskBook, lease: Lease, worker: str = "w0", inc: str = "a", now: float = 1.0, **kw: Any) -> str:
+    ok, note = book.report(
+        worker_id=worker,
+        incarnation=inc,
+        task_id=lease.task.task_id,
+        lease=lease.lease,
+        success=True,
+        records=lease.task.records,
+        loss_sum=0.5 * lease.task.records,
+        now=now,
+        **kw,
+    )
+    assert ok, note
+    return note
+
+
+def _drain(book: TaskBook, worker: str = "w0") -> list[Lease]:
+    done = []
+    while True:
+        _, lease = book.get_task(worker, "a", 0.0)
+        if lease is None:
+            return done
+        _finish(book, lease, worker)
+        done.append(lease)
+
+
+@given(
+    shards=st.lists(st.integers(1, 60), min_size=1, max_size=4),
+    per_task=st.integers(1, 25),
+    epoch=st.integers(0, 5),
+)
+@settings(max_examples=60, deadline=None)
+def test_an_epoch_covers_every_record_exactly_once(shards: list[int], per_task: int, epoch: int) -> None:
+    tasks = cut_epoch(shards, per_task, epoch=epoch, seed=3)
+    covered = Counter((t.shard, i) for t in tasks for i in range(t.start, t.end))
+    assert covered == Counter((s, i) for s, n in enumerate(shards) for i in range(n))
+    assert all(t.records <= per_task and t.epoch == epoch for t in tasks)
+    assert len({t.task_id for t in tasks}) == len(tasks)
+
+
+def test_epoch_order_is_shuffled_per_epoch_and_static_slots_are_fixed() -> None:
+    a, b = (cut_epoch((100,), 5, epoch=e, seed=0) for e in (0, 1))
+    assert [t.start for t in a] != [t.start for t in b]
+    s0, s1 = (cut_epoch((100,), 5, epoch=e, seed=0, slots=3) for e in (0, 1))
+    assert {(t.start, t.slot) for t in s0} == {(t.start, t.slot) for t in s1}
+    assert Counter(t.slot for t in s0) == {0: 7, 1: 7, 2: 6}
+
+
+def test_all_epochs_are_handed_out_and_only_reports_finish_them() -> None:
+    book = TaskBook(config=_config())
+    lease = _take(book)
+    assert not book.done and lease.lease in book.doing  # handed out is not done
+    _finish(book, lease)
+    leases = [lease, *_drain(book)]
+    assert len(leases) == 2 * (3 + 2)
+    assert book.training_complete()
+    assert book.counters["records_trained"] == 2 * 40
+    assert {lease.task.epoch for lease in leases} == {0, 1}
+
+
+def test_failed_task_goes_back_first_and_is_dropped_after_the_limit() -> None:
+    book = TaskBook(config=_config(max_task_failures=3, max_dropped_fraction=0.5))
+    lease = _take(book)
+    for attempt in range(3):
+        assert lease.task.task_id not in book.dropped
+        ok, _ = book.report(
+            worker_id="w0",
+            incarnation="a",
+            task_id=lease.task.task_id,
+            lease=lease.lease,
+            success=False,
+            error="bad record",
+            now=1.0,
+        )
+        assert ok
+        if attempt < 2:
+            nxt = _take(book)
+            assert nxt.task.task_id == lease.task.task_id  # re-queued at the front
+            lease = nxt
+    assert lease.task.task_id in book.dropped
+    assert book.counters["tasks_dropped"] == 1 and book.phase != FAILED
+
+
+def test_dropping_past_the_threshold_fails_the_job() -> None:
+    book = TaskBook(config=_config(max_task_failures=1, max_dropped_fraction=0.05))  # limit: 4 records
+    lease = _take(book)
+    book.report(
+        worker_id="w0",
+        incarnation="a",
+        task_id=lease.task.task_id,
+        lease=lease.lease,
+        success=False,
+        error="poison",
+        now=1.0,
+    )
+    assert book.phase == FAILED and "poison" in book.failure_reason
+    assert book.get_task("w1", "b", 2.0) == (Directive.JOB_FAILED, None)
+
+
+def test_silent_worker_loses_its_lease_and_is_told_to_abandon() -> None:
+    book = TaskBook(config=_config(heartbeat_timeout_s=5.0))
+    lease = _take(book, "w0", now=0.0)
+    book.heartbeat("w0", "a", lease.lease, 4, now=3.0)
+    assert book.expire(7.0) == []  # heard 4s ago
+    events = book.expire(8.5)
+    assert events and "w0" in events[0]
+    assert not book.doing
+    # Partly trained records count as trained twice once the task is re-done.
+    assert book.counters["records_trained_twice"] == 4
+    assert _take(book, "w1", "b", now=9.0).task == lease.task
+    assert book.heartbeat("w0", "a", lease.lease, 5, now=9.5) == (Directive.RUN_TASK, True)
+
+
+def test_restarted_worker_releases_the_old_process_leases_at_once() -> None:
+    book = TaskBook(config=_config())
+    lease = _take(book, "w0", "old")
+    nxt = _take(book, "w0", "new", now=1.0)
+    assert nxt.task == lease.task and book.counters["tasks_failed"] == 1
+
+
+def test_asking_again_releases_a_lease_whose_answer_was_lost() -> None:
+    book = TaskBook(config=_config())
+    lease = _take(book, "w0", "a")
+    again = _take(book, "w0", "a", now=1.0)
+    assert again.task == lease.task and book.counters["tasks_failed"] == 0
+
+
+def test_adaptive_task_timeout() -> None:
+    book = TaskBook(config=_config(min_task_timeout_s=10.0, task_timeout_factor=3.0))
+    lease = _take(book, now=0.0)
+    _finish(book, lease, now=6.0)  # a 6s task: timeout becomes 18s
+    assert book.task_timeout() == 18.0
+    slow = _take(book, now=10.0)
+    book.heartbeat("w0", "a", slow.lease, 0, now=27.0)
+    assert book.expire(27.0) == []
+    assert book.expire(29.0) and slow.lease not in book.doing
+
+
+def test_reports_are_idempotent_and_late_reports_reclaim_the_task() -> None:
+    book = TaskBook(config=_config())
+    lease = _take(book)
+    _finish(book, lease)
+    assert _finish(book, lease) == "already counted"
+    assert book.counters["records_trained"] == lease.task.records
+    # A lease taken back on timeout, then reported by its worker: the report finishes the task.
+    late = _take(book, now=0.0)
+    book.expire(100.0)
+    assert late.task in book.todo
+    _finish(book, late, now=101.0)
+    assert late.task not in book.todo and late.task.task_id in book.done
+    # Another worker holding it meanwhile is told to abandon.
+    third = _take(book, "w0", now=102.0)
+    book.expire(300.0)
+    other = _take(book, "w1", "b", now=301.0)
+    assert other.task == third.task
+    _finish(book, third, now=302.0)
+    assert book.heartbeat("w1", "b", other.lease, 0, now=303.0)[1] is True
+
+
+def test_duplicate_completion_counts_records_trained_twice() -> None:
+    book = TaskBook(config=_config())
+    lease = _take(book, now=0.0)
+    book.expire(100.0)
+    other = _take(book, "w1", "b", now=101.0)
+    _finish(book, other, "w1", "b", now=102.0)
+    assert _finish(book, lease, now=103.0).startswith("duplicate")
+    assert book.counters["records_trained_twice"] == lease.task.records
+
+
+def test_ps_restart_requeues_tasks_whose_updates_were_lost() -> None:
+    book = TaskBook(config=_config())
+    early, late = _take(book, "w0"), _take(book, "w1", "b")
+    _finish(book, early, versions={0: (1, 5), 1: (1, 5)})
+    _finish(book, late, "w1", "b", versions={0: (1, 12), 1: (1, 3)})
+    assert book.note_ps_history(0, [-1]) == 0
+    # Shard 0 restarts (generation 2) from its version-10 checkpoint: version 12 is gone.
+    assert book.note_ps_history(0, [-1, 10]) == 1
+    assert late.task.task_id not in book.done and early.task.task_id in book.done
+    assert book.todo[0].task_id == late.task.task_id
+    # A report arriving after the restart with a lost update is re-queued, not counted.
+    again = _take(book)
+    assert _finish(book, again, versions={0: (1, 11)}).startswith("re-queued")
+    assert book.counters["tasks_retrained_after_ps_restore"] == 2
+
+
+def test_eval_tasks_come_first_and_results_count_once() -> None:
+    book = TaskBook(config=_config())
+    train = _take(book)
+    rid = book.start_round(version=7, final=False)
+    evals = [_take(book, f"e{i}", str(i)) for i in range(3)]
+    assert all(e.task.kind == "eval" for e in evals)
+    assert sum(e.task.records for e in evals) == 12
+    res = EvalResult(loss_sum=1.0, correct=3, count=4)
+    for i, e in enumerate(evals):
+        _finish(book, e, f"e{i}", str(i), eval_result=res)
+    _finish(book, evals[0], "e0", "0", eval_result=EvalResult(9.0, 0, 4))  # duplicate: ignored
+    assert rid not in book.evals.rounds
+    assert book.history[-1]["step"] == 7
+    assert book.history[-1]["test_accuracy"] == pytest.approx(9 / 12)
+    assert train.lease in book.doing
+
+
+def test_final_round_moves_to_finishing_with_metrics() -> None:
+    book = TaskBook(config=_config(epochs=1))
+    _drain(book)
+    book.start_round(version=9, final=True)
+    assert book.phase == FINAL_EVAL
+    for lease in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
+        _finish(book, lease, eval_result=EvalResult(0.2 * lease.task.records, lease.task.records, lease.task.records))
+    assert book.phase == FINISHING
+    assert book.final_metrics["test_accuracy"] == 1.0
+    assert book.final_metrics["train_loss"] == pytest.approx(0.5)
+
+
+def test_static_sharding_keeps_each_slot_to_its_block() -> None:
+    book = TaskBook(config=_config(static_slots=2, epochs=1))
+    a = [lease.task for lease in _drain(book, "w0")]
+    assert book.get_task("w0", "a", 0.0) == (Directive.WAIT, None)  # no stealing from slot 1
+    b = [lease.task for lease in _drain(book, "w1")]
+    assert {t.slot for t in a} == {0} and {t.slot for t in b} == {1}
+    assert book.training_complete()
+
+
+def test_state_round_trip_resumes_where_it_stopped(tmp_path: Path) -> None:
+    cfg = _config()
+    book = TaskBook(config=cfg)
+    done = _take(book)
+    _finish(book, done, versions={0: (1, 4)})
+    held = _take(book, "w1", "b")
+    book.start_round(version=3, final=False)
+    store = StateStore(tmp_path)
+    assert store.claim() is None
+    store.save({"book": book_to_json(book)})
+    restarted = StateStore(tmp_path)
+    raw = restarted.claim()
+    assert raw is not None and restarted.generation == 2
+    again = book_from_json(cfg, raw["book"], now=50.0)
+    assert json.dumps(book_to_json(again), sort_keys=True) == json.dumps(book_to_json(book), sort_keys=True)
+    assert again.doing[held.lease].started == 50.0  # timers re-armed
+    with pytest.raises(StaleStateError):
+        store.save({"book": book_to_json(book)})  # the old master is fenced off
+    with pytest.raises(PSConfigError, match="epochs"):
+        book_from_json(_config(epochs=3), raw["book"], now=0.0)
+
+
+def test_cut_split_for_eval_keeps_shards_apart() -> None:
+    tasks = cut_split((7, 5), 4, kind="eval", split="test", eval_round=2)
+    assert [(t.shard, t.start, t.end) for t in tasks] == [(0, 0, 4), (0, 4, 7), (1, 0, 4), (1, 4, 5)]
+    assert tasks[0].task_id == "eval/r2/test/s0/0-4"
