@@ -14,7 +14,7 @@ import pytest
 
 from kubetrain.backends.local import LocalBackend
 from kubetrain.status import JobPhase
-from tests.integration.test_local_pytorchjob import _follow, _pids_of, _wait_for
+from tests.integration.test_local_pytorchjob import _alive, _follow, _pids_of, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.timeout(180)]
 
@@ -22,14 +22,6 @@ if shutil.which("mpirun") is None:  # `make setup` installs Open MPI; without it
     pytest.fail("mpirun not found: install openmpi-bin (make setup)", pytrace=False)
 
 CLAIM = "work"
-
-
-def _alive(pid: int) -> bool:
-    """Running or sleeping; a zombie waiting for init to reap it is dead."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture

@@ -40,6 +40,14 @@ def _pids_of(root: Path) -> list[int]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    """Running or sleeping; a zombie waiting to be reaped is dead."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[LocalBackend]:
     """A backend under tmp_path; after the test no process of it may survive."""
@@ -362,3 +370,56 @@ def test_resubmitting_with_the_same_run_labels_adopts_and_other_labels_conflict(
     with pytest.raises(JobConflictError, match="belongs to another run"):
         backend.submit(other)
     backend.delete(first)
+
+
+SUPERVISOR = """
+    import json, pathlib, sys, time
+    from kubetrain.backends.local import LocalBackend
+    root, manifest = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2])
+    backend = LocalBackend(root, max_grace_seconds=1.0)
+    backend.submit(manifest)
+    pid_file = backend.claim_dir("work") / "child.pid"
+    while not (pid_file.exists() and pid_file.read_text()):
+        time.sleep(0.02)
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+# A replica that leaves a child in another process group which ignores SIGTERM (as mpirun leaves
+# ranks): the parent-death signal reaches only the main process; the child outlives it unless the
+# backend's watchdog kills the whole session.
+STUBBORN_TREE = """
+    import os, pathlib, subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"], process_group=0)
+    pathlib.Path(os.environ["WORK"], "child.pid").write_text(str(child.pid))
+    time.sleep(600)
+"""
+
+
+def test_a_sigkilled_supervisor_leaves_no_process_behind(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    claim = root / "claims" / CLAIM
+    claim.mkdir(parents=True)
+    (claim / "tree.py").write_text(textwrap.dedent(STUBBORN_TREE))
+    manifest = _pytorchjob("orphans", _template(["python", "/workspace/tree.py"]), None)
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SUPERVISOR), str(root), json.dumps(manifest)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert supervisor.stdout is not None and supervisor.stdout.readline().strip() == "ready"
+        child = int((claim / "child.pid").read_text())
+        supervisor.send_signal(signal.SIGKILL)  # no handler, no atexit: only the watchdog can act
+        supervisor.wait(timeout=10)
+        _wait_for(lambda: _pids_of(tmp_path) == [], timeout=10, what="the replica's main process to go")
+        # The child ignores SIGTERM: it goes only with the watchdog's SIGKILL after the grace period.
+        _wait_for(lambda: not _alive(child), timeout=10, what="the replica's child to go")
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()

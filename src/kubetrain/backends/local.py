@@ -31,6 +31,7 @@ task labels is adopted, with other labels it is a conflict.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import queue
 import sys
@@ -54,10 +55,12 @@ from kubetrain.backends.local_process import LineSink, read_log
 from kubetrain.backends.local_pytorch import PyTorchJobController
 from kubetrain.backends.local_record import JobRecord, stop_all
 from kubetrain.backends.local_validate import validate_manifest
+from kubetrain.backends.local_watchdog import Watchdog
 from kubetrain.errors import BackendError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 
+log = logging.getLogger(__name__)
 ROOT_ENV = "KUBETRAIN_LOCAL_ROOT"
 _CONTROLLERS: dict[str, type[Controller]] = {
     PYTORCHJOB.kind: PyTorchJobController,
@@ -77,6 +80,13 @@ def claim_directory(root: Path | None, claim: str) -> Path:
 
 
 _PRINT_LOCK = threading.Lock()
+
+
+def _shut_down(records: dict[tuple[str, str, str], JobRecord], watchdog: list[Watchdog]) -> None:
+    """Stop every job, then release the watchdog (a finalizer: must not reference the backend)."""
+    stop_all(records)
+    for dog in watchdog:
+        dog.close()
 
 
 def _print_line(line: str) -> None:
@@ -127,7 +137,8 @@ class LocalBackend(Backend):
         self._records: dict[tuple[str, str, str], JobRecord] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self._finalizer = weakref.finalize(self, stop_all, self._records)
+        self._watchdog: list[Watchdog] = []  # started with the first job; a list so the finalizer can see it
+        self._finalizer = weakref.finalize(self, _shut_down, self._records, self._watchdog)
 
     # --- helpers for users and tests --------------------------------------------------------------
     def claim_dir(self, claim_name: str) -> Path:
@@ -224,6 +235,7 @@ class LocalBackend(Backend):
             probe_period_seconds=self._probe_period,
             event=event,
             wake=wake.set,
+            registry=self._ensure_watchdog(),
         )
         block = allocate_block(self._lock_dir)
         try:
@@ -244,6 +256,15 @@ class LocalBackend(Backend):
         )
         thread.start()
         return record
+
+    def _ensure_watchdog(self) -> Watchdog | None:
+        if not self._watchdog:
+            try:
+                self._watchdog.append(Watchdog(self._grace))
+            except OSError as e:  # the backend still stops its replicas on every path it lives through
+                log.warning("no watchdog for local replicas (they may outlive a SIGKILLed kubetrain): %s", e)
+                return None
+        return self._watchdog[0]
 
     def _supervise(self, record: JobRecord) -> None:
         controller = record.controller

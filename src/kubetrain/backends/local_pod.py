@@ -95,17 +95,24 @@ class LocalPod:
         self.restart_at = None
         try:
             argv, env, cwd = self._translator.launch()
+            log = LogStream(self.ctx.next_log_path(self.plan.name))
+            self._logs.append(log.path)
+            self._streams.append(log)
+            self._process = ReplicaProcess(
+                argv=argv,
+                env=env,
+                cwd=cwd,
+                log=log,
+                prefix=self.plan.prefix,
+                sink=self.ctx.sink,
+                registry=self.ctx.registry,
+            )
         except PodStartError as e:
-            self.fatal = str(e)
-            self.phase, self.reason, self.message = "Failed", "ContainerCannotRun", str(e)
-            self.ctx.event("Warning", "Failed", str(e), f"Pod/{self.plan.name}")
+            self._cannot_run(str(e))
             return
-        log = LogStream(self.ctx.next_log_path(self.plan.name))
-        self._logs.append(log.path)
-        self._streams.append(log)
-        self._process = ReplicaProcess(
-            argv=argv, env=env, cwd=cwd, log=log, prefix=self.plan.prefix, sink=self.ctx.sink
-        )
+        except OSError as e:  # volumes, log file or fork: this machine refused, not the program
+            self._cannot_run(str(self._translator.fail(f"cannot start the container: {e}")))
+            return
         self.phase, self.reason, self.message, self.exit_code = "Running", "", "", None
         self.ctx.event(
             "Normal",
@@ -125,6 +132,11 @@ class LocalPod:
                 env=env,
             )
             self._probe = ProbeLoop(check, probe, max_period=self.ctx.probe_period_seconds, on_change=self.ctx.wake)
+
+    def _cannot_run(self, message: str) -> None:
+        self.fatal = message
+        self.phase, self.reason, self.message = "Failed", "ContainerCannotRun", message
+        self.ctx.event("Warning", "Failed", message, f"Pod/{self.plan.name}")
 
     def poll(self) -> int | None:
         """The exit code if the container has just exited (phase becomes Succeeded or Failed)."""

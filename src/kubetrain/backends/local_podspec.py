@@ -23,14 +23,18 @@ from kubetrain.backends.local_env import (
     resolve_field_ref,
     resource_field_value,
 )
-from kubetrain.backends.local_process import LineSink
+from kubetrain.backends.local_process import LineSink, SessionRegistry
+from kubetrain.errors import BackendError
 
 BIND_ENV = "KUBETRAIN_BIND_ADDRESS"
 EventSink = Callable[[str, str, str, str], None]  # type, reason, message, involved object
 
 
-class PodStartError(Exception):
-    """The pod cannot run on this machine (missing command, secret, config map)."""
+class PodStartError(BackendError):
+    """The pod cannot run on this machine (missing command, secret, config map).
+
+    Never leaves the backend: the pod fails at once and its job fails with this message.
+    """
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class PodContext:
     probe_period_seconds: float
     event: EventSink
     wake: Callable[[], None]
+    registry: SessionRegistry | None = None
     log_seq: dict[str, int] = field(default_factory=dict)
 
     def next_log_path(self, pod_name: str) -> Path:

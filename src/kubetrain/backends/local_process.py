@@ -6,9 +6,10 @@ by killing every process of that session when the replica is stopped or its main
 The session, not the process group, is the unit: Open MPI's `mpirun` puts each local rank in a
 process group of its own, but all of them stay in the launcher's session.
 
-If the Python process that supervises the replicas dies without cleaning up (SIGKILL), each
+If the Python process that supervises the replicas dies without cleaning up (SIGKILL, OOM), each
 replica's main process still receives SIGTERM through the parent-death signal (`setpriv
---pdeathsig`, when util-linux provides it); `mpirun` and `torchrun` forward it to their ranks.
+--pdeathsig`, when util-linux provides it), and the backend's watchdog (local_watchdog) stops
+every process of the sessions still registered with it (mpirun, for one, leaves its ranks).
 """
 
 from __future__ import annotations
@@ -21,8 +22,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 LineSink = Callable[[str], None]
+
+
+class SessionRegistry(Protocol):
+    """Who must know which replica sessions are alive (local_watchdog.Watchdog)."""
+
+    def add(self, sid: int) -> None:
+        """A session started."""
+
+    def remove(self, sid: int) -> None:
+        """A session is gone."""
+
 
 _SETPRIV = shutil.which("setpriv")
 # How often to look again while waiting for a session's processes to exit after SIGTERM.
@@ -160,6 +173,7 @@ class ReplicaProcess:
         log: LogStream,
         prefix: str,
         sink: LineSink | None,
+        registry: SessionRegistry | None = None,
     ) -> None:
         command = list(argv)
         if _SETPRIV is not None:
@@ -178,6 +192,9 @@ class ReplicaProcess:
             close_fds=True,
         )
         self.pid = self._popen.pid
+        self._registry = registry
+        if registry is not None:
+            registry.add(self.pid)
         self.started_at = time.time()
         self._returncode: int | None = None
         self._reader = threading.Thread(target=self._pump, name=f"kubetrain-log-{prefix}", daemon=True)
@@ -211,7 +228,13 @@ class ReplicaProcess:
         self._returncode = rc
         # Like a container: when the main process ends, whatever it left behind ends too.
         signal_session(self.pid, signal.SIGKILL)
+        self._unregister()
         return container_exit_code(rc)
+
+    def _unregister(self) -> None:
+        if self._registry is not None:
+            self._registry.remove(self.pid)
+            self._registry = None
 
     def stop(self, grace_seconds: float) -> int:
         """SIGTERM every process of the session, SIGKILL what is left after the grace period; reap.
@@ -232,6 +255,7 @@ class ReplicaProcess:
         while session_members(self.pid) and time.monotonic() < deadline:
             signal_session(self.pid, signal.SIGKILL)
             time.sleep(_EXIT_CHECK_SECONDS)
+        self._unregister()
         # The pipe closes once every process of the session is gone; all of them were just killed.
         self._reader.join(timeout=max(grace_seconds, 1.0))
         return container_exit_code(self._returncode)

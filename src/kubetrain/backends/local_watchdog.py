@@ -1,0 +1,99 @@
+"""A watchdog process that stops a local backend's replicas if the backend dies without doing it.
+
+The backend stops its replicas itself on every normal path (success, failure, delete, close,
+interpreter exit). A SIGKILL or the OOM killer leaves no such chance, and the parent-death signal
+of each replica (local_process) only reaches the replica's main process: `mpirun`, for one,
+exits on SIGTERM and leaves its ranks running. So each backend starts one small watchdog in its
+own session and tells it, over a pipe, which replica sessions are alive; when the pipe reaches
+end-of-file without a clean "bye" (the backend is gone), the watchdog SIGTERMs every process of
+those sessions, SIGKILLs what is left after a grace period, and exits.
+
+Run as `python -m kubetrain.backends.local_watchdog GRACE_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from kubetrain.backends.local_process import session_members, signal_session
+
+
+class Watchdog:
+    """The backend's side: register and unregister replica sessions."""
+
+    def __init__(self, grace_seconds: float) -> None:
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "kubetrain.backends.local_watchdog", str(grace_seconds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # neither a terminal's Ctrl-C nor our death signals reach it
+            close_fds=True,
+            text=True,
+        )
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            stdin = self._proc.stdin
+            if stdin is None or stdin.closed:
+                return
+            try:
+                stdin.write(line + "\n")
+                stdin.flush()
+            except BrokenPipeError:  # the watchdog is gone; the backend still cleans up itself
+                stdin.close()
+
+    def add(self, sid: int) -> None:
+        """A replica session started."""
+        self._send(f"add {sid}")
+
+    def remove(self, sid: int) -> None:
+        """A replica session is gone."""
+        self._send(f"del {sid}")
+
+    def close(self) -> None:
+        """The backend has stopped everything itself: let the watchdog exit without acting."""
+        self._send("bye")
+        with self._lock:
+            if self._proc.stdin is not None and not self._proc.stdin.closed:
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def main(argv: list[str]) -> int:
+    """Read commands until end-of-file; then stop the sessions still registered (unless told 'bye')."""
+    grace = float(argv[0]) if argv else 3.0
+    # The backend's process group may be signalled as a whole (Ctrl-C): the watchdog outlives it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sessions: set[int] = set()
+    clean = False
+    for line in sys.stdin:
+        op, _, value = line.strip().partition(" ")
+        if op == "add":
+            sessions.add(int(value))
+        elif op == "del":
+            sessions.discard(int(value))
+        elif op == "bye":
+            clean = True
+    if clean or not sessions:
+        return 0
+    for sid in sessions:
+        signal_session(sid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(session_members(sid) for sid in sessions):
+        time.sleep(0.05)
+    for sid in sessions:
+        signal_session(sid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
