@@ -261,7 +261,7 @@ class KubernetesBackend(Backend):
                         failures = 0
                         yield copy.deepcopy(obj)
                 finally:
-                    response.release_conn()
+                    _finish(response)
             except ApiException as e:
                 if e.status == 410:
                     gone = True
@@ -330,7 +330,7 @@ class KubernetesBackend(Backend):
         except TRANSPORT_ERRORS as e:
             raise BackendError(f"{what}: stream broken: {e}") from e
         finally:
-            response.release_conn()
+            _finish(response)
 
     def events(self, ref: JobRef) -> list[EventInfo]:
         """Events about the job object and (Warnings only) its pods, oldest first."""
@@ -391,3 +391,10 @@ class KubernetesBackend(Backend):
     def close(self) -> None:
         """Close the connection pool. Idempotent."""
         self._api.close()
+
+
+def _finish(response: Any) -> None:
+    """Close a streamed response: one left unread (a window ended, a consumer stopped) must not go
+    back to the pool with the rest of its body still on the wire."""
+    response.close()
+    response.release_conn()
