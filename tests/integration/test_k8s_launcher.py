@@ -19,7 +19,15 @@ from typing import Any
 import pytest
 
 from kubetrain.backends.kubernetes import KubernetesBackend, RetryPolicy
-from kubetrain.errors import BackendError, ExitCode, JobConflictError, JobFailedError, JobTimeoutError, ManifestError
+from kubetrain.errors import (
+    BackendError,
+    ExitCode,
+    InvalidInputError,
+    JobConflictError,
+    JobFailedError,
+    JobTimeoutError,
+    ManifestError,
+)
 from kubetrain.launcher import DeleteAfter, OnTimeout, Tuning, run_job
 from kubetrain.manifests import build_mpijob, build_ps_jobset, build_pytorchjob
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
@@ -433,6 +441,7 @@ def test_crashed_container_log_is_read_from_the_previous_instance(env: Env) -> N
 def test_owner_reference_to_the_launcher_pod(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_NAME", "pipeline-step-abc")
     monkeypatch.setenv("POD_UID", "1234-uid")
+    monkeypatch.setenv("POD_NAMESPACE", NS)
     script = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["ok"])
     env.launch(pytorch_manifest(workers=0), script, backend=env.backend(owner_pod=True), delete_after="never")
     owner = env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["ownerReferences"]
@@ -481,3 +490,12 @@ def test_every_status_reaches_the_callback_and_the_log_hint_names_the_container(
     assert seen[-1] == JobPhase.SUCCEEDED
     assert JobPhase.RUNNING in seen
     assert any(f"(kubectl -n {NS} logs -f train-master-0 -c pytorch)" in line for line in env.lines)
+
+
+def test_owner_reference_across_namespaces_is_refused(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kubernetes garbage-collects a job whose owner lives in another namespace: never create one."""
+    for var, value in (("POD_NAME", "step"), ("POD_UID", "u"), ("POD_NAMESPACE", "kubeflow")):
+        monkeypatch.setenv(var, value)
+    with pytest.raises(InvalidInputError, match="cannot own a job in 'team-a'"):
+        env.launch(pytorch_manifest(workers=0), backend=env.backend(owner_pod=True))
+    assert env.requests("create", "pytorchjobs") == []

@@ -14,7 +14,7 @@ from kubetrain.backends.kubernetes_config import (
     JOB_NAME_MAX_LENGTH,
     connect,
     job_name_for_task,
-    owner_reference_from_env,
+    launcher_pod_from_env,
 )
 from kubetrain.backends.kubernetes_objects import pod_info, pod_selector
 from kubetrain.backends.kubernetes_retry import Retrier, RetryPolicy, is_transient, retry_after_seconds
@@ -56,11 +56,18 @@ def test_job_name_reads_the_ids_from_the_environment_or_refuses() -> None:
         job_name_for_task("TFJob", "mnist", run_id="r", task_id="t")
 
 
-def test_owner_reference_needs_the_downward_api() -> None:
-    ref = owner_reference_from_env({"POD_NAME": "step-1", "POD_UID": "u-1"})
+def test_owner_reference_needs_the_downward_api(tmp_path: Path) -> None:
+    pod = launcher_pod_from_env({"POD_NAME": "step-1", "POD_UID": "u-1", "POD_NAMESPACE": "team-a"})
+    ref = pod.owner_reference()
     assert (ref["kind"], ref["name"], ref["uid"], ref["blockOwnerDeletion"]) == ("Pod", "step-1", "u-1", False)
+    assert pod.namespace == "team-a"
+    sa_namespace = tmp_path / "namespace"
+    sa_namespace.write_text("team-b")
+    assert launcher_pod_from_env({"POD_NAME": "s", "POD_UID": "u"}, namespace_file=sa_namespace).namespace == "team-b"
     with pytest.raises(InvalidInputError, match="POD_UID"):
-        owner_reference_from_env({"POD_NAME": "step-1"})
+        launcher_pod_from_env({"POD_NAME": "step-1", "POD_NAMESPACE": "x"})
+    with pytest.raises(InvalidInputError, match="POD_NAMESPACE"):
+        launcher_pod_from_env({"POD_NAME": "s", "POD_UID": "u"}, namespace_file=tmp_path / "absent")
 
 
 # -- configuration ------------------------------------------------------------------------------------

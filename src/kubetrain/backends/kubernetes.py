@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
-from kubetrain.backends.kubernetes_config import Connection, connect, job_name_for_task, owner_reference_from_env
+from kubetrain.backends.kubernetes_config import Connection, connect, job_name_for_task, launcher_pod_from_env
 from kubetrain.backends.kubernetes_objects import belongs_to, event_info, pod_info, pod_selector
 from kubetrain.backends.kubernetes_retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, is_transient
 from kubetrain.backends.kubernetes_stream import (
@@ -37,7 +37,7 @@ from kubetrain.backends.kubernetes_stream import (
     json_lines,
     stream_lines,
 )
-from kubetrain.errors import BackendError, JobConflictError, ManifestError
+from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, parse_job_status
@@ -77,7 +77,7 @@ class KubernetesBackend(Backend):
         self._custom = client.CustomObjectsApi(self._api)
         self._core = client.CoreV1Api(self._api)
         self._retry = Retrier(retry or RetryPolicy())
-        self._owner = owner_reference_from_env() if owner_pod else None
+        self._owner = launcher_pod_from_env() if owner_pod else None
         self._server_watch_seconds = max(1, int(server_watch_seconds))
         self._resubmit_failed = resubmit_failed
         self._gone_wait_seconds = gone_wait_seconds
@@ -133,7 +133,14 @@ class KubernetesBackend(Backend):
         meta["namespace"] = namespace
         meta.setdefault("annotations", {})[SUBMISSION_ANNOTATION] = uuid.uuid4().hex
         if self._owner is not None:
-            meta["ownerReferences"] = [*(meta.get("ownerReferences") or []), dict(self._owner)]
+            if self._owner.namespace != namespace:
+                # Kubernetes treats a cross-namespace owner as absent and garbage-collects the job.
+                raise InvalidInputError(
+                    f"the launcher pod in namespace {self._owner.namespace!r} cannot own a job in {namespace!r} "
+                    "(the garbage collector would delete it at once); launch into the pod's namespace or drop "
+                    "--owner-pod"
+                )
+            meta["ownerReferences"] = [*(meta.get("ownerReferences") or []), self._owner.owner_reference()]
         return kind, body
 
     def _create(self, kind: JobKind, body: JobObject, *, dry_run: bool = False) -> JobObject:

@@ -28,6 +28,7 @@ TASK_ID_ENV = "KUBETRAIN_KFP_TASK_ID"
 # The launcher pod's identity from the downward API (metadata.name, metadata.uid).
 POD_NAME_ENV = "POD_NAME"
 POD_UID_ENV = "POD_UID"
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
 
 # Longest job name per kind such that every name the operator derives still fits 63 characters:
 # PyTorchJob and MPIJob pods/services `<job>-worker-<i>` (i up to 5 digits), the MPIJob launcher's
@@ -129,19 +130,36 @@ def _kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str | 
     return str(namespace) if namespace else None
 
 
-def owner_reference_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """An ownerReference to the launcher pod (downward API POD_NAME/POD_UID).
+@dataclass(frozen=True)
+class LauncherPod:
+    """The launcher pod, as the owner of the jobs it creates."""
 
-    With it, deleting the launcher pod (a cancelled KFP run) garbage-collects the job even if
-    the launcher never got to delete it. `blockOwnerDeletion` stays off: it would need update
-    rights on pods/finalizers, which the launcher's Role does not grant.
+    name: str
+    uid: str
+    namespace: str
+
+    def owner_reference(self) -> dict[str, Any]:
+        """The ownerReference to put on a job. `blockOwnerDeletion` stays off: it would need update
+        rights on pods/finalizers, which the launcher's Role does not grant."""
+        return {"apiVersion": "v1", "kind": "Pod", "name": self.name, "uid": self.uid, "controller": False,
+                "blockOwnerDeletion": False}  # fmt: skip
+
+
+def launcher_pod_from_env(
+    environ: Mapping[str, str] | None = None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE
+) -> LauncherPod:
+    """The launcher pod from the downward API (POD_NAME, POD_UID; POD_NAMESPACE or the SA file).
+
+    With it as owner, deleting the launcher pod (a cancelled KFP run) garbage-collects the job
+    even if the launcher never got to delete it.
     """
     env = os.environ if environ is None else environ
     name, uid = env.get(POD_NAME_ENV), env.get(POD_UID_ENV)
-    if not name or not uid:
+    namespace = env.get(POD_NAMESPACE_ENV) or _read_namespace_file(namespace_file)
+    if not name or not uid or not namespace:
         raise InvalidInputError(
-            f"an owner reference to the launcher pod needs {POD_NAME_ENV} and {POD_UID_ENV} from the downward API "
-            "(fieldRef metadata.name and metadata.uid); set them on the launcher pod or drop --owner-pod"
+            f"an owner reference to the launcher pod needs {POD_NAME_ENV}, {POD_UID_ENV} and {POD_NAMESPACE_ENV} "
+            "from the downward API (fieldRef metadata.name, metadata.uid, metadata.namespace); set them on the "
+            "launcher pod or drop --owner-pod"
         )
-    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": False,
-            "blockOwnerDeletion": False}  # fmt: skip
+    return LauncherPod(name=name, uid=uid, namespace=namespace)
