@@ -83,3 +83,15 @@ def test_bad_manifest_is_invalid_input_and_nothing_is_sent(tmp_path: Path) -> No
         assert proc.returncode == ExitCode.INVALID_INPUT
         assert "TFJob" in proc.stderr
         assert api.requests == []
+
+
+def test_dry_run_prints_the_object_and_creates_nothing(tmp_path: Path) -> None:
+    with FakeApiServer() as api:
+        proc = launch_process(api, tmp_path, "--dry-run", "--json")
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+        obj = json.loads(stdout)
+        assert (obj["kind"], obj["metadata"]["name"], obj["metadata"]["namespace"]) == ("PyTorchJob", "train", NS)
+        assert api.objects == {}
+        [create] = [r for r in api.requests if r.verb == "create"]
+        assert (create.query["dryRun"], create.query["fieldValidation"]) == ("All", "Strict")
