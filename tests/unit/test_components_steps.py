@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.errors import InvalidInputError, TrainingError
+from kubetrain.errors import ExitCode, InvalidInputError, TrainingError
 from kubetrain.kfp_runtime import artifacts, report, summary
 from kubetrain.kfp_runtime.download_step import dataset_dir_name, download_dataset_step
 from kubetrain.kfp_runtime.frameworks import batch_size_to_master
@@ -137,8 +137,8 @@ def test_download_step_writes_the_workspace_and_describes_it(tmp_path: Path, mon
     assert fresh["reused"] is False
 
 
-def test_download_step_rejects_bad_shards(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError, match="shards: got 0"):
+def test_a_step_ends_with_the_documented_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
         download_dataset_step(
             source="builtin:digits",
             sha256="",
@@ -147,6 +147,8 @@ def test_download_step_rejects_bad_shards(tmp_path: Path) -> None:
             refresh=False,
             dataset=FakeArtifact(tmp_path),
         )
+    assert exited.value.code == ExitCode.INVALID_INPUT
+    assert "kubetrain: InvalidInputError: shards: got 0" in capsys.readouterr().err
 
 
 # -- launch settings and program overrides ---------------------------------------------------

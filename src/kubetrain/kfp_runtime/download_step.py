@@ -20,6 +20,7 @@ from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_datase
 from kubetrain.data.download import download, parse_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
+from kubetrain.kfp_runtime.exits import step
 from kubetrain.kfp_runtime.workspace import backend_kind, open_workspace
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def dataset_metadata(info: DatasetInfo, *, claim: str, pod_path: str, source: st
     }
 
 
+@step
 def download_dataset_step(
     *,
     source: str,

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, Literal, cast
 
 from kubetrain.errors import InvalidInputError
+from kubetrain.kfp_runtime.exits import step
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources
 from kubetrain.kfp_runtime.train_step import (
     Hyperparameters,
@@ -90,6 +91,7 @@ def _common(
     )
 
 
+@step
 def train_pytorch(
     *,
     workers: int,
@@ -144,6 +146,7 @@ def train_pytorch(
     )
 
 
+@step
 def train_chainermn(
     *,
     workers: int,
@@ -219,6 +222,7 @@ def bind_to_pod_ip(pod: PodOptions) -> PodOptions:
     return dataclasses.replace(pod, env=(*pod.env, EnvVar(name=BIND_ENV, field_path="status.podIP")))
 
 
+@step
 def train_ps(
     *,
     ps_replicas: int,

@@ -71,7 +71,7 @@ class RunOutcome:
     pipeline: str
     state: Literal["SUCCEEDED", "FAILED"]
     run_dir: Path
-    workspace_dir: Path
+    claims_dir: Path  # one directory per PersistentVolumeClaim (the workspace claim among them)
     wall_seconds: float
     arguments: Mapping[str, Any]
     tasks: tuple[TaskOutcome, ...]
@@ -89,7 +89,7 @@ class RunOutcome:
             "pipeline": self.pipeline,
             "state": self.state,
             "run_dir": str(self.run_dir),
-            "workspace_dir": str(self.workspace_dir),
+            "claims_dir": str(self.claims_dir),
             "wall_seconds": round(self.wall_seconds, 2),
             "arguments": dict(self.arguments),
             "tasks": {t.name: t.to_json() for t in self.tasks},
@@ -176,12 +176,25 @@ def run_locally(
     runs_dir: Path,
     logs_to_stderr: bool = False,
 ) -> RunOutcome:
-    """Run the pipeline on this machine; returns its outcome (a failed task makes it FAILED, no raise)."""
+    """Run one of kubetrain's pipelines on this machine; see :func:`run_pipeline_locally`."""
+    return run_pipeline_locally(
+        entry.load(), name=entry.name, arguments=arguments, runs_dir=runs_dir, logs_to_stderr=logs_to_stderr
+    )
+
+
+def run_pipeline_locally(
+    pipeline: Any,
+    *,
+    name: str,
+    arguments: Mapping[str, Any],
+    runs_dir: Path,
+    logs_to_stderr: bool = False,
+) -> RunOutcome:
+    """Run any KFP pipeline of lightweight components here; returns its outcome (FAILED, no raise, on failure)."""
     from kfp import local
 
-    pipeline = entry.load()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    run_dir = (runs_dir / f"{entry.name}-{stamp}").resolve()
+    run_dir = (runs_dir / f"{name}-{stamp}").resolve()
     kfp_root = run_dir / "kfp"
     local_root = run_dir / "local"
     kfp_root.mkdir(parents=True)
@@ -196,7 +209,7 @@ def run_locally(
         try:
             pipeline(**arguments)
         except (RuntimeError, ValueError) as e:
-            raise BackendError(f"kfp.local could not run {entry.name}: {e}") from e
+            raise BackendError(f"kfp.local could not run {name}: {e}") from e
     wall = time.monotonic() - start
     roots = [p for p in kfp_root.iterdir() if p.is_dir()]
     if len(roots) != 1:
@@ -208,21 +221,15 @@ def run_locally(
     )
     from kubetrain.backends.local import claim_directory
 
-    workspace_pvc = str(arguments.get("workspace_pvc") or _default(pipeline, "workspace_pvc"))
     return RunOutcome(
-        pipeline=entry.name,
+        pipeline=name,
         state=state,
         run_dir=run_dir,
-        workspace_dir=claim_directory(local_root, workspace_pvc),
+        claims_dir=claim_directory(local_root, "_").parent,
         wall_seconds=wall,
         arguments=dict(arguments),
         tasks=tasks,
     )
-
-
-def _default(pipeline: Any, name: str) -> Any:
-    inputs = pipeline.component_spec.inputs or {}
-    return inputs[name].default if name in inputs else ""
 
 
 def describe(outcome: RunOutcome) -> str:
@@ -230,8 +237,8 @@ def describe(outcome: RunOutcome) -> str:
     lines = [
         f"pipeline {outcome.pipeline}: {outcome.state} in {outcome.wall_seconds:.1f}s",
         f"  run directory: {outcome.run_dir}",
+        f"  workspace claims: {outcome.claims_dir}",
     ]
-    lines.append(f"  workspace claim: {outcome.workspace_dir}")
     for task in outcome.tasks:
         lines.append(f"  task {task.name}: {task.state}")
         for key, value in task.parameters.items():

@@ -9,6 +9,7 @@ from typing import Any
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
+from kubetrain.kfp_runtime.exits import step
 from kubetrain.kfp_runtime.report import format_value, page
 
 # (key, header, format spec); text columns have no spec.
@@ -89,6 +90,7 @@ def html_table(rows: Sequence[Row]) -> str:
     return "\n".join(parts)
 
 
+@step
 def compare_step(
     *,
     runs: Sequence[tuple[str, ArtifactLike, ArtifactLike]],

@@ -28,6 +28,7 @@ from kubetrain.names import derive_job_name
 from kubetrain.presets import PodOptions, TrainingParams
 from kubetrain.specs import JobSpec, ReplicaSpec, RunPolicy
 from kubetrain.status import JobResult
+from kubetrain.train.common import MODEL_NAMES
 
 Framework = Literal["pytorch", "chainermn", "ps"]
 # Short enough that every name the operators derive (…-worker-N, JobSet pod host names) fits.
@@ -89,6 +90,13 @@ class Hyperparameters:
     learning_rate: float
     architecture: str
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        # Refused here, before anything is submitted, rather than by every replica's parser.
+        if self.architecture not in MODEL_NAMES:
+            raise InvalidInputError(
+                f"architecture: got {self.architecture!r}; expected one of {', '.join(MODEL_NAMES)}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

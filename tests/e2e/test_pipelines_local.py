@@ -1,0 +1,129 @@
+"""Each pipeline end to end on this machine with real training: `kubetrain run/demo --json`.
+
+The real CLI in a subprocess: kfp.local runs every step as a process, the launcher steps run
+their PyTorchJob / MPIJob / JobSet on the local backend (real gloo, MPI and gRPC processes), and
+the test reads the one JSON object stdout ends with. Every framework must reach 0.95 test
+accuracy on the built-in digits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubetrain.errors import ExitCode
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+TARGET = 0.95
+TRAINERS = {"pytorch-train": "pytorch", "chainermn-train": "chainermn", "ps-train": "ps"}
+
+
+def kubetrain(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run the CLI with --json; returns the process and the JSON object that must be all of stdout."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "SETUPTOOLS_USE_DISTUTILS": "stdlib"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kubetrain", *args, "--json", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=840,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, (
+        f"stdout must be one JSON object; got:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    )
+    return proc, json.loads(lines[0])
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention `text` (a run directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def check_trainer(result: dict[str, Any], task_name: str) -> None:
+    task = result["tasks"][task_name]
+    framework = TRAINERS[task_name]
+    assert task["state"] == "SUCCEEDED"
+    assert task["parameters"]["status"] == "Succeeded"
+    assert task["parameters"]["job_name"].startswith(f"{framework}-")
+    accuracy = task["metrics"]["test_accuracy"]
+    assert accuracy >= TARGET, f"{framework}: test accuracy {accuracy:.4f} < {TARGET}"
+    for key in ("test_loss", "samples_per_second", "duration_seconds", "job_seconds", "world_size"):
+        assert task["metrics"][key] > 0, f"{framework}: {key} = {task['metrics'][key]}"
+    model_dir = Path(task["artifacts"]["model"])
+    written = json.loads((model_dir / "metrics.json").read_text())
+    assert written["test_accuracy"] == pytest.approx(accuracy)
+    assert any(p.name.startswith("model.") for p in model_dir.iterdir())
+    report = Path(task["reports"]["report"])
+    assert report.suffix == ".html"
+    assert "data:image/png;base64," in report.read_text()
+
+
+def check_clean(result: dict[str, Any]) -> None:
+    assert not processes_mentioning(result["run_dir"]), "processes of the run outlived it"
+
+
+@pytest.mark.parametrize("pipeline", ["mnist_pytorch", "mnist_chainermn", "mnist_ps"])
+def test_single_framework_pipeline(tmp_path: Path, pipeline: str) -> None:
+    proc, result = kubetrain(tmp_path, "run", pipeline)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert result["pipeline"] == pipeline
+    assert result["state"] == "SUCCEEDED"
+    assert list(result["tasks"]) == ["download-dataset", next(t for t, f in TRAINERS.items() if pipeline.endswith(f))]
+    dataset = result["tasks"]["download-dataset"]
+    assert dataset["state"] == "SUCCEEDED"
+    assert Path(dataset["artifacts"]["dataset"]).is_file()
+    check_trainer(result, list(result["tasks"])[1])
+    check_clean(result)
+
+
+def test_demo_compares_the_three_frameworks(tmp_path: Path) -> None:
+    proc, result = kubetrain(tmp_path, "demo")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert result["pipeline"] == "compare_frameworks"
+    assert result["state"] == "SUCCEEDED"
+    assert next(iter(result["tasks"])) == "download-dataset"
+    assert list(result["tasks"])[-1] == "compare-summary"
+    for task_name in TRAINERS:
+        check_trainer(result, task_name)
+    summary = result["tasks"]["compare-summary"]
+    table = Path(summary["reports"]["summary"]).read_text()
+    for task_name, framework in TRAINERS.items():
+        job = result["tasks"][task_name]["parameters"]["job_name"]
+        accuracy = result["tasks"][task_name]["metrics"]["test_accuracy"]
+        assert f"| {framework} | {job} | Succeeded | {accuracy:.4f} |" in table
+    assert summary["parameters"]["Output"] in TRAINERS.values()
+    # The human-readable account goes to stderr with --json: the table and where the charts are.
+    assert "test accuracy" in proc.stderr
+    assert "charts (loss and accuracy curves)" in proc.stderr
+    check_clean(result)
+
+
+def test_invalid_input_fails_the_step_before_anything_is_submitted(tmp_path: Path) -> None:
+    proc, result = kubetrain(tmp_path, "run", "mnist_pytorch", "--param", "architecture=bogus")
+    assert proc.returncode == ExitCode.JOB_FAILED
+    assert result["state"] == "FAILED"
+    assert result["tasks"]["download-dataset"]["state"] == "SUCCEEDED"
+    assert result["tasks"]["pytorch-train"]["state"] == "FAILED"
+    assert "architecture: got 'bogus'; expected one of mlp, cnn" in proc.stderr
+    jobs = Path(result["run_dir"]) / "local" / "jobs"
+    assert not jobs.exists() or not any(jobs.rglob("*.log")), "a job was submitted despite invalid input"
