@@ -252,16 +252,14 @@ def ps_job_spec(
         "--port", str(PS_MASTER_PORT), "--data", params.data_dir, "--output", params.output_dir,
         "--state-dir", state_dir, "--num-ps", str(ps), "--ps-addrs", ps_addrs,
         "--epochs", str(params.epochs), "--records-per-task", str(records_per_task), "--mode", mode,
-        "--model", params.model, "--seed", str(params.seed),
+        "--model", params.model, "--seed", str(params.seed), "--batch-size", str(params.batch_size),
     )  # fmt: skip
     server_args = (
         "--port", str(PS_SERVER_PORT), "--num-shards", str(ps), "--checkpoint-dir", checkpoint_dir,
         "--mode", mode, "--optimizer", optimizer, "--lr", repr(float(params.lr)),
     )  # fmt: skip
-    worker_args = (
-        "--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir,
-        "--batch-size", str(params.batch_size),
-    )  # fmt: skip
+    # Workers ask the master for the batch size and the model, so every worker trains alike.
+    worker_args = ("--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir)
     return PSJobSpec(
         meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "ps-train"),
         master=pod.replica(

@@ -11,10 +11,9 @@ from kfp import compiler, dsl, kubernetes
 
 from kubetrain.components.pytorch_train import pytorch_train
 from kubetrain.errors import InvalidInputError, SpecError
-from kubetrain.kfp_runtime.frameworks import bind_to_pod_ip
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.manifests import build_manifest
-from kubetrain.presets import TrainingParams, pytorch_job_spec
+from kubetrain.presets import TrainingParams, ps_job_spec, pytorch_job_spec
 from kubetrain.specs import EnvVar, KeyRef, Resources, Toleration, Volume, VolumeMount
 from tests.crd_schema import validate_strict
 
@@ -147,9 +146,10 @@ def test_options_reach_every_training_pod_of_the_manifest() -> None:
 
 
 def test_ps_servers_bind_their_pod_ip() -> None:
-    pod = bind_to_pod_ip(pod_options(None, explicit=ExplicitResources(), workspace_claim=None))
-    assert EnvVar(name="KUBETRAIN_BIND_ADDRESS", field_path="status.podIP") in pod.env
-    assert bind_to_pod_ip(pod) == pod
+    manifest = build_manifest(ps_job_spec(name="ps-0123456789ab", params=TrainingParams()))
+    for rjob in manifest["spec"]["replicatedJobs"]:
+        env = {e["name"]: e for e in rjob["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["KUBETRAIN_BIND_ADDRESS"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
 
 
 def _compile(task_settings: Any, tmp_path: Path) -> dict[str, Any]:

@@ -26,16 +26,14 @@ from kubetrain.presets import (
     CHAINERMN_IMAGE,
     PS_IMAGE,
     PYTORCH_IMAGE,
-    PodOptions,
     mpi_job_spec,
     ps_job_spec,
     pytorch_job_spec,
 )
-from kubetrain.specs import EnvVar, JobSpec, PSJobSpec
+from kubetrain.specs import JobSpec
 
 TORCH_PROGRAM = ("python", "-m", "kubetrain.train.torch_ddp")
 CHAINERMN_PROGRAM = ("python", "-m", "kubetrain.train.chainermn_mpi")
-BIND_ENV = "KUBETRAIN_BIND_ADDRESS"
 
 
 def _elastic(min_workers: int, max_workers: int) -> tuple[int, int] | None:
@@ -189,39 +187,6 @@ def train_chainermn(
     )
 
 
-def batch_size_to_master(spec: PSJobSpec) -> PSJobSpec:
-    """Workaround: the batch size is a flag of `kubetrain.ps.master` (workers ask the master for it).
-
-    presets.ps_job_spec (0.1.0) passes `--batch-size` to the workers, whose parser rejects it.
-    Move it to the master; once the preset does that itself this returns the spec unchanged.
-    """
-    args = list(spec.worker.args)
-    if "--batch-size" not in args:
-        return spec
-    i = args.index("--batch-size")
-    flag = args[i : i + 2]
-    del args[i : i + 2]
-    master_args = spec.master.args if "--batch-size" in spec.master.args else (*spec.master.args, *flag)
-    return dataclasses.replace(
-        spec,
-        worker=dataclasses.replace(spec.worker, args=tuple(args)),
-        master=dataclasses.replace(spec.master, args=tuple(master_args)),
-    )
-
-
-def bind_to_pod_ip(pod: PodOptions) -> PodOptions:
-    """Workaround: the PS servers and the master listen on their pod's IP, not on every interface.
-
-    On a cluster each pod has its own IP and either works; on the local backend every replica is
-    a process on one machine with its own loopback address, and two servers binding 0.0.0.0 on the
-    same port collide (the second fails, the first gets the other's traffic). The PS programs
-    read $KUBETRAIN_BIND_ADDRESS; until the JobSet manifest sets it, the launcher does.
-    """
-    if any(e.name == BIND_ENV for e in pod.env):
-        return pod
-    return dataclasses.replace(pod, env=(*pod.env, EnvVar(name=BIND_ENV, field_path="status.podIP")))
-
-
 @step
 def train_ps(
     *,
@@ -243,23 +208,21 @@ def train_ps(
     outputs, settings, hyper, resources = _common(**common)
 
     def build(plan: JobPlan) -> JobSpec:
-        return batch_size_to_master(
-            ps_job_spec(
-                name=plan.name,
-                params=plan.params,
-                ps=ps_replicas,
-                workers=workers,
-                mode=cast(Literal["async", "sync"], mode),
-                records_per_task=records_per_task,
-                optimizer=cast(Literal["sgd", "adam"], optimizer),
-                image=chosen_image,
-                pod=bind_to_pod_ip(plan.pod),
-                workspace_pvc=plan.settings.workspace_pvc,
-                run_policy=plan.settings.run_policy(),
-                namespace=plan.namespace,
-                kfp_run_id=plan.settings.run_id,
-                kfp_task_id=plan.settings.task_id,
-            )
+        return ps_job_spec(
+            name=plan.name,
+            params=plan.params,
+            ps=ps_replicas,
+            workers=workers,
+            mode=cast(Literal["async", "sync"], mode),
+            records_per_task=records_per_task,
+            optimizer=cast(Literal["sgd", "adam"], optimizer),
+            image=chosen_image,
+            pod=plan.pod,
+            workspace_pvc=plan.settings.workspace_pvc,
+            run_policy=plan.settings.run_policy(),
+            namespace=plan.namespace,
+            kfp_run_id=plan.settings.run_id,
+            kfp_task_id=plan.settings.task_id,
         )
 
     return launch_training(

@@ -57,6 +57,10 @@ def _replicated_job(
         {"name": "KUBETRAIN_PS_CHECKPOINT_DIR", "value": spec.checkpoint_dir},
         # The shard a server owns is its Job's index within the replicated job.
         {"name": "KUBETRAIN_PS_INDEX", "valueFrom": {"fieldRef": {"fieldPath": JOB_INDEX_FIELD}}},
+        # Servers listen on the pod's own address rather than on every interface: the same on a
+        # cluster, and on the local backend (one loopback address per pod, one network) two
+        # servers on the same port would otherwise collide.
+        {"name": "KUBETRAIN_BIND_ADDRESS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         *workspace_env(spec.workspace),
     ]
     template = build_pod_template(
