@@ -178,3 +178,13 @@ def test_launcher_deadline(backend: LocalBackend) -> None:
     status, _ = _follow(backend, ref, timeout=30)
     assert status.phase is JobPhase.FAILED
     assert (status.reason, status.message) == ("DeadlineExceeded", "Job was active longer than specified deadline")
+
+
+def test_a_launcher_without_workers_runs_alone(backend: LocalBackend) -> None:
+    manifest = _mpijob("solo", ["python", "-c", "print('alone')"])
+    del manifest["spec"]["mpiReplicaSpecs"]["Worker"]  # optional in mpi-operator v2beta1
+    ref = backend.submit(manifest)
+    status, _ = _follow(backend, ref)
+    assert status.phase is JobPhase.SUCCEEDED
+    (launcher,) = backend.pods(ref)
+    assert list(backend.pod_log(ref, launcher, follow=False)) == ["alone"]

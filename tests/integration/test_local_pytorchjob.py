@@ -208,8 +208,10 @@ KILLABLE_ALL_REDUCE = """
     if rank == 2 and not marker.exists():
         # First life of worker-1: announce its pid and wait to be killed before joining.
         marker.write_text("")
+        print("first life", flush=True)
         (work / "victim.pid").write_text(str(os.getpid()))
         time.sleep(600)
+    print("joining", flush=True)
     dist.init_process_group("gloo")
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
@@ -234,8 +236,11 @@ def test_sigkilled_worker_is_restarted_and_the_gloo_all_reduce_succeeds(backend:
     assert [float((claim / f"sum-{r}").read_text()) for r in range(3)] == [6.0, 6.0, 6.0]
     worker1 = next(p for p in backend.pods(ref) if p.name == "killjob-worker-1")
     assert worker1.restart_count == 1
+    # Each container start has its own log: the killed one's is the previous log.
     previous = list(backend.pod_log(ref, worker1, follow=False, previous=True))
-    assert previous == []  # the killed container printed nothing; its log is kept apart from the new one
+    current = list(backend.pod_log(ref, worker1, follow=False))
+    assert "first life" in previous and "joining" not in previous
+    assert "joining" in current and "first life" not in current
 
 
 def test_exhausted_backoff_fails_with_the_exit_code(backend: LocalBackend) -> None:
@@ -358,6 +363,50 @@ def test_delete_kills_every_replica_and_forgets_the_job(backend: LocalBackend, t
     with pytest.raises(BackendError, match="does not exist"):
         backend.get(ref)
     backend.delete(ref)  # deleting what is gone is fine
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the injected bug's traceback
+def test_a_crashed_supervisor_reads_as_a_backend_error_and_stops_its_processes(
+    backend: LocalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubetrain.backends.local_pytorch import PyTorchJobController
+
+    program = _program(backend, "forever.py", "import time\ntime.sleep(600)\n")
+    reconcile = PyTorchJobController.reconcile
+    calls: list[int] = []
+
+    def crash_after_start(self: PyTorchJobController, now: float) -> None:
+        calls.append(1)
+        if len(calls) > 3:  # a bug in a later pass, once the replicas run
+            raise RuntimeError("injected controller bug")
+        reconcile(self, now)
+
+    monkeypatch.setattr(PyTorchJobController, "reconcile", crash_after_start)
+    ref = backend.submit(_pytorchjob("crash", _template(["python", program]), None))
+    observed = list(backend.watch(ref, timeout_seconds=60))  # ends when the supervisor dies, not at the timeout
+    assert observed
+    with pytest.raises(BackendError, match="stopped unexpectedly"):
+        backend.get(ref)
+    assert _pids_of(tmp_path) == []
+    backend.delete(ref)  # returns at once
+
+
+def test_ttl_after_finished_deletes_the_finished_job(backend: LocalBackend) -> None:
+    ref = backend.submit(
+        _pytorchjob("ttl", _template(["python", "-c", "pass"]), None, run_policy={"ttlSecondsAfterFinished": 1})
+    )
+    status, _ = _follow(backend, ref)
+    assert status.phase is JobPhase.SUCCEEDED
+    assert backend.pods(ref)  # still there right after it finished
+
+    def gone() -> bool:
+        try:
+            backend.get(ref)
+        except BackendError:
+            return True
+        return False
+
+    _wait_for(gone, timeout=30, what="the TTL to delete the job")
 
 
 def test_resubmitting_with_the_same_run_labels_adopts_and_other_labels_conflict(backend: LocalBackend) -> None:

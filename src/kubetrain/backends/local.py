@@ -2,30 +2,47 @@
 
 Every replica ("pod") is one process in its own session, with its own loopback address
 (127.x.y.z, one block per job, see local_addresses), the environment its operator injects, its
-volumes mapped to local directories, and its stdout+stderr captured to a file. A supervisor
-thread per job plays the operator: it starts, restarts and stops the processes by the job's
-policies and writes the `status` the operator would write, so `kubetrain.status.parse_job_status`
-and the launcher read a local job exactly like a cluster one. The kinds:
+volumes mapped to local directories, and its stdout+stderr captured to a file (and, with
+`stream_logs`, printed as `[master-0] ...`). A supervisor thread per job plays the operator: it
+starts, restarts and stops the processes by the job's policies and writes the `status` the
+operator would write, so `kubetrain.status.parse_job_status` and the launcher read a local job
+exactly like a cluster one. The kinds:
 
 - PyTorchJob (training-operator v1.9): local_pytorch;
 - MPIJob v2beta1 (mpi-operator v0.8): local_mpi — the launcher's `mpirun` starts the ranks on
   this machine through a `localhost slots=N` hostfile; the workers' sshd does not run;
 - JobSet v1alpha2 (v0.12): local_jobset, with child batch Jobs in local_batchjob.
 
+Translation (local_env, local_podspec): host names the manifest uses (`<job>-master-0`,
+`<js>-ps-1-0.<js>`, with or without `.<ns>.svc.cluster.local`) become loopback addresses and mount
+paths become local directories, in literal env values and in command and args (also inside
+shell strings); not inside files a program reads, and not in values the API supplies
+(downward-API fields, secrets). `python`/`python3` run this interpreter, also inside shell
+commands. A command that does not exist here fails its job at once, naming the replica and image.
+Every replica also gets `KUBETRAIN_BIND_ADDRESS=<its address>`: servers should listen there (or
+on the host of their own entry in the address lists the manifest passes), not on 0.0.0.0 — two
+replicas binding the wildcard address on one port collide here (with SO_REUSEPORT, as gRPC sets
+it, they silently share connections), where on a cluster each pod has its own IP.
+
 Directories under `root` (default `$KUBETRAIN_LOCAL_ROOT`, else `~/.kubetrain/local`):
 `claims/<claimName>/` for each PersistentVolumeClaim (shared by all replicas, kept across runs:
 put input data there and read outputs from there, see `claim_dir`), and
 `jobs/<namespace>/<name>-<uid8>/` per job with `logs/<pod>.<n>.log` (one file per container
-start) and `pods/<pod>/volumes/` (fresh emptyDirs). Servers in replicas should listen on their
-own address (the host part of their own entry in the address lists the manifest passes, which
-the backend rewrites to the replica's loopback address), not on 0.0.0.0: two replicas binding
-the wildcard address on one port collide here, where on a cluster each pod has its own IP.
+start) and `pods/<pod>/volumes/` (fresh emptyDirs).
 
 Processes never outlive their job: they are stopped (SIGTERM to every process of the replica's
-session, SIGKILL after a grace period) and reaped on success, failure, deadline, `delete`,
-`suspend` and `close`, and when the backend is garbage-collected or the interpreter exits.
-Jobs live as long as this backend object; a job name submitted again with the same KFP run and
-task labels is adopted, with other labels it is a conflict.
+session, SIGKILL after a grace period capped at `max_grace_seconds`) and reaped on success,
+failure, deadline, `delete`, `suspend` and `close`, and when the backend is garbage-collected or
+the interpreter exits; if this process dies hard (SIGKILL), a watchdog process stops them
+(local_watchdog). Jobs live as long as this backend object; a job name submitted again with the
+same KFP run and task labels is adopted, with other labels it is a conflict.
+
+Not imitated: scheduling (nodeSelector, tolerations, resources are not enforced, GPUs are not
+isolated), readOnly mounts, image contents (the image's entrypoint, files and environment),
+init containers and sidecars (skipped with a Warning event), Services other than the per-pod
+names, a Job's podFailurePolicy and backoffLimitPerIndex, JobSet's BlockingRecreate and
+InPlaceRestart (both act as Recreate). Restart back-off and probe periods are scaled down
+(`restart_backoff_seconds`, `probe_period_seconds`) so local runs take seconds.
 """
 
 from __future__ import annotations
@@ -280,17 +297,33 @@ class LocalBackend(Backend):
                 record.wake.clear()
             completed = True
         finally:
-            deleted = record.delete_requested.is_set()
-            controller.shutdown("the job was deleted" if deleted else "the job finished")
+            self._wind_up(record, completed=completed)
+        ttl = self._ttl(record.obj)
+        if not record.delete_requested.is_set() and ttl is not None and not record.delete_requested.wait(ttl):
+            self._forget(record)
+
+    @staticmethod
+    def _wind_up(record: JobRecord, *, completed: bool) -> None:
+        """Stop the processes and release the job's resources, however the supervisor ended.
+
+        Every step runs even if one before it raised, and `done` is always set, so `delete`,
+        `close` and watchers never wait on a supervisor that died of a bug (whose traceback the
+        thread prints); such a job then reads as broken (BackendError).
+        """
+        deleted = record.delete_requested.is_set()
+        try:
+            record.controller.shutdown("the job was deleted" if deleted else "the job finished")
+        finally:
             record.block.release()
             if not completed:
                 record.broken = "the local supervisor of this job stopped unexpectedly (see the traceback in the log)"
-            record.snapshot_pods()
-            record.publish()
-            record.done.set()
-        ttl = self._ttl(record.obj)
-        if completed and not deleted and ttl is not None and not record.delete_requested.wait(ttl):
-            self._forget(record)
+            try:
+                record.snapshot_pods()
+                record.publish()
+            finally:
+                record.done.set()
+                if not completed:
+                    record.end_watches()
 
     @staticmethod
     def _ttl(obj: JobObject) -> int | None:
@@ -396,7 +429,3 @@ class LocalBackend(Backend):
         with self._lock:
             self._closed = True
         self._finalizer()
-
-    def wait_until_stopped(self, ref: JobRef, timeout: float) -> bool:
-        """Whether the job's supervisor has finished (every process reaped) within `timeout`."""
-        return self._record(ref).done.wait(timeout)

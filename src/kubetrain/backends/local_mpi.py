@@ -181,7 +181,10 @@ class MPIJobController(Controller):
             phase = "Succeeded" if condition_is_true(self.status, "Succeeded") else "Failed"
         else:
             phase = "Running"
-        container = main_container((self.obj["spec"]["mpiReplicaSpecs"].get("Worker") or {})["template"], None)
+        worker_spec = self.obj["spec"]["mpiReplicaSpecs"].get("Worker")
+        if not worker_spec or not self._workers:
+            return []
+        container = main_container(worker_spec["template"], None)
         return [
             PodInfo(
                 name=f"{self.name}-worker-{i}",
