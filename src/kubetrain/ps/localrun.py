@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kubetrain.data.dataset_format import read_dataset_info
+from kubetrain.ps.accounting import Audit, audit, read_generations
 from kubetrain.ps.errors import PSUnavailableError
 from kubetrain.ps.rpc import wait_serving
 
@@ -230,7 +232,8 @@ class LocalPSJob:
     def wait_exit(self, role: str, index: int = 0, *, deadline_s: float) -> int:
         """Wait for one process to exit; its exit code."""
         p = self.procs[(role, index)]
-        assert p.popen is not None
+        if p.popen is None:
+            raise PSUnavailableError(f"{role}-{index} was never started")
         try:
             return p.popen.wait(timeout=deadline_s)
         except subprocess.TimeoutExpired:
@@ -269,6 +272,16 @@ class LocalPSJob:
             with open(path, "rb") as f:
                 n += sum(1 for _ in f)
         return n
+
+    def audit(self) -> Audit:
+        """Record accounting over every worker's trained-batch log."""
+        info = read_dataset_info(self.data)
+        return audit(
+            self.trained_logs(),
+            epochs=self.epochs,
+            train_shards=[s.records for s in info.shards("train")],
+            generations=read_generations(self.workdir / "checkpoints", self.num_ps),
+        )
 
     def close(self) -> None:
         """Kill whatever still runs."""

@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.0)
+    p.add_argument(
+        "--lr-half-life",
+        type=int,
+        default=0,
+        help="versions over which the learning rate halves (0: constant)",
+    )
     p.add_argument("--grads-to-wait", type=int, default=1, help="sync: gradients per version")
     p.add_argument("--checkpoint-every", type=int, default=100, help="versions between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3)
@@ -230,6 +236,7 @@ def _config(args: argparse.Namespace) -> ShardConfig:
         optimizer=OptimizerSpec(name=args.optimizer, lr=args.lr, momentum=args.momentum),
         grads_to_wait=args.grads_to_wait,
         lr_staleness_modulation=not args.no_lr_staleness_modulation,
+        lr_half_life=args.lr_half_life,
     )
 
 

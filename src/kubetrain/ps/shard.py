@@ -40,6 +40,7 @@ class ShardConfig:
     optimizer: OptimizerSpec = field(default_factory=OptimizerSpec)
     grads_to_wait: int = 1
     lr_staleness_modulation: bool = True
+    lr_half_life: int = 0  # versions over which the learning rate halves (0: constant)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.num_shards, int) and self.num_shards >= 1):
@@ -50,6 +51,14 @@ class ShardConfig:
             raise SpecError("mode", self.mode, f"one of {list(MODES)}")
         if not (isinstance(self.grads_to_wait, int) and self.grads_to_wait >= 1):
             raise SpecError("grads_to_wait", self.grads_to_wait, "an integer >= 1")
+        if not (isinstance(self.lr_half_life, int) and self.lr_half_life >= 0):
+            raise SpecError("lr_half_life", self.lr_half_life, "an integer >= 0 (0: constant lr)")
+
+    def lr_at(self, version: int) -> float:
+        """The learning rate at a shard version (exponential decay by half-life, if set)."""
+        if not self.lr_half_life:
+            return self.optimizer.lr
+        return float(self.optimizer.lr * 0.5 ** (version / self.lr_half_life))
 
 
 @dataclass(frozen=True)
@@ -178,7 +187,7 @@ class ParameterShard:
                 # ElasticDL's modulation: lr / max(1, versions applied since the pull).
                 staleness = max(1, self.version - version)
                 scale = 1.0 / staleness if self.config.lr_staleness_modulation else 1.0
-                self._apply(dense, sparse, self.config.optimizer.lr * scale)
+                self._apply(dense, sparse, self.config.lr_at(self.version) * scale)
                 self._bump()
                 return PushResult(True, self.version)
             if version != self.version:
@@ -204,7 +213,7 @@ class ParameterShard:
         for table, rows in agg.rows.items():
             ids = np.fromiter(rows.keys(), np.int64, count=len(rows))
             sparse[table] = (ids, np.stack(list(rows.values())) * inv)
-        self._apply(dense, sparse, self.config.optimizer.lr)
+        self._apply(dense, sparse, self.config.lr_at(self.version))
         self._bump()
 
     def _apply(self, dense: Mapping[str, F32], sparse: Mapping[str, tuple[I64, F32]], lr: float) -> None:
