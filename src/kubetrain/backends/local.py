@@ -140,7 +140,8 @@ class LocalBackend(Backend):
         kubelet's restart back-off (10 s, 20 s, ... on a cluster). `secrets` and `config_maps`
         (name → key → value) supply what secretKeyRef/configMapKeyRef env and volumes read.
         """
-        self.root = Path(root) if root is not None else default_root()
+        # Absolute: rewritten paths must mean the same to a replica whatever its working directory.
+        self.root = (Path(root) if root is not None else default_root()).absolute()
         self._sink = log_sink if log_sink is not None else (_print_line if stream_logs else None)
         self._namespace = default_namespace
         self._grace = max_grace_seconds
