@@ -1,0 +1,109 @@
+"""The PS processes' contracts: shard index from the JobSet env, health, exit codes on poison data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from kubetrain.data.dataset_format import write_dataset
+from kubetrain.errors import ExitCode
+from kubetrain.ps.localrun import LocalPSJob, free_port
+from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
+from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
+from kubetrain.ps.rpc import wait_serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+HOST = "127.0.0.1"
+
+
+def _server(tmp_path: Path, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port(HOST)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kubetrain.ps.server",
+            "--port",
+            str(port),
+            "--num-shards",
+            "3",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            *extra,
+        ],
+        env={**os.environ, "KUBETRAIN_BIND_ADDRESS": HOST, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    return proc, f"{HOST}:{port}"
+
+
+@pytest.mark.parametrize(
+    ("env", "index"),
+    [({"JOB_COMPLETION_INDEX": "2"}, 2), ({"KUBETRAIN_PS_INDEX": "1", "JOB_COMPLETION_INDEX": "2"}, 1)],
+)
+def test_shard_index_comes_from_the_jobset_env(tmp_path: Path, env: dict[str, str], index: int) -> None:
+    proc, addr = _server(tmp_path, env)
+    try:
+        wait_serving(addr, deadline_s=60, service="kubetrain.ps.ParameterServer")
+        with grpc.insecure_channel(addr) as ch:
+            stub = pb_grpc.ParameterServerStub(ch)
+            state = stub.GetState(pb.GetStateRequest(), timeout=10)
+            assert (state.shard_index, state.num_shards, state.generation) == (index, 3, 1)
+            stub.Shutdown(pb.ShutdownRequest(reason="test"), timeout=10)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_missing_shard_index_is_invalid_input(tmp_path: Path) -> None:
+    env = dict.fromkeys(("KUBETRAIN_PS_INDEX", "JOB_COMPLETION_INDEX"), "")
+    proc, _ = _server(tmp_path, env)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INVALID_INPUT
+    assert b"shard_index" in out
+
+
+def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    write_dataset(
+        data,
+        name="poison",
+        x_train=rng.normal(size=(200, 4)),
+        y_train=rng.integers(0, 2, 200),
+        x_test=rng.normal(size=(40, 4)),
+        y_test=rng.integers(0, 2, 40),
+        num_classes=2,
+        shards=2,
+        normalization={"mean": 0.0, "std": 1.0},
+        source="test",
+    )
+    (data / "train-00001-of-00002.npz").write_bytes(b"not a shard")  # every task on it fails
+    with LocalPSJob(
+        workdir=tmp_path / "run",
+        data=data,
+        num_ps=1,
+        num_workers=2,
+        epochs=1,
+        records_per_task=25,
+        master_args=["--max-task-failures", "2", "--max-dropped-fraction", "0.1"],
+    ) as job:
+        job.start_all()
+        rcs = job.wait_all(deadline_s=120)
+        metrics = json.loads((tmp_path / "run" / "output" / "metrics.json").read_text())
+        master_log = job.tail("master", 0, lines=200)
+    assert rcs["master-0"] == ExitCode.JOB_FAILED
+    assert rcs["ps-0"] == 0  # told to shut down
+    assert all(rcs[f"worker-{i}"] == ExitCode.JOB_FAILED for i in range(2)), rcs
+    assert metrics["status"] == "failed" and metrics["tasks_dropped"] >= 1
+    assert "training records dropped" in metrics["failure_reason"]
+    assert "cannot read shard" in master_log
