@@ -1,6 +1,6 @@
 """Benchmark: the ChainerMN program launched as an MPIJob launcher does vs a bare `mpiexec -n 3`.
 
-    .venv/bin/python bench/chainermn_vs_mpirun.py [--rounds 5] [--epochs 30] [--model mlp] [--json]
+    .venv/bin/python bench/chainermn_vs_mpirun.py [--rounds 9] [--epochs 60] [--model mlp] [--json]
 
 kubetrain side: `mpirun -n 3 python -m kubetrain.train.chainermn_mpi ...` with the environment
 mpi-operator gives an MPIJob's launcher container (OpenMPI: `OMPI_MCA_orte_default_hostfile`
@@ -72,8 +72,8 @@ def _bare(out: Path, args: list[str]) -> list[subprocess.Popen[bytes]]:
 def main() -> int:
     """Run the benchmark and print the result (markdown, or JSON with --json)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--json", action="store_true")
     p.add_argument(

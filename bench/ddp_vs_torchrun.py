@@ -1,6 +1,6 @@
 """Benchmark: the DDP program started as kubetrain starts it vs under `torchrun`, 3 processes.
 
-    .venv/bin/python bench/ddp_vs_torchrun.py [--rounds 5] [--epochs 30] [--model mlp] [--json]
+    .venv/bin/python bench/ddp_vs_torchrun.py [--rounds 9] [--epochs 30] [--model mlp] [--json]
 
 kubetrain side: three plain processes, each with exactly the environment the training-operator
 injects into a PyTorchJob replica (Master + 2 Workers: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK and
@@ -65,7 +65,7 @@ def _torchrun(out: Path, args: list[str]) -> list[subprocess.Popen[bytes]]:
 def main() -> int:
     """Run the benchmark and print the result (markdown, or JSON with --json)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--json", action="store_true")
