@@ -36,6 +36,7 @@ __all__ = [
     "build_parser",
     "final_metrics",
     "load_data",
+    "log",
     "write_metrics",
 ]
 
@@ -267,7 +268,7 @@ def write_metrics(output_dir: Path, metrics: Mapping[str, Any]) -> Path:
     return path
 
 
-def log(rank: int, message: str) -> None:
+def log(rank: int | str, message: str) -> None:
     """One line on stderr, prefixed with the rank, flushed (the launcher tails these logs)."""
     print(f"[rank {rank}] {message}", file=sys.stderr, flush=True)
 

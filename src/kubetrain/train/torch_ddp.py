@@ -287,14 +287,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(TrainConfig.from_args(args), started)
     except KubetrainError as e:
-        log(int(os.environ.get("RANK", "0") or 0), f"error: {e}")
+        log(os.environ.get("RANK", "0"), f"error: {e}")
         return int(e.exit_code)
     except RuntimeError as e:
         # A collective that failed (peer gone, timeout) surfaces as a RuntimeError (gloo raises
         # the plain class through DDP's reducer), so the traceback is kept for the other kinds.
         traceback.print_exc()
         err = TrainingError(f"distributed training failed: {type(e).__name__}: {e}")
-        log(int(os.environ.get("RANK", "0") or 0), f"error: {err}")
+        log(os.environ.get("RANK", "0"), f"error: {err}")
         return int(err.exit_code)
 
 
@@ -302,5 +302,7 @@ if __name__ == "__main__":
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # A process group broken by a dead peer can block in its destructor at interpreter exit.
-    os._exit(code) if code else sys.exit(code)
+    if code:
+        # A process group broken by a dead peer can block in its destructor at interpreter exit.
+        os._exit(code)
+    sys.exit(code)
