@@ -198,3 +198,12 @@ def test_garbage_npz_checkpoint_is_corrupt(tmp_path: Path) -> None:
     bad.write_bytes(b"not a zip")
     with pytest.raises(CheckpointCorruptError):
         chainer_state.load_checkpoint(bad)
+
+
+def test_a_checkpoint_rank0_chose_must_be_visible_on_every_rank(tmp_path: Path) -> None:
+    from kubetrain.train.checkpoints import require_visible
+
+    with pytest.raises(TrainingError, match="every rank shares"):
+        require_visible(tmp_path / "ckpt-0000000010.pt", rank=2)
+    (tmp_path / "ckpt-0000000010.pt").write_bytes(b"x")
+    require_visible(tmp_path / "ckpt-0000000010.pt", rank=2)

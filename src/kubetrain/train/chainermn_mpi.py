@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from kubetrain.errors import KubetrainError
 from kubetrain.train import chainer_models, chainer_state
-from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature
+from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature, require_visible
 from kubetrain.train.common import (
     TrainConfig,
     Watchdog,
@@ -87,6 +87,7 @@ def _resume(run: _Run) -> None:
     chosen = int(run.group.bcast_obj(chosen))
     if chosen < 0:
         return
+    require_visible(run.ckdir.file_for(chosen), run.group.rank)
     ckpt = chainer_state.load_checkpoint(run.ckdir.file_for(chosen))
     run.signature.check_resumable(ckpt.signature, ckpt.path)
     ckpt.restore(model=run.model, optimizer=run.optimizer)

@@ -17,7 +17,7 @@ from typing import IO, Any, TypeVar
 from kubetrain.errors import SpecError, TrainingError
 from kubetrain.train.common import atomic_write
 
-__all__ = ["CheckpointCorruptError", "CheckpointDir", "Progress", "RunSignature"]
+__all__ = ["CheckpointCorruptError", "CheckpointDir", "Progress", "RunSignature", "require_visible"]
 
 T = TypeVar("T")
 _NAME = re.compile(r"^ckpt-(\d{10})\.(pt|npz)$")
@@ -72,6 +72,15 @@ class Progress:
             )
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointCorruptError(f"checkpoint progress record is malformed: {e}") from e
+
+
+def require_visible(path: Path, rank: int) -> None:
+    """Fail clearly when the checkpoint rank 0 chose is not on this rank's file system."""
+    if not path.is_file():
+        raise TrainingError(
+            f"rank {rank}: checkpoint {path}, chosen by rank 0, is not visible here; "
+            "--checkpoint-dir must be on storage every rank shares (the job's volume)"
+        )
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from kubetrain.errors import KubetrainError, TrainingError
 from kubetrain.train import torch_state
-from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature
+from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature, require_visible
 from kubetrain.train.common import (
     LoadedData,
     TrainConfig,
@@ -80,6 +80,7 @@ def _resume(run: _Run) -> None:
     if chosen < 0:
         return
     path = run.ckdir.file_for(chosen)
+    require_visible(path, run.group.rank)
     payload = torch_state.load_checkpoint(path)
     run.signature.check_resumable(payload["signature"], path)
     run.model.load_state_dict(payload["model"])
