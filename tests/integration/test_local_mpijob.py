@@ -106,6 +106,7 @@ def test_launcher_gets_the_operator_env_and_a_local_hostfile(backend: LocalBacke
         "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
         "OMPI_MCA_orte_set_default_slots": "2",
         "OMPI_MCA_rmaps_base_oversubscribe": "1",
+        "OMPI_MCA_mpi_yield_when_idle": "1",
         "NVIDIA_VISIBLE_DEVICES": "",
         "NVIDIA_DRIVER_CAPABILITIES": "",
     }

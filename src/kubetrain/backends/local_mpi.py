@@ -66,7 +66,10 @@ def mpi_operator_env(job: dict[str, Any], slots: int) -> list[dict[str, str]]:
 
 def local_mpi_env() -> list[dict[str, str]]:
     """What running mpirun on this machine needs and a pod would not."""
-    pairs = [("OMPI_MCA_rmaps_base_oversubscribe", "1")]
+    # Every worker's slots land on this one machine, usually more ranks than cores: let Open MPI
+    # oversubscribe, and make waiting ranks yield the CPU instead of busy-polling, which ran the
+    # ChainerMN benchmark about 37 times slower on two cores.
+    pairs = [("OMPI_MCA_rmaps_base_oversubscribe", "1"), ("OMPI_MCA_mpi_yield_when_idle", "1")]
     if os.geteuid() == 0:
         pairs += [("OMPI_ALLOW_RUN_AS_ROOT", "1"), ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")]
     return env_items(pairs)
