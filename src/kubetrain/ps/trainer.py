@@ -31,7 +31,7 @@ from kubetrain.ps.models import PSModel
 from kubetrain.ps.ps_client import PSClient, Pulled
 from kubetrain.ps.tasks import TaskRange
 
-__all__ = ["ShardCache", "TaskAbandoned", "TaskProgress", "TrainOutcome", "Trainer"]
+__all__ = ["ShardCache", "StragglerPacer", "TaskAbandoned", "TaskProgress", "TrainOutcome", "Trainer"]
 
 MAX_TASK_RESTARTS = 5
 
@@ -63,6 +63,34 @@ class ShardCache:
         if end > len(x):
             raise TrainingError(f"{split} shard {shard} has {len(x)} records; task asks [{start}, {end})")
         return x[start:end], y[start:end]
+
+
+class StragglerPacer:
+    """Makes a worker a straggler: each batch takes `factor` times a normal batch.
+
+    A normal batch is this worker's median step over its first steps (after a few warm-up
+    steps), measured while its peers run. The pace then stays fixed, as a node that is slower
+    than its peers stays slower: on a machine whose processes share a few cores, a straggler
+    paced by its *current* step time would speed up whenever its peers finish and free the CPUs.
+    Until calibrated, each step is stretched by `factor` directly.
+    """
+
+    WARMUP, CALIBRATION = 3, 20
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+        self._steps: list[float] = []
+        self.target: float | None = None
+
+    def delay(self, step_seconds: float) -> float:
+        """How long to sleep after a step that took `step_seconds`."""
+        if self.target is None:
+            self._steps.append(step_seconds)
+            calibration = self._steps[self.WARMUP :]
+            if len(calibration) >= self.CALIBRATION:
+                self.target = self.factor * float(np.median(calibration))
+            return (self.factor - 1) * step_seconds
+        return max(0.0, self.target - step_seconds)
 
 
 @dataclass
@@ -111,6 +139,7 @@ class Trainer:
 
     def __post_init__(self) -> None:
         self._params = dict(self.model.named_parameters())
+        self._pacer = StragglerPacer(self.slowdown)
 
     # ----------------------------------------------------------------------------- training
 
@@ -152,8 +181,7 @@ class Trainer:
                 progress.records_done = out.records
             self._log(task, lease, task.start + lo, task.start + lo + n, landed)
             if self.slowdown > 1:
-                # A straggler: this worker takes `slowdown` times as long per batch.
-                self.stop.wait((self.slowdown - 1) * (time.monotonic() - t0))
+                self.stop.wait(self._pacer.delay(time.monotonic() - t0))
         return out
 
     def _step(

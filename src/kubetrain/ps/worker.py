@@ -47,7 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ps-addrs", required=True, help="host:port,... of the PS shards, in order")
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--worker-id", default=None, help="default: pod host name / completion index")
-    p.add_argument("--slowdown", type=float, default=1.0, help="be this many times slower (benchmarks)")
+    p.add_argument(
+        "--slowdown",
+        type=float,
+        default=1.0,
+        help="be a straggler: every batch takes this many times a normal one (benchmarks)",
+    )
     p.add_argument("--trained-log", type=Path, default=None, help="append a JSON line per trained batch")
     p.add_argument("--retry-deadline", type=float, default=300.0, help="seconds to keep retrying a peer")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
