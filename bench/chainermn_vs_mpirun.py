@@ -1,34 +1,44 @@
-"""Benchmark: the ChainerMN program launched as an MPIJob launcher does vs a bare `mpiexec -n 3`.
+"""Benchmark: the ChainerMN program run as an MPIJob by kubetrain's local backend vs a bare `mpiexec -n 3`.
 
     .venv/bin/python bench/chainermn_vs_mpirun.py [--rounds 9] [--epochs 60] [--model mlp] [--json]
 
-kubetrain side: `mpirun -n 3 python -m kubetrain.train.chainermn_mpi ...` with the environment
-mpi-operator gives an MPIJob's launcher container (OpenMPI: `OMPI_MCA_orte_default_hostfile`
-pointing at a hostfile, `OMPI_MCA_orte_keep_fqdn_hostnames`, `OMPI_MCA_plm_rsh_args`,
-`OMPI_MCA_orte_set_default_slots`, `K_MPI_JOB_ROLE=launcher`; operator-contracts.md §6), the
-hostfile naming this machine with 3 slots, plus `OMPI_MCA_mpi_yield_when_idle=1` because here the
-"pods" share one machine's cores (see the comment in `_kubetrain`). Bare side: `mpiexec -n 3 --allow-run-as-root
---oversubscribe` with the same module and flags. Built-in digits, naive communicator on CPU,
-OMP_NUM_THREADS=1, alternating in one run.
+kubetrain side: `kubetrain.presets.mpi_job_spec` (3 workers × 1 slot; the launcher runs
+`mpirun -n 3 --bind-to none -x ... python -m kubetrain.train.chainermn_mpi`), rendered with
+`kubetrain.manifests.build_manifest` and run by `kubetrain.launcher.run_job` on a
+`LocalBackend` — what `kubetrain launch -f JOB.yaml --local` does. The local backend gives the
+launcher the environment mpi-operator sets (`OMPI_MCA_orte_default_hostfile` → a
+`localhost slots=3` hostfile, ...) plus `OMPI_MCA_rmaps_base_oversubscribe=1` and
+`OMPI_MCA_mpi_yield_when_idle=1`, because here the workers' slots share one machine's cores.
+Bare side: `mpiexec -n 3 --allow-run-as-root --oversubscribe` with the same module and the
+flags taken from the job's launcher, and the same `OMPI_MCA_mpi_yield_when_idle=1` so both
+sides' ranks wait alike (the comparison is of the launch path, not of that MCA setting).
+Built-in digits, naive communicator on CPU, OMP_NUM_THREADS=1, no checkpoints, alternating.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import itertools
 import json
+import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Side, alternate, base_env, digits_dataset, markdown, summary
+from _common import Side, alternate, base_env, digits_dataset, markdown, run_local_job, run_processes, summary
+
+from kubetrain.backends.local import LocalBackend
+from kubetrain.manifests import build_manifest
+from kubetrain.presets import PodOptions, TrainingParams, mpi_job_spec
+from kubetrain.specs import EnvVar, MPIJobSpec, RunPolicy
 
 PROGRAM = "kubetrain.train.chainermn_mpi"
-RANKS = 3
+WORKERS, SLOTS = 3, 1  # 3 ranks
+TIMEOUT = 600.0
+YIELD = "OMPI_MCA_mpi_yield_when_idle"
 
 
 def _mpiexec() -> str:
@@ -38,35 +48,29 @@ def _mpiexec() -> str:
     return path
 
 
-def _kubetrain(out: Path, args: list[str], *, ns_yield: bool) -> list[subprocess.Popen[bytes]]:
-    hostfile = out / "hostfile"
-    hostfile.write_text(f"localhost slots={RANKS}\n")
-    env = base_env() | {
-        "K_MPI_JOB_ROLE": "launcher",
-        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-        "OMPI_MCA_orte_default_hostfile": str(hostfile),
-        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
-        "OMPI_MCA_orte_set_default_slots": str(RANKS),
-        # Launcher images run as root; Open MPI wants both variables to allow that.
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    }
-    if ns_yield:
-        # On one machine the job's "pods" share its cores. Open MPI yields the CPU while waiting
-        # only when it knows it oversubscribes, and a hostfile claiming 3 slots hides that: its
-        # ranks then busy-poll against each other (measured ~45x slower on 2 cores).
-        env["OMPI_MCA_mpi_yield_when_idle"] = "1"
-    cmd = [_mpiexec().replace("mpiexec", "mpirun"), "-n", str(RANKS)]
-    with open(out / "mpirun.log", "wb") as log:
-        cmd += [sys.executable, "-m", PROGRAM, *args]
-        return [subprocess.Popen(cmd, env=env, stdout=log, stderr=log)]
-
-
-def _bare(out: Path, args: list[str]) -> list[subprocess.Popen[bytes]]:
-    cmd = [_mpiexec(), "-n", str(RANKS), "--allow-run-as-root", "--oversubscribe"]
-    with open(out / "mpiexec.log", "wb") as log:
-        cmd += [sys.executable, "-m", PROGRAM, *args]
-        return [subprocess.Popen(cmd, env=base_env(), stdout=log, stderr=log)]
+def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> MPIJobSpec:
+    """The MPIJob both sides' flags come from: 3 workers × 1 slot, local absolute paths."""
+    params = TrainingParams(
+        data_dir=str(data),
+        output_dir=str(out),
+        checkpoint_dir=None,  # the bare side writes none either; checkpoints are not what is timed
+        epochs=ns.epochs,
+        batch_size=ns.batch_size,
+        lr=ns.lr,
+        model=ns.model,
+    )
+    env = [EnvVar(name="OMP_NUM_THREADS", value="1")]
+    if ns.no_yield:
+        # The manifest's env comes after the backend's local additions, so this overrides them.
+        env.append(EnvVar(name=YIELD, value="0"))
+    return mpi_job_spec(
+        name=name,
+        params=params,
+        workers=WORKERS,
+        slots_per_worker=SLOTS,
+        pod=PodOptions(env=tuple(env)),
+        run_policy=RunPolicy(backoff_limit=0),  # a failed launcher fails the run, not a retry inside the timing
+    )
 
 
 def main() -> int:
@@ -74,27 +78,50 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (the program's default)")
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--no-yield",
         action="store_true",
-        help="leave out OMPI_MCA_mpi_yield_when_idle=1 on the kubetrain side (shows the trap)",
+        help=f"{YIELD}=0 in the job's env, and none on the bare side (shows the busy-polling trap)",
     )
     ns = p.parse_args()
+    load_at_start = os.getloadavg()[0]
+    names = (f"bench-mpi-{i}" for i in itertools.count(1))
+    bare_env = base_env() if ns.no_yield else base_env({YIELD: "1"})
     with tempfile.TemporaryDirectory(prefix="bench-mpi-") as tmp:
         work = Path(tmp)
         data = digits_dataset(work)
-        train_args = ["--data", str(data), "--epochs", str(ns.epochs), "--model", ns.model]
-        kt = Side("kubetrain", functools.partial(_kubetrain, ns_yield=not ns.no_yield))
-        bare = Side("mpiexec", _bare)
-        alternate(kt, bare, rounds=ns.rounds, train_args=train_args, workdir=work, timeout=600)
+        backend = LocalBackend(root=work / "local", stream_logs=False)
+
+        def kubetrain(out: Path) -> str:
+            manifest = build_manifest(job_spec(name=next(names), data=data, out=out, ns=ns))
+            return run_local_job(manifest, backend=backend, out=out, timeout=TIMEOUT)
+
+        def bare(out: Path) -> str:
+            launcher = job_spec(name="flags", data=data, out=out, ns=ns).launcher
+            cmd = [_mpiexec(), "-n", str(WORKERS * SLOTS), "--allow-run-as-root", "--oversubscribe"]
+            cmd += [sys.executable, "-m", PROGRAM, *launcher.args]
+            label = f"mpiexec -n {WORKERS * SLOTS} --oversubscribe"
+            return run_processes(cmd, label=label, env=bare_env, log=out / "mpiexec.log", timeout=TIMEOUT)
+
+        kt, mp = Side("kubetrain", kubetrain), Side("mpiexec", bare)
+        try:
+            alternate(kt, mp, rounds=ns.rounds, workdir=work)
+        finally:
+            backend.close()
     cmd = " ".join(["bench/chainermn_vs_mpirun.py", *sys.argv[1:]])
     result = summary(
         kt,
-        bare,
+        mp,
         command=cmd,
-        workload=f"builtin digits, {ns.model}, {ns.epochs} epochs, 3 ranks, naive communicator, CPU",
+        workload=(
+            f"builtin digits, {ns.model}, {ns.epochs} epochs, batch {ns.batch_size}/rank, lr {ns.lr}, "
+            f"3 ranks, naive communicator, CPU, OMP_NUM_THREADS=1, {YIELD}={'0/unset' if ns.no_yield else '1 both'}"
+        ),
+        load_at_start=load_at_start,
     )
     print(json.dumps(result, indent=2) if ns.json else markdown(result, "kubetrain", "mpiexec"))
     return 0

@@ -1,34 +1,41 @@
-"""Benchmark: the DDP program started as kubetrain starts it vs under `torchrun`, 3 processes.
+"""Benchmark: the DDP program run as a PyTorchJob by kubetrain's local backend vs under `torchrun`, 3 processes.
 
     .venv/bin/python bench/ddp_vs_torchrun.py [--rounds 9] [--epochs 30] [--model mlp] [--json]
 
-kubetrain side: three plain processes, each with exactly the environment the training-operator
-injects into a PyTorchJob replica (Master + 2 Workers: MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK and
-the PET_* variables, `kubetrain.train.topology.pytorchjob_env`), the master address being a
-loopback address of its own as kubetrain's local backend assigns it. torchrun side:
-`torchrun --nproc_per_node 3` running the same module with the same flags. Both train the
-built-in digits data set with gloo on CPU, OMP_NUM_THREADS=1, alternating in one run.
+kubetrain side: `kubetrain.presets.pytorch_job_spec` (Master + 2 Workers running
+`python -m kubetrain.train.torch_ddp`), rendered with `kubetrain.manifests.build_manifest` and
+run by `kubetrain.launcher.run_job` on a `LocalBackend` — what `kubetrain launch -f JOB.yaml
+--local` does: one process per replica, each on its own loopback address with the environment
+the training-operator injects, a supervisor thread writing the job's status, the launcher
+watching it to the end. torchrun side: `torchrun --nproc_per_node 3` running the same module
+with the flags taken from the job's master replica (so both sides train with identical flags).
+Both train the built-in digits data set with gloo on CPU, OMP_NUM_THREADS=1, no checkpoints,
+alternating in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Side, alternate, base_env, digits_dataset, markdown, summary
+from _common import Side, alternate, base_env, digits_dataset, markdown, run_local_job, run_processes, summary
 
-from kubetrain.train.topology import pytorchjob_env
+from kubetrain.backends.local import LocalBackend
+from kubetrain.manifests import build_manifest
+from kubetrain.presets import PodOptions, TrainingParams, pytorch_job_spec
+from kubetrain.specs import EnvVar, PyTorchJobSpec, RunPolicy
 
 PROGRAM = "kubetrain.train.torch_ddp"
-RANKS = 3
-MASTER_ADDR = "127.0.77.1"  # pod 0 of a local job: kubetrain's backend gives each pod its own
+WORKERS = 2  # + the master: 3 processes, as torchrun --nproc_per_node 3
+TIMEOUT = 600.0
 
 
 def _free_port() -> int:
@@ -37,29 +44,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _kubetrain(out: Path, args: list[str]) -> list[subprocess.Popen[bytes]]:
-    port = _free_port()
-    procs = []
-    for rank in range(RANKS):
-        env = base_env() | pytorchjob_env(
-            replica_index=0 if rank == 0 else rank - 1,
-            is_master=rank == 0,
-            replicas=RANKS,
-            master_addr=MASTER_ADDR,
-            master_port=port,
-        )
-        with open(out / f"rank{rank}.log", "wb") as log:
-            cmd = [sys.executable, "-m", PROGRAM, *args]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=log))
-    return procs
-
-
-def _torchrun(out: Path, args: list[str]) -> list[subprocess.Popen[bytes]]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(RANKS)]
-    cmd += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
-    with open(out / "torchrun.log", "wb") as log:
-        cmd += ["-m", PROGRAM, *args]
-        return [subprocess.Popen(cmd, env=base_env(), stdout=log, stderr=log)]
+def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> PyTorchJobSpec:
+    """The PyTorchJob both sides' flags come from: master + 2 workers, local absolute paths."""
+    params = TrainingParams(
+        data_dir=str(data),
+        output_dir=str(out),
+        checkpoint_dir=None,  # the torchrun side writes none either; checkpoints are not what is timed
+        epochs=ns.epochs,
+        batch_size=ns.batch_size,
+        lr=ns.lr,
+        model=ns.model,
+    )
+    return pytorch_job_spec(
+        name=name,
+        params=params,
+        workers=WORKERS,
+        backend="gloo",
+        # As a user sets it in the pod template; the torchrun side gets it from base_env().
+        pod=PodOptions(env=(EnvVar(name="OMP_NUM_THREADS", value="1"),)),
+        # A failed rank fails the run instead of being restarted into the timing.
+        run_policy=RunPolicy(backoff_limit=0),
+    )
 
 
 def main() -> int:
@@ -67,21 +72,47 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch-size", type=int, default=32, help="per process")
+    p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (the program's default)")
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     p.add_argument("--json", action="store_true")
     ns = p.parse_args()
+    load_at_start = os.getloadavg()[0]
+    names = (f"bench-ddp-{i}" for i in itertools.count(1))
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
         work = Path(tmp)
         data = digits_dataset(work)
-        train_args = ["--data", str(data), "--epochs", str(ns.epochs), "--model", ns.model]
-        kt, tr = Side("kubetrain", _kubetrain), Side("torchrun", _torchrun)
-        alternate(kt, tr, rounds=ns.rounds, train_args=train_args, workdir=work, timeout=600)
+        backend = LocalBackend(root=work / "local", stream_logs=False)
+
+        def kubetrain(out: Path) -> str:
+            manifest = build_manifest(job_spec(name=next(names), data=data, out=out, ns=ns))
+            return run_local_job(manifest, backend=backend, out=out, timeout=TIMEOUT)
+
+        def torchrun(out: Path) -> str:
+            master = job_spec(name="flags", data=data, out=out, ns=ns).master
+            if master is None:  # a non-elastic job always has one; this guards the type
+                raise RuntimeError("the PyTorchJob preset made no master replica")
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORKERS + 1)]
+            cmd += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port()), "-m", PROGRAM]
+            cmd += list(master.args)
+            label = f"torchrun --nproc_per_node {WORKERS + 1}"
+            return run_processes(cmd, label=label, env=base_env(), log=out / "torchrun.log", timeout=TIMEOUT)
+
+        kt, tr = Side("kubetrain", kubetrain), Side("torchrun", torchrun)
+        try:
+            alternate(kt, tr, rounds=ns.rounds, workdir=work)
+        finally:
+            backend.close()
     cmd = " ".join(["bench/ddp_vs_torchrun.py", *sys.argv[1:]])
     result = summary(
         kt,
         tr,
         command=cmd,
-        workload=f"builtin digits, {ns.model}, {ns.epochs} epochs, 3 ranks, gloo, CPU",
+        workload=(
+            f"builtin digits, {ns.model}, {ns.epochs} epochs, batch {ns.batch_size}/rank, lr {ns.lr}, "
+            "3 ranks, gloo, CPU, OMP_NUM_THREADS=1"
+        ),
+        load_at_start=load_at_start,
     )
     print(json.dumps(result, indent=2) if ns.json else markdown(result, "kubetrain", "torchrun"))
     return 0
