@@ -171,8 +171,13 @@ def cut_epoch(
     """
     tasks = cut_split(shard_records, records_per_task, kind=TRAIN, split="train", epoch=epoch)
     if slots > 0:
-        per = -(-len(tasks) // slots)
-        tasks = [TaskRange(t.kind, t.split, t.shard, t.start, t.end, t.epoch, 0, i // per) for i, t in enumerate(tasks)]
+        # Contiguous blocks balanced by records: a task goes to the slot its first record falls in.
+        total = sum(t.records for t in tasks)
+        dealt, before = [], 0
+        for t in tasks:
+            dealt.append(TaskRange(t.kind, t.split, t.shard, t.start, t.end, t.epoch, 0, before * slots // total))
+            before += t.records
+        tasks = dealt
     random.Random(seed * 1_000_003 + epoch).shuffle(tasks)
     return tasks
 
