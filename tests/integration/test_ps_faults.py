@@ -108,9 +108,13 @@ def test_worker_killed_mid_task(digits: Path, tmp_path: Path, clean: dict[str, A
 
         wait_until(mid_task, deadline_s=120, what="worker-1 inside a task", every_s=0.01)
         job.kill("worker", 1)
+        job.add_worker(3)  # a replacement joins the running job
+        job.start("worker", 3)
         rcs = job.wait_all(deadline_s=240)
         summary = _report("worker killed", job, rcs)
+        joined = (tmp_path / "trained" / "worker-3.jsonl").read_text().splitlines()
     assert rcs["worker-1"] == -9 and all(rc == 0 for k, rc in rcs.items() if k != "worker-1")
+    assert joined, "the worker that joined late trained nothing"
     assert summary["workers_lost"] == 1 and summary["tasks_failed"] >= 1
     assert summary["audit"]["records_trained_twice"] >= 32  # the killed task's first batch, again
     assert abs(summary["test_accuracy"] - clean["test_accuracy"]) <= 0.01

@@ -96,6 +96,8 @@ def test_all_epochs_are_handed_out_and_only_reports_finish_them() -> None:
     assert book.training_complete()
     assert book.counters["records_trained"] == 2 * 40
     assert {lease.task.epoch for lease in leases} == {0, 1}
+    # One history entry per finished epoch, with the epoch's mean training loss.
+    assert [(h["epoch"], h["loss"]) for h in book.history] == [(0, 0.5), (1, 0.5)]
 
 
 def test_failed_task_goes_back_first_and_is_dropped_after_the_limit() -> None:

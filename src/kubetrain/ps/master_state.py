@@ -65,6 +65,7 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "history": book.history,
         "final_metrics": book.final_metrics,
         "max_task_seconds": book.max_task_seconds,
+        "epochs_logged": sorted(book.epochs_logged),
     }
 
 
@@ -104,6 +105,7 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     book.history = list(raw["history"])
     book.final_metrics = {k: float(v) for k, v in raw["final_metrics"].items()}
     book.max_task_seconds = float(raw["max_task_seconds"])
+    book.epochs_logged = {int(e) for e in raw.get("epochs_logged", ())}
     return book
 
 

@@ -78,8 +78,11 @@ class TaskBook:
     history: list[dict[str, Any]] = field(default_factory=list)
     final_metrics: dict[str, float] = field(default_factory=dict)
     max_task_seconds: float = 0.0
+    epochs_logged: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        c = self.config
+        self._tasks_per_epoch = len(cut_split(c.train_shards, c.records_per_task, kind=TRAIN, split="train"))
         if self.epoch_created < 0 and self.config.static_slots:
             # Static sharding: each slot owns a fixed block of every epoch, handed out in order.
             self.slot_todo = {s: deque() for s in range(self.config.static_slots)}
@@ -322,7 +325,19 @@ class TaskBook:
         c["tasks_done"] += 1
         self.epoch_loss.setdefault(task.epoch, Loss()).add(loss_sum, records)
         self.window_loss.add(loss_sum, records)
+        self._maybe_log_epoch(task.epoch)
         return True, "done"
+
+    def _maybe_log_epoch(self, epoch: int) -> None:
+        """A history entry {step, epoch, loss} once every task of `epoch` is done."""
+        if epoch in self.epochs_logged:
+            return
+        prefix = f"{TRAIN}/e{epoch}/"
+        if sum(1 for k in self.done if k.startswith(prefix)) < self._tasks_per_epoch:
+            return
+        self.epochs_logged.add(epoch)
+        mean = self.epoch_loss[epoch].mean()
+        self.history.append({"step": self.model_version, "epoch": epoch, "loss": mean})
 
     # ----------------------------------------------------------------------------- PS restarts
 
