@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.backends.local import LocalBackend
+from kubetrain.errors import KubetrainError
 from kubetrain.launcher import run_job
 
 # Runs one job to its end, its rank 0 writing metrics.json into the given output directory;
@@ -104,6 +105,13 @@ def run_local_job(manifest: Mapping[str, Any], *, backend: LocalBackend, out: Pa
             log_sink=lines.append,
             stream_logs=False,
         )
+    except KubetrainError:
+        # The error shows the current attempts' tails; earlier attempts of a restarted replica
+        # are only in its log files, which go with the benchmark's temporary directory.
+        name = str(manifest["metadata"]["name"])
+        for log in sorted(backend.root.glob(f"jobs/*/{name}-*/logs/*.log")):
+            print(f"--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}", file=sys.stderr)
+        raise
     finally:
         (out / "launcher.log").write_text("".join(line + "\n" for line in lines))
     return f"{result.kind} {result.namespace}/{result.name} {result.phase.value} on the {result.backend} backend"

@@ -16,6 +16,7 @@ alternating in one run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -39,8 +40,9 @@ TIMEOUT = 600.0
 
 
 def _free_port() -> int:
+    # The wildcard address: that is where rank 0's TCPStore (and torchrun's agent store) listens.
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
@@ -55,7 +57,7 @@ def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> PyT
         lr=ns.lr,
         model=ns.model,
     )
-    return pytorch_job_spec(
+    spec = pytorch_job_spec(
         name=name,
         params=params,
         workers=WORKERS,
@@ -65,6 +67,11 @@ def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> PyT
         # A failed rank fails the run instead of being restarted into the timing.
         run_policy=RunPolicy(backoff_limit=0),
     )
+    # A free port rather than the operator's default 23456: rank 0's TCPStore listens on the
+    # wildcard address, not on its pod's loopback address, so a concurrent local PyTorchJob on
+    # this machine (a colleague's test) would make it fail with EADDRINUSE. torchrun gets a
+    # free port too.
+    return dataclasses.replace(spec, master_port=_free_port())
 
 
 def main() -> int:
