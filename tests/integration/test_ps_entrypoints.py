@@ -96,6 +96,9 @@ def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None
         epochs=1,
         records_per_task=25,
         master_args=["--max-task-failures", "2", "--max-dropped-fraction", "0.1"],
+        # The job fails within seconds; a worker still starting then never reaches the master and
+        # gives up after this deadline (exit 1 as well) instead of the default 300 s.
+        worker_args=["--retry-deadline", "20"],
     ) as job:
         job.start_all()
         rcs = job.wait_all(deadline_s=120)

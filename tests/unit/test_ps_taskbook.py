@@ -89,7 +89,7 @@ def test_epoch_order_is_shuffled_per_epoch_and_static_slots_are_fixed() -> None:
 def test_all_epochs_are_handed_out_and_only_reports_finish_them() -> None:
     book = TaskBook(config=_config())
     lease = _take(book)
-    assert not book.done and lease.lease in book.doing  # handed out is not done
+    assert not len(book.ledger) and lease.lease in book.doing  # handed out is not done
     _finish(book, lease)
     leases = [lease, *_drain(book)]
     assert len(leases) == 2 * (3 + 2)
@@ -189,7 +189,7 @@ def test_reports_are_idempotent_and_late_reports_reclaim_the_task() -> None:
     book.expire(100.0)
     assert late.task in book.todo
     _finish(book, late, now=101.0)
-    assert late.task not in book.todo and late.task.task_id in book.done
+    assert late.task not in book.todo and late.task.task_id in book.ledger
     # Another worker holding it meanwhile is told to abandon.
     third = _take(book, "w0", now=102.0)
     book.expire(300.0)
@@ -214,10 +214,10 @@ def test_ps_restart_requeues_tasks_whose_updates_were_lost() -> None:
     early, late = _take(book, "w0"), _take(book, "w1", "b")
     _finish(book, early, versions={0: (1, 5), 1: (1, 5)})
     _finish(book, late, "w1", "b", versions={0: (1, 12), 1: (1, 3)})
-    assert book.note_ps_history(0, [-1]) == 0
+    assert book.note_ps_state(0, [-1], 4) == 0
     # Shard 0 restarts (generation 2) from its version-10 checkpoint: version 12 is gone.
-    assert book.note_ps_history(0, [-1, 10]) == 1
-    assert late.task.task_id not in book.done and early.task.task_id in book.done
+    assert book.note_ps_state(0, [-1, 10], 10) == 1
+    assert late.task.task_id not in book.ledger and early.task.task_id in book.ledger
     assert book.todo[0].task_id == late.task.task_id
     # A report arriving after the restart with a lost update is re-queued, not counted.
     again = _take(book)
@@ -289,3 +289,30 @@ def test_cut_split_for_eval_keeps_shards_apart() -> None:
     tasks = cut_split((7, 5), 4, kind="eval", split="test", eval_round=2)
     assert [(t.shard, t.start, t.end) for t in tasks] == [(0, 0, 4), (0, 4, 7), (1, 0, 4), (1, 4, 5)]
     assert tasks[0].task_id == "eval/r2/test/s0/0-4"
+
+
+def test_durable_entries_fold_into_bitmaps_and_stay_done() -> None:
+    book = TaskBook(config=_config(epochs=1))
+    leases = []
+    for v, worker in enumerate(("w0", "w1", "w2", "w3", "w4")):
+        lease = _take(book, worker, worker)
+        _finish(book, lease, worker, worker, versions={0: (1, v + 1), 1: (1, v + 1)})
+        leases.append(lease)
+    assert len(book.ledger.open) == 5
+    book.note_ps_state(0, [-1], 3)
+    assert len(book.ledger.open) == 5  # shard 1 has not checkpointed them yet
+    book.note_ps_state(1, [-1], 4)
+    # Versions 1-3 are in both shards' checkpoints: durable, folded; 4 and 5 are still open.
+    assert len(book.ledger.open) == 2 and len(book.ledger) == 5
+    assert all(lease.task.task_id in book.ledger for lease in leases)
+    assert book.ledger.records() == 40 and book.training_complete()
+    assert [h["epoch"] for h in book.history] == [0]
+    # A retried report of a folded task counts as trained twice, never as a new task.
+    _finish(book, leases[0], "w0", "w0")
+    assert book.counters["tasks_done"] == 5
+    assert book.counters["records_trained_twice"] == leases[0].task.records
+    # A restart of shard 0 from version 3 loses only the open entries past it.
+    assert book.note_ps_state(0, [-1, 3], 3) == 2
+    assert len(book.ledger) == 3
+    restored = book_from_json(book.config, json.loads(json.dumps(book_to_json(book))), now=0.0)
+    assert restored.ledger.folded == book.ledger.folded and len(restored.ledger) == 3

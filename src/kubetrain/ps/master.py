@@ -139,7 +139,7 @@ class _Loop:
 
         def note(book: TaskBook) -> None:
             for st in states:
-                lost = book.note_ps_history(st.shard_index, list(st.restored_versions))
+                lost = book.note_ps_state(st.shard_index, list(st.restored_versions), int(st.checkpointed_version))
                 if lost:
                     log.warning(
                         "PS shard %d restarted from version %d: re-queued %d finished tasks whose updates it lost",
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
             "resumed state generation %d: phase %s, %d done, %d doing, %d todo",
             store.generation,
             book.phase,
-            len(book.done),
+            len(book.ledger),
             len(book.doing),
             len(book.todo),
         )

@@ -89,7 +89,7 @@ def metrics(core: MasterCore, settings: JobSettings, args: argparse.Namespace) -
         "records_per_epoch": book.config.records_per_epoch,
         "records_untrained": _untrained(core),
         "master_generation": core.store.generation,
-        "ps_generations": {str(k): len(v) for k, v in book.ps_history.items()},
+        "ps_generations": {str(k): len(v) for k, v in book.ledger.ps_history.items()},
         "status": "failed" if book.phase == FAILED else "succeeded",
         **c,
     }
@@ -103,7 +103,7 @@ def metrics(core: MasterCore, settings: JobSettings, args: argparse.Namespace) -
 def _untrained(core: MasterCore) -> int:
     """Records of any epoch not covered by a finished (or dropped) task: 0 on success."""
     book = core.book
-    covered = sum(e.records for e in book.done.values()) + sum(book.dropped.values())
+    covered = book.ledger.records() + sum(book.dropped.values())
     return book.config.records_per_epoch * book.config.epochs - covered
 
 

@@ -62,7 +62,7 @@ class MasterCore:
             b.next_lease,
             len(b.doing),
             tuple(b.counters.values()),
-            len(b.done),
+            len(b.ledger.open),
             len(b.todo),
             len(b.eval_todo),
             len(b.workers),

@@ -21,7 +21,7 @@ from kubetrain.ps.checkpoint import atomic_write_bytes
 from kubetrain.ps.errors import CheckpointError, PSConfigError, StaleStateError
 from kubetrain.ps.evaluation import EvalBook
 from kubetrain.ps.taskbook import TaskBook
-from kubetrain.ps.tasks import BookConfig, DoneEntry, Lease, Loss, TaskRange, WorkerInfo
+from kubetrain.ps.tasks import BookConfig, Lease, Loss, TaskRange, WorkerInfo
 
 __all__ = ["STATE_FILE", "StateStore", "book_from_json", "book_to_json"]
 
@@ -51,13 +51,12 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "slot_todo": {str(s): [t.to_json() for t in q] for s, q in book.slot_todo.items()},
         "eval_todo": [t.to_json() for t in book.eval_todo],
         "doing": [lease.to_json() for lease in book.doing.values()],
-        "done": {k: v.to_json() for k, v in book.done.items()},
+        "ledger": book.ledger.to_json(),
         "failures": book.failures,
         "dropped": book.dropped,
         "next_lease": book.next_lease,
         "evals": book.evals.to_json(),
         "model_version": book.model_version,
-        "ps_history": {str(k): v for k, v in book.ps_history.items()},
         "workers": {k: [w.incarnation, w.slot, w.alive] for k, w in book.workers.items()},
         "counters": book.counters,
         "epoch_loss": {str(k): [v.total, v.records] for k, v in book.epoch_loss.items()},
@@ -88,13 +87,12 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     book.eval_todo = deque(TaskRange.from_json(t) for t in raw["eval_todo"])
     leases = [Lease.from_json(x, now) for x in raw["doing"]]
     book.doing = {x.lease: x for x in leases}
-    book.done = {k: DoneEntry.from_json(v) for k, v in raw["done"].items()}
+    book.ledger.load_json(raw["ledger"])
     book.failures = {k: int(v) for k, v in raw["failures"].items()}
     book.dropped = {k: int(v) for k, v in raw["dropped"].items()}
     book.next_lease = int(raw["next_lease"])
     book.evals = EvalBook.from_json(raw["evals"])
     book.model_version = int(raw["model_version"])
-    book.ps_history = {int(k): [int(x) for x in v] for k, v in raw["ps_history"].items()}
     book.workers = {
         k: WorkerInfo(incarnation=str(v[0]), last_seen=now, slot=int(v[1]), alive=bool(v[2]))
         for k, v in raw["workers"].items()

@@ -75,9 +75,20 @@ def make_server(max_workers: int = 16) -> grpc.Server:
     return grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=_SERVER_OPTIONS)
 
 
+# A peer that restarts must be found again within a second: gRPC's default reconnect backoff
+# grows to 120 s, so a client whose first attempts hit the restart could miss the peer's return
+# (and a job that finished meanwhile) for minutes.
+_CHANNEL_OPTIONS = [
+    *_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 def make_channel(addr: str) -> grpc.Channel:
-    """An insecure channel to `addr` with the same message limits as the servers."""
-    return grpc.insecure_channel(addr, options=_OPTIONS)
+    """An insecure channel to `addr`: the servers' message limits, reconnect backoff capped at 1 s."""
+    return grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
 
 
 class HealthReporter:

@@ -44,6 +44,8 @@ class _Checkpointer:
     def __init__(self, directory: Path, keep: int) -> None:
         self._dir = directory
         self._keep = keep
+        # The newest version on disk (set to the restored one at start-up).
+        self.written = -1
         self._queue: queue.Queue[ShardSnapshot | None] = queue.Queue(maxsize=1)
         self._thread = threading.Thread(target=self._run, name="checkpointer", daemon=True)
         self._thread.start()
@@ -55,13 +57,14 @@ class _Checkpointer:
         self._queue.put_nowait(snap)
 
     def write_now(self, snap: ShardSnapshot) -> None:
-        """Write `snap` synchronously (shutdown)."""
+        """Write `snap` synchronously (flush, shutdown)."""
         ckpt.save_snapshot(self._dir, snap, keep=self._keep)
+        self.written = max(self.written, snap.version)
 
     def _run(self) -> None:
         while (snap := self._queue.get()) is not None:
             try:
-                ckpt.save_snapshot(self._dir, snap, keep=self._keep)
+                self.write_now(snap)
             except KubetrainError as e:  # keep serving; the next checkpoint may succeed
                 log.error("checkpoint at version %d failed: %s", snap.version, e)
 
@@ -102,6 +105,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
             restored_versions=self._generations,
             initialized=self._shard.initialized,
             mode=cfg.mode,
+            checkpointed_version=self._checkpointer.written,
         )
 
     def InitModel(self, request: pb.InitModelRequest, context: grpc.ServicerContext) -> pb.ShardState:  # noqa: N802 - gRPC method name
@@ -269,6 +273,7 @@ def serve(args: argparse.Namespace) -> int:
         shard.restore(snap)
     generations = ckpt.record_generation(directory, snap.version if snap else -1)
     log.info("generation %d, restored version %s", len(generations), snap.version if snap else "none")
+    checkpointer.written = generations[-1]
     servicer.set_ready(generations)
     health.serving()
     stop.wait()

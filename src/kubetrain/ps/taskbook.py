@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubetrain.ps.evaluation import EvalBook, EvalResult, EvalRound, history_entry
+from kubetrain.ps.ledger import Ledger
 from kubetrain.ps.tasks import (
     EVAL,
     TRAIN,
@@ -64,13 +65,11 @@ class TaskBook:
     slot_todo: dict[int, deque[TaskRange]] = field(default_factory=dict)
     eval_todo: deque[TaskRange] = field(default_factory=deque)
     doing: dict[int, Lease] = field(default_factory=dict)
-    done: dict[str, DoneEntry] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     next_lease: int = 1
     evals: EvalBook = field(default_factory=EvalBook)
     model_version: int = 0
-    ps_history: dict[int, list[int]] = field(default_factory=dict)
     workers: dict[str, WorkerInfo] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     epoch_loss: dict[int, Loss] = field(default_factory=dict)
@@ -79,9 +78,11 @@ class TaskBook:
     final_metrics: dict[str, float] = field(default_factory=dict)
     max_task_seconds: float = 0.0
     epochs_logged: set[int] = field(default_factory=set)
+    ledger: Ledger = field(init=False)
 
     def __post_init__(self) -> None:
         c = self.config
+        self.ledger = Ledger(c.train_shards, c.records_per_task)
         self._tasks_per_epoch = len(cut_split(c.train_shards, c.records_per_task, kind=TRAIN, split="train"))
         if self.epoch_created < 0 and self.config.static_slots:
             # Static sharding: each slot owns a fixed block of every epoch, handed out in order.
@@ -269,7 +270,7 @@ class TaskBook:
             self.max_task_seconds = max(self.max_task_seconds, now - held.started)
         else:
             # The master took the lease back meanwhile (timeout, restart) or this is a retry.
-            entry = self.done.get(task_id)
+            entry = self.ledger.get(task_id)
             if entry is not None and entry.lease == lease:
                 self.counters["duplicate_reports"] += 1
                 return True, "already counted"
@@ -308,19 +309,19 @@ class TaskBook:
     ) -> tuple[bool, str]:
         c = self.counters
         if task is None:
-            if task_id not in self.done:
+            if task_id not in self.ledger:
                 return False, f"unknown task {task_id}"
             c["records_trained"] += records
             c["records_trained_twice"] += records
             return True, "duplicate: the task was already done"
         c["records_trained"] += records
         entry = DoneEntry(lease, records, versions)
-        if self._lost(entry):
+        if self.ledger.lost(entry):
             c["tasks_retrained_after_ps_restore"] += 1
             c["records_trained_twice"] += records
             self._queue_front(task)
             return True, "re-queued: a PS shard restarted from a checkpoint older than this update"
-        self.done[task_id] = entry
+        self.ledger.add(task_id, entry)
         self.failures.pop(task_id, None)
         c["tasks_done"] += 1
         self.epoch_loss.setdefault(task.epoch, Loss()).add(loss_sum, records)
@@ -332,8 +333,7 @@ class TaskBook:
         """A history entry {step, epoch, loss} once every task of `epoch` is done."""
         if epoch in self.epochs_logged:
             return
-        prefix = f"{TRAIN}/e{epoch}/"
-        if sum(1 for k in self.done if k.startswith(prefix)) < self._tasks_per_epoch:
+        if self.ledger.done_in_epoch(epoch) < self._tasks_per_epoch:
             return
         self.epochs_logged.add(epoch)
         mean = self.epoch_loss[epoch].mean()
@@ -341,29 +341,16 @@ class TaskBook:
 
     # ----------------------------------------------------------------------------- PS restarts
 
-    def _lost(self, entry: DoneEntry) -> bool:
-        for shard, (gen, version) in entry.versions.items():
-            # restored_versions of the generations after `gen`; the lowest decides.
-            later = self.ps_history.get(shard, [])[gen:]
-            if later and min(later) < version:
-                return True
-        return False
-
-    def note_ps_history(self, shard: int, restored_versions: Sequence[int]) -> int:
-        """A shard's generation record; re-queue finished tasks whose updates it lost."""
-        if len(restored_versions) <= len(self.ps_history.get(shard, [])):
-            return 0
-        self.ps_history[shard] = list(restored_versions)
-        lost = [tid for tid, e in self.done.items() if shard in e.versions and self._lost(e)]
-        slots = self._slots_by_id() if self.config.static_slots else {}
-        for tid in lost:
-            entry = self.done.pop(tid)
+    def note_ps_state(self, shard: int, restored_versions: Sequence[int], checkpointed_version: int) -> int:
+        """A shard's generation record and newest checkpoint: re-queue finished tasks whose
+        updates a restart lost, fold the durable ones; returns how many were re-queued."""
+        lost = self.ledger.note_ps_state(shard, restored_versions, checkpointed_version)
+        slots = self._slots_by_id() if lost and self.config.static_slots else {}
+        for tid, entry in lost:
             self.counters["tasks_retrained_after_ps_restore"] += 1
             self.counters["records_trained_twice"] += entry.records
             self.counters["tasks_done"] -= 1
-            task = task_from_id(tid, slots.get(tid, -1))
-            self.epoch_loss.setdefault(task.epoch, Loss())
-            self._queue_front(task)
+            self._queue_front(task_from_id(tid, slots.get(tid, -1)))
         return len(lost)
 
     def _slots_by_id(self) -> dict[str, int]:

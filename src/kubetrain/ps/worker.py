@@ -74,7 +74,6 @@ class _Heartbeat(threading.Thread):
         super().__init__(name="heartbeat", daemon=True)
         self._stub, self._ref, self._progress = stub, ref, progress
         self._interval, self._stop = interval_s, stop
-        self.ended: int | None = None
 
     def run(self) -> None:
         """Beat every interval until stopped."""
@@ -88,11 +87,12 @@ class _Heartbeat(threading.Thread):
                 )
             except grpc.RpcError:
                 continue  # the master may be restarting; the main loop retries its own calls
+            ended = resp.directive in (pb.JOB_DONE, pb.JOB_FAILED)
             with self._progress.lock:
-                if resp.abandon_lease and lease != 0 and self._progress.lease == lease:
+                # Drop a lease the master took back; on a job that ended (failed), drop any lease:
+                # the next GetTask hears the end and the worker exits.
+                if (resp.abandon_lease or ended) and lease != 0 and self._progress.lease == lease:
                     self._progress.abandon = True
-            if resp.directive in (pb.JOB_DONE, pb.JOB_FAILED):
-                self.ended = int(resp.directive)
 
 
 def _task(msg: pb.Task) -> TaskRange:

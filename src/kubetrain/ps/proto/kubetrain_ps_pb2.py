@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%kubetrain/ps/proto/kubetrain_ps.proto\x12\x0ckubetrain.ps\"3\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"N\n\nSparseRows\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\x03\x12$\n\x06values\x18\x03 \x01(\x0b\x32\x14.kubetrain.ps.Tensor\"\'\n\tSparseIds\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\x03\":\n\tTableSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\x05\x12\x12\n\ninit_scale\x18\x03 \x01(\x02\"\x98\x01\n\nShardState\x12\x13\n\x0bshard_index\x18\x01 \x01(\x05\x12\x12\n\nnum_shards\x18\x02 \x01(\x05\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x19\n\x11restored_versions\x18\x05 \x03(\x03\x12\x13\n\x0binitialized\x18\x06 \x01(\x08\x12\x0c\n\x04mode\x18\x07 \x01(\t\"n\n\x10InitModelRequest\x12#\n\x05\x64\x65nse\x18\x01 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12\'\n\x06tables\x18\x02 \x03(\x0b\x32\x17.kubetrain.ps.TableSpec\x12\x0c\n\x04seed\x18\x03 \x01(\x03\"I\n\x0bPullRequest\x12\r\n\x05\x64\x65nse\x18\x01 \x01(\x08\x12+\n\nembeddings\x18\x02 \x03(\x0b\x32\x17.kubetrain.ps.SparseIds\"\x84\x01\n\x0cPullResponse\x12\'\n\x05state\x18\x01 \x01(\x0b\x32\x18.kubetrain.ps.ShardState\x12#\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12&\n\x04rows\x18\x03 \x03(\x0b\x32\x18.kubetrain.ps.SparseRows\"\xb4\x01\n\x0bPushRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12)\n\x0b\x64\x65nse_grads\x18\x04 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12.\n\x0csparse_grads\x18\x05 \x03(\x0b\x32\x18.kubetrain.ps.SparseRows\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\"y\n\x0cPushResponse\x12\'\n\x05state\x18\x01 \x01(\x0b\x32\x18.kubetrain.ps.ShardState\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x17\n\x0f\x61pplied_version\x18\x03 \x01(\x03\x12\x15\n\rreject_reason\x18\x04 \x01(\t\"\x0e\n\x0c\x46lushRequest\"\x12\n\x10\x44umpModelRequest\"\x89\x01\n\x11\x44umpModelResponse\x12\'\n\x05state\x18\x01 \x01(\x0b\x32\x18.kubetrain.ps.ShardState\x12#\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12&\n\x04rows\x18\x03 \x03(\x0b\x32\x18.kubetrain.ps.SparseRows\"\x11\n\x0fGetStateRequest\"!\n\x0fShutdownRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"3\n\tWorkerRef\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\"\xa5\x01\n\x07JobInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x0e\n\x06num_ps\x18\x04 \x01(\x05\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x1c\n\x14heartbeat_interval_s\x18\x06 \x01(\x02\x12\x17\n\x0fmodel_args_json\x18\x07 \x01(\t\x12\x14\n\x0csync_retries\x18\x08 \x01(\x05\"\xa9\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05lease\x18\x02 \x01(\x03\x12$\n\x04kind\x18\x03 \x01(\x0e\x32\x16.kubetrain.ps.TaskKind\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\x12\r\n\x05split\x18\x05 \x01(\t\x12\r\n\x05shard\x18\x06 \x01(\x05\x12\r\n\x05start\x18\x07 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x08 \x01(\x03\x12\x12\n\neval_round\x18\t \x01(\x03\"\x87\x01\n\x0fGetTaskResponse\x12*\n\tdirective\x18\x01 \x01(\x0e\x32\x17.kubetrain.ps.Directive\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.kubetrain.ps.Task\x12\x15\n\rretry_after_s\x18\x03 \x01(\x02\x12\x0f\n\x07message\x18\x04 \x01(\t\"B\n\x0cShardVersion\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\"^\n\nEvalResult\x12\x10\n\x08loss_sum\x18\x01 \x01(\x01\x12\x0f\n\x07\x63orrect\x18\x02 \x01(\x03\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12\x0e\n\x06scores\x18\x04 \x03(\x02\x12\x0e\n\x06labels\x18\x05 \x03(\x05\"\xfb\x01\n\x11ReportTaskRequest\x12\'\n\x06worker\x18\x01 \x01(\x0b\x32\x17.kubetrain.ps.WorkerRef\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05lease\x18\x03 \x01(\x03\x12\x0f\n\x07success\x18\x04 \x01(\x08\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x0f\n\x07records\x18\x06 \x01(\x03\x12\x10\n\x08loss_sum\x18\x07 \x01(\x01\x12\x32\n\x0eshard_versions\x18\x08 \x03(\x0b\x32\x1a.kubetrain.ps.ShardVersion\x12&\n\x04\x65val\x18\t \x01(\x0b\x32\x18.kubetrain.ps.EvalResult\"4\n\x12ReportTaskResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0c\n\x04note\x18\x02 \x01(\t\"\x94\x01\n\x10HeartbeatRequest\x12\'\n\x06worker\x18\x01 \x01(\x0b\x32\x17.kubetrain.ps.WorkerRef\x12\r\n\x05lease\x18\x02 \x01(\x03\x12\x14\n\x0crecords_done\x18\x03 \x01(\x03\x12\x32\n\x0eshard_versions\x18\x04 \x03(\x0b\x32\x1a.kubetrain.ps.ShardVersion\"V\n\x11HeartbeatResponse\x12*\n\tdirective\x18\x01 \x01(\x0e\x32\x17.kubetrain.ps.Directive\x12\x15\n\rabandon_lease\x18\x02 \x01(\x08*#\n\x08TaskKind\x12\t\n\x05TRAIN\x10\x00\x12\x0c\n\x08\x45VALUATE\x10\x01*A\n\tDirective\x12\x0c\n\x08RUN_TASK\x10\x00\x12\x08\n\x04WAIT\x10\x01\x12\x0c\n\x08JOB_DONE\x10\x02\x12\x0e\n\nJOB_FAILED\x10\x03\x32\xed\x03\n\x0fParameterServer\x12\x45\n\tInitModel\x12\x1e.kubetrain.ps.InitModelRequest\x1a\x18.kubetrain.ps.ShardState\x12=\n\x04Pull\x12\x19.kubetrain.ps.PullRequest\x1a\x1a.kubetrain.ps.PullResponse\x12=\n\x04Push\x12\x19.kubetrain.ps.PushRequest\x1a\x1a.kubetrain.ps.PushResponse\x12=\n\x05\x46lush\x12\x1a.kubetrain.ps.FlushRequest\x1a\x18.kubetrain.ps.ShardState\x12L\n\tDumpModel\x12\x1e.kubetrain.ps.DumpModelRequest\x1a\x1f.kubetrain.ps.DumpModelResponse\x12\x43\n\x08GetState\x12\x1d.kubetrain.ps.GetStateRequest\x1a\x18.kubetrain.ps.ShardState\x12\x43\n\x08Shutdown\x12\x1d.kubetrain.ps.ShutdownRequest\x1a\x18.kubetrain.ps.ShardState2\xa8\x02\n\x06Master\x12<\n\nGetJobInfo\x12\x17.kubetrain.ps.WorkerRef\x1a\x15.kubetrain.ps.JobInfo\x12\x41\n\x07GetTask\x12\x17.kubetrain.ps.WorkerRef\x1a\x1d.kubetrain.ps.GetTaskResponse\x12O\n\nReportTask\x12\x1f.kubetrain.ps.ReportTaskRequest\x1a .kubetrain.ps.ReportTaskResponse\x12L\n\tHeartbeat\x12\x1e.kubetrain.ps.HeartbeatRequest\x1a\x1f.kubetrain.ps.HeartbeatResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%kubetrain/ps/proto/kubetrain_ps.proto\x12\x0ckubetrain.ps\"3\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"N\n\nSparseRows\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\x03\x12$\n\x06values\x18\x03 \x01(\x0b\x32\x14.kubetrain.ps.Tensor\"\'\n\tSparseIds\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\x03\":\n\tTableSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64im\x18\x02 \x01(\x05\x12\x12\n\ninit_scale\x18\x03 \x01(\x02\"\xb6\x01\n\nShardState\x12\x13\n\x0bshard_index\x18\x01 \x01(\x05\x12\x12\n\nnum_shards\x18\x02 \x01(\x05\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x19\n\x11restored_versions\x18\x05 \x03(\x03\x12\x13\n\x0binitialized\x18\x06 \x01(\x08\x12\x0c\n\x04mode\x18\x07 \x01(\t\x12\x1c\n\x14\x63heckpointed_version\x18\x08 \x01(\x03\"n\n\x10InitModelRequest\x12#\n\x05\x64\x65nse\x18\x01 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12\'\n\x06tables\x18\x02 \x03(\x0b\x32\x17.kubetrain.ps.TableSpec\x12\x0c\n\x04seed\x18\x03 \x01(\x03\"I\n\x0bPullRequest\x12\r\n\x05\x64\x65nse\x18\x01 \x01(\x08\x12+\n\nembeddings\x18\x02 \x03(\x0b\x32\x17.kubetrain.ps.SparseIds\"\x84\x01\n\x0cPullResponse\x12\'\n\x05state\x18\x01 \x01(\x0b\x32\x18.kubetrain.ps.ShardState\x12#\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12&\n\x04rows\x18\x03 \x03(\x0b\x32\x18.kubetrain.ps.SparseRows\"\xb4\x01\n\x0bPushRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12)\n\x0b\x64\x65nse_grads\x18\x04 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12.\n\x0csparse_grads\x18\x05 \x03(\x0b\x32\x18.kubetrain.ps.SparseRows\x12\x12\n\nbatch_size\x18\x06 \x01(\x05\"y\n\x0cPushResponse\x12\'\n\x05state\x18\x01 \x01(\x0b\x32\x18.kubetrain.ps.ShardState\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x17\n\x0f\x61pplied_version\x18\x03 \x01(\x03\x12\x15\n\rreject_reason\x18\x04 \x01(\t\"\x0e\n\x0c\x46lushRequest\"\x12\n\x10\x44umpModelRequest\"\x89\x01\n\x11\x44umpModelResponse\x12\'\n\x05state\x18\x01 \x01(\x0b\x32\x18.kubetrain.ps.ShardState\x12#\n\x05\x64\x65nse\x18\x02 \x03(\x0b\x32\x14.kubetrain.ps.Tensor\x12&\n\x04rows\x18\x03 \x03(\x0b\x32\x18.kubetrain.ps.SparseRows\"\x11\n\x0fGetStateRequest\"!\n\x0fShutdownRequest\x12\x0e\n\x06reason\x18\x01 \x01(\t\"3\n\tWorkerRef\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\t\"\xa5\x01\n\x07JobInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nbatch_size\x18\x02 \x01(\x05\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x0e\n\x06num_ps\x18\x04 \x01(\x05\x12\x0c\n\x04seed\x18\x05 \x01(\x03\x12\x1c\n\x14heartbeat_interval_s\x18\x06 \x01(\x02\x12\x17\n\x0fmodel_args_json\x18\x07 \x01(\t\x12\x14\n\x0csync_retries\x18\x08 \x01(\x05\"\xa9\x01\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\r\n\x05lease\x18\x02 \x01(\x03\x12$\n\x04kind\x18\x03 \x01(\x0e\x32\x16.kubetrain.ps.TaskKind\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\x12\r\n\x05split\x18\x05 \x01(\t\x12\r\n\x05shard\x18\x06 \x01(\x05\x12\r\n\x05start\x18\x07 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x08 \x01(\x03\x12\x12\n\neval_round\x18\t \x01(\x03\"\x87\x01\n\x0fGetTaskResponse\x12*\n\tdirective\x18\x01 \x01(\x0e\x32\x17.kubetrain.ps.Directive\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.kubetrain.ps.Task\x12\x15\n\rretry_after_s\x18\x03 \x01(\x02\x12\x0f\n\x07message\x18\x04 \x01(\t\"B\n\x0cShardVersion\x12\r\n\x05shard\x18\x01 \x01(\x05\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\"^\n\nEvalResult\x12\x10\n\x08loss_sum\x18\x01 \x01(\x01\x12\x0f\n\x07\x63orrect\x18\x02 \x01(\x03\x12\r\n\x05\x63ount\x18\x03 \x01(\x03\x12\x0e\n\x06scores\x18\x04 \x03(\x02\x12\x0e\n\x06labels\x18\x05 \x03(\x05\"\xfb\x01\n\x11ReportTaskRequest\x12\'\n\x06worker\x18\x01 \x01(\x0b\x32\x17.kubetrain.ps.WorkerRef\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05lease\x18\x03 \x01(\x03\x12\x0f\n\x07success\x18\x04 \x01(\x08\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12\x0f\n\x07records\x18\x06 \x01(\x03\x12\x10\n\x08loss_sum\x18\x07 \x01(\x01\x12\x32\n\x0eshard_versions\x18\x08 \x03(\x0b\x32\x1a.kubetrain.ps.ShardVersion\x12&\n\x04\x65val\x18\t \x01(\x0b\x32\x18.kubetrain.ps.EvalResult\"4\n\x12ReportTaskResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0c\n\x04note\x18\x02 \x01(\t\"\x94\x01\n\x10HeartbeatRequest\x12\'\n\x06worker\x18\x01 \x01(\x0b\x32\x17.kubetrain.ps.WorkerRef\x12\r\n\x05lease\x18\x02 \x01(\x03\x12\x14\n\x0crecords_done\x18\x03 \x01(\x03\x12\x32\n\x0eshard_versions\x18\x04 \x03(\x0b\x32\x1a.kubetrain.ps.ShardVersion\"V\n\x11HeartbeatResponse\x12*\n\tdirective\x18\x01 \x01(\x0e\x32\x17.kubetrain.ps.Directive\x12\x15\n\rabandon_lease\x18\x02 \x01(\x08*#\n\x08TaskKind\x12\t\n\x05TRAIN\x10\x00\x12\x0c\n\x08\x45VALUATE\x10\x01*A\n\tDirective\x12\x0c\n\x08RUN_TASK\x10\x00\x12\x08\n\x04WAIT\x10\x01\x12\x0c\n\x08JOB_DONE\x10\x02\x12\x0e\n\nJOB_FAILED\x10\x03\x32\xed\x03\n\x0fParameterServer\x12\x45\n\tInitModel\x12\x1e.kubetrain.ps.InitModelRequest\x1a\x18.kubetrain.ps.ShardState\x12=\n\x04Pull\x12\x19.kubetrain.ps.PullRequest\x1a\x1a.kubetrain.ps.PullResponse\x12=\n\x04Push\x12\x19.kubetrain.ps.PushRequest\x1a\x1a.kubetrain.ps.PushResponse\x12=\n\x05\x46lush\x12\x1a.kubetrain.ps.FlushRequest\x1a\x18.kubetrain.ps.ShardState\x12L\n\tDumpModel\x12\x1e.kubetrain.ps.DumpModelRequest\x1a\x1f.kubetrain.ps.DumpModelResponse\x12\x43\n\x08GetState\x12\x1d.kubetrain.ps.GetStateRequest\x1a\x18.kubetrain.ps.ShardState\x12\x43\n\x08Shutdown\x12\x1d.kubetrain.ps.ShutdownRequest\x1a\x18.kubetrain.ps.ShardState2\xa8\x02\n\x06Master\x12<\n\nGetJobInfo\x12\x17.kubetrain.ps.WorkerRef\x1a\x15.kubetrain.ps.JobInfo\x12\x41\n\x07GetTask\x12\x17.kubetrain.ps.WorkerRef\x1a\x1d.kubetrain.ps.GetTaskResponse\x12O\n\nReportTask\x12\x1f.kubetrain.ps.ReportTaskRequest\x1a .kubetrain.ps.ReportTaskResponse\x12L\n\tHeartbeat\x12\x1e.kubetrain.ps.HeartbeatRequest\x1a\x1f.kubetrain.ps.HeartbeatResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kubetrain.ps.proto.kubetrain_ps_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASKKIND']._serialized_start=2544
-  _globals['_TASKKIND']._serialized_end=2579
-  _globals['_DIRECTIVE']._serialized_start=2581
-  _globals['_DIRECTIVE']._serialized_end=2646
+  _globals['_TASKKIND']._serialized_start=2574
+  _globals['_TASKKIND']._serialized_end=2609
+  _globals['_DIRECTIVE']._serialized_start=2611
+  _globals['_DIRECTIVE']._serialized_end=2676
   _globals['_TENSOR']._serialized_start=55
   _globals['_TENSOR']._serialized_end=106
   _globals['_SPARSEROWS']._serialized_start=108
@@ -44,49 +44,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TABLESPEC']._serialized_start=229
   _globals['_TABLESPEC']._serialized_end=287
   _globals['_SHARDSTATE']._serialized_start=290
-  _globals['_SHARDSTATE']._serialized_end=442
-  _globals['_INITMODELREQUEST']._serialized_start=444
-  _globals['_INITMODELREQUEST']._serialized_end=554
-  _globals['_PULLREQUEST']._serialized_start=556
-  _globals['_PULLREQUEST']._serialized_end=629
-  _globals['_PULLRESPONSE']._serialized_start=632
-  _globals['_PULLRESPONSE']._serialized_end=764
-  _globals['_PUSHREQUEST']._serialized_start=767
-  _globals['_PUSHREQUEST']._serialized_end=947
-  _globals['_PUSHRESPONSE']._serialized_start=949
-  _globals['_PUSHRESPONSE']._serialized_end=1070
-  _globals['_FLUSHREQUEST']._serialized_start=1072
-  _globals['_FLUSHREQUEST']._serialized_end=1086
-  _globals['_DUMPMODELREQUEST']._serialized_start=1088
-  _globals['_DUMPMODELREQUEST']._serialized_end=1106
-  _globals['_DUMPMODELRESPONSE']._serialized_start=1109
-  _globals['_DUMPMODELRESPONSE']._serialized_end=1246
-  _globals['_GETSTATEREQUEST']._serialized_start=1248
-  _globals['_GETSTATEREQUEST']._serialized_end=1265
-  _globals['_SHUTDOWNREQUEST']._serialized_start=1267
-  _globals['_SHUTDOWNREQUEST']._serialized_end=1300
-  _globals['_WORKERREF']._serialized_start=1302
-  _globals['_WORKERREF']._serialized_end=1353
-  _globals['_JOBINFO']._serialized_start=1356
-  _globals['_JOBINFO']._serialized_end=1521
-  _globals['_TASK']._serialized_start=1524
-  _globals['_TASK']._serialized_end=1693
-  _globals['_GETTASKRESPONSE']._serialized_start=1696
-  _globals['_GETTASKRESPONSE']._serialized_end=1831
-  _globals['_SHARDVERSION']._serialized_start=1833
-  _globals['_SHARDVERSION']._serialized_end=1899
-  _globals['_EVALRESULT']._serialized_start=1901
-  _globals['_EVALRESULT']._serialized_end=1995
-  _globals['_REPORTTASKREQUEST']._serialized_start=1998
-  _globals['_REPORTTASKREQUEST']._serialized_end=2249
-  _globals['_REPORTTASKRESPONSE']._serialized_start=2251
-  _globals['_REPORTTASKRESPONSE']._serialized_end=2303
-  _globals['_HEARTBEATREQUEST']._serialized_start=2306
-  _globals['_HEARTBEATREQUEST']._serialized_end=2454
-  _globals['_HEARTBEATRESPONSE']._serialized_start=2456
-  _globals['_HEARTBEATRESPONSE']._serialized_end=2542
-  _globals['_PARAMETERSERVER']._serialized_start=2649
-  _globals['_PARAMETERSERVER']._serialized_end=3142
-  _globals['_MASTER']._serialized_start=3145
-  _globals['_MASTER']._serialized_end=3441
+  _globals['_SHARDSTATE']._serialized_end=472
+  _globals['_INITMODELREQUEST']._serialized_start=474
+  _globals['_INITMODELREQUEST']._serialized_end=584
+  _globals['_PULLREQUEST']._serialized_start=586
+  _globals['_PULLREQUEST']._serialized_end=659
+  _globals['_PULLRESPONSE']._serialized_start=662
+  _globals['_PULLRESPONSE']._serialized_end=794
+  _globals['_PUSHREQUEST']._serialized_start=797
+  _globals['_PUSHREQUEST']._serialized_end=977
+  _globals['_PUSHRESPONSE']._serialized_start=979
+  _globals['_PUSHRESPONSE']._serialized_end=1100
+  _globals['_FLUSHREQUEST']._serialized_start=1102
+  _globals['_FLUSHREQUEST']._serialized_end=1116
+  _globals['_DUMPMODELREQUEST']._serialized_start=1118
+  _globals['_DUMPMODELREQUEST']._serialized_end=1136
+  _globals['_DUMPMODELRESPONSE']._serialized_start=1139
+  _globals['_DUMPMODELRESPONSE']._serialized_end=1276
+  _globals['_GETSTATEREQUEST']._serialized_start=1278
+  _globals['_GETSTATEREQUEST']._serialized_end=1295
+  _globals['_SHUTDOWNREQUEST']._serialized_start=1297
+  _globals['_SHUTDOWNREQUEST']._serialized_end=1330
+  _globals['_WORKERREF']._serialized_start=1332
+  _globals['_WORKERREF']._serialized_end=1383
+  _globals['_JOBINFO']._serialized_start=1386
+  _globals['_JOBINFO']._serialized_end=1551
+  _globals['_TASK']._serialized_start=1554
+  _globals['_TASK']._serialized_end=1723
+  _globals['_GETTASKRESPONSE']._serialized_start=1726
+  _globals['_GETTASKRESPONSE']._serialized_end=1861
+  _globals['_SHARDVERSION']._serialized_start=1863
+  _globals['_SHARDVERSION']._serialized_end=1929
+  _globals['_EVALRESULT']._serialized_start=1931
+  _globals['_EVALRESULT']._serialized_end=2025
+  _globals['_REPORTTASKREQUEST']._serialized_start=2028
+  _globals['_REPORTTASKREQUEST']._serialized_end=2279
+  _globals['_REPORTTASKRESPONSE']._serialized_start=2281
+  _globals['_REPORTTASKRESPONSE']._serialized_end=2333
+  _globals['_HEARTBEATREQUEST']._serialized_start=2336
+  _globals['_HEARTBEATREQUEST']._serialized_end=2484
+  _globals['_HEARTBEATRESPONSE']._serialized_start=2486
+  _globals['_HEARTBEATRESPONSE']._serialized_end=2572
+  _globals['_PARAMETERSERVER']._serialized_start=2679
+  _globals['_PARAMETERSERVER']._serialized_end=3172
+  _globals['_MASTER']._serialized_start=3175
+  _globals['_MASTER']._serialized_end=3471
 # @@protoc_insertion_point(module_scope)
