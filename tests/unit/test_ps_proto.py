@@ -41,3 +41,13 @@ def test_generated_modules_describe_both_services() -> None:
     assert {"Pull", "Push", "InitModel", "Flush", "DumpModel", "GetState", "Shutdown"} == {
         m.name for m in services["ParameterServer"].methods
     }
+
+
+def test_master_and_server_do_not_import_torch() -> None:
+    # The master and the shards run in light pods: only workers need torch.
+    import subprocess
+    import sys
+
+    code = "import sys, kubetrain.ps.master, kubetrain.ps.server; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -26,7 +26,7 @@ from kubetrain.ps.errors import JobAbortedError, PSConfigError
 from kubetrain.ps.master_outputs import write_outputs
 from kubetrain.ps.master_service import JobSettings, MasterCore, MasterServicer
 from kubetrain.ps.master_state import StateStore, book_from_json
-from kubetrain.ps.models import MODEL_NAMES
+from kubetrain.ps.model_names import MODEL_NAMES
 from kubetrain.ps.procs import default_bind, setup_logging, stop_on_signals
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc

@@ -24,11 +24,11 @@ from torch import nn
 
 from kubetrain.errors import SpecError
 from kubetrain.ps.embedding import TableConfig
+from kubetrain.ps.model_names import MODEL_NAMES
 from kubetrain.train.model_shapes import HIDDEN
 
 __all__ = ["MLP", "MODEL_NAMES", "PSModel", "WideDeep", "build_model"]
 
-MODEL_NAMES = ("mlp", "wide_deep")
 
 
 class PSModel(nn.Module):  # type: ignore[misc]

@@ -126,11 +126,6 @@ class ParameterShard:
         self._tables: dict[str, EmbeddingTable] = {}
         self._pending = _Aggregate()
 
-    @property
-    def lock(self) -> threading.RLock:
-        """The shard's lock (held by callers that need a consistent snapshot)."""
-        return self._lock
-
     def init_model(self, dense: Mapping[str, F32], tables: Sequence[TableConfig], seed: int) -> bool:
         """Take the initial parameters if none are set yet; True if this call set them."""
         with self._lock:

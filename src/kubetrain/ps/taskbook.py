@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain.ps.evaluation import EvalBook, EvalResult, EvalRound, history_entry
@@ -388,7 +388,3 @@ class TaskBook:
                     self.final_metrics["train_loss"] = last
             if self.phase == FINAL_EVAL:
                 self.phase = FINISHING
-
-    def replace_config(self, **changes: Any) -> None:
-        """Change settings that do not alter the work (timeouts) after a restart."""
-        self.config = replace(self.config, **changes)
