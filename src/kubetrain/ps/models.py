@@ -30,7 +30,6 @@ from kubetrain.train.model_shapes import HIDDEN
 __all__ = ["MLP", "MODEL_NAMES", "PSModel", "WideDeep", "build_model"]
 
 
-
 class PSModel(nn.Module):  # type: ignore[misc]
     """Base class: `tables` on the PS, dense parameters in the module."""
 

@@ -213,10 +213,13 @@ class Worker:
             return
         except PSUnavailableError:
             raise  # a shard is gone for good: this worker cannot do anything
-        except KubetrainError as e:  # bad records, sync retries exhausted: the task failed
-            log.warning("%s failed: %s", msg.task_id, e)
+        except (KubetrainError, RuntimeError, ValueError, IndexError) as e:
+            # Unreadable or malformed records (torch and numpy raise the last three), a shard
+            # refusing the request, sync retries used up: the task failed, the worker carries
+            # on, and the master re-queues the task or drops it after its failure limit.
+            log.warning("%s failed: %s: %s", msg.task_id, type(e).__name__, e)
             req.success = False
-            req.error = str(e)
+            req.error = f"{type(e).__name__}: {e}"
         answer = self._ask("ReportTask", lambda: self._master.ReportTask(req, timeout=30))
         if not answer.accepted:
             log.info("%s: report not accepted: %s", msg.task_id, answer.note)
