@@ -254,10 +254,13 @@ def ps_job_spec(
         "--epochs", str(params.epochs), "--records-per-task", str(records_per_task), "--mode", mode,
         "--model", params.model, "--seed", str(params.seed), "--batch-size", str(params.batch_size),
     )  # fmt: skip
-    server_args = (
+    server_args: tuple[str, ...] = (
         "--port", str(PS_SERVER_PORT), "--num-shards", str(ps), "--checkpoint-dir", checkpoint_dir,
         "--mode", mode, "--optimizer", optimizer, "--lr", repr(float(params.lr)),
     )  # fmt: skip
+    if mode == "sync":
+        # One model version per round of every worker's gradient (ElasticDL's grads_to_wait).
+        server_args += ("--grads-to-wait", str(workers))
     # Workers ask the master for the batch size and the model, so every worker trains alike.
     worker_args = ("--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir)
     return PSJobSpec(
