@@ -1,6 +1,6 @@
 """Benchmark: the ChainerMN program run as an MPIJob by kubetrain's local backend vs a bare `mpiexec -n 3`.
 
-    .venv/bin/python bench/chainermn_vs_mpirun.py [--rounds 9] [--epochs 60] [--model mlp] [--json]
+    .venv/bin/python bench/chainermn_vs_mpirun.py [--rounds 15] [--epochs 30] [--model mlp] [--json]
 
 kubetrain side: `kubetrain.presets.mpi_job_spec` (3 workers × 1 slot; the launcher runs
 `mpirun -n 3 --bind-to none -x ... python -m kubetrain.train.chainermn_mpi`), rendered with
@@ -76,8 +76,8 @@ def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> MPI
 def main() -> int:
     """Run the benchmark and print the result (markdown, or JSON with --json)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=9)
-    p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (the program's default)")
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")

@@ -1,6 +1,6 @@
 """Benchmark: the DDP program run as a PyTorchJob by kubetrain's local backend vs under `torchrun`, 3 processes.
 
-    .venv/bin/python bench/ddp_vs_torchrun.py [--rounds 9] [--epochs 30] [--model mlp] [--json]
+    .venv/bin/python bench/ddp_vs_torchrun.py [--rounds 15] [--epochs 30] [--model mlp] [--json]
 
 kubetrain side: `kubetrain.presets.pytorch_job_spec` (Master + 2 Workers running
 `python -m kubetrain.train.torch_ddp`), rendered with `kubetrain.manifests.build_manifest` and
@@ -77,7 +77,7 @@ def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> PyT
 def main() -> int:
     """Run the benchmark and print the result (markdown, or JSON with --json)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=32, help="per process")
     p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (the program's default)")
