@@ -22,7 +22,14 @@ commands. A command that does not exist here fails its job at once, naming the r
 Every replica also gets `KUBETRAIN_BIND_ADDRESS=<its address>`: servers should listen there (or
 on the host of their own entry in the address lists the manifest passes), not on 0.0.0.0 — two
 replicas binding the wildcard address on one port collide here (with SO_REUSEPORT, as gRPC sets
-it, they silently share connections), where on a cluster each pod has its own IP.
+it, they silently share connections), where on a cluster each pod has its own IP. The DDP
+program's rank 0 hosts its rendezvous store there (kubetrain.train.torch_dist), so two PyTorchJobs
+with the same master port run side by side; gloo needs nothing, it listens on ephemeral ports.
+Limitation: torchrun's own stores (the c10d rendezvous store of an elastic PyTorchJob at
+`rdzvPort`, and a static agent's store at MASTER_PORT) listen on every interface, and torch has no
+setting (rdzv conf or env) to bind them to one address: two such jobs with the same port must not
+run at the same time on one machine (give them different `rdzvPort`s), or the second job's agents
+fail to host the store and join the first job's instead.
 
 Directories under `root` (default `$KUBETRAIN_LOCAL_ROOT`, else `~/.kubetrain/local`):
 `claims/<claimName>/` for each PersistentVolumeClaim (shared by all replicas, kept across runs:

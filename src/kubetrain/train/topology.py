@@ -12,6 +12,7 @@ whether it runs under MPI at all.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -19,6 +20,7 @@ from typing import Literal
 from kubetrain.errors import InvalidInputError, SpecError
 
 __all__ = [
+    "BIND_ENV",
     "MpiWorld",
     "TorchTopology",
     "mpi_world_from_env",
@@ -32,6 +34,10 @@ _TORCHRUN_MARKERS = ("TORCHELASTIC_RUN_ID", "GROUP_RANK", "LOCAL_WORLD_SIZE")
 
 Launcher = Literal["single", "operator", "torchrun"]
 
+# The address this replica's servers should listen on; the local backend sets it to the
+# replica's own loopback address (and a JobSet to the pod IP).
+BIND_ENV = "KUBETRAIN_BIND_ADDRESS"
+
 
 @dataclass(frozen=True)
 class TorchTopology:
@@ -43,6 +49,8 @@ class TorchTopology:
     master_addr: str
     master_port: int
     launcher: Launcher
+    # Where rank 0's store listens; empty: every interface (torch's default, right in a pod).
+    bind_address: str = ""
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -55,6 +63,8 @@ class TorchTopology:
             raise SpecError("MASTER_PORT", self.master_port, "a TCP port in [1, 65535]")
         if self.launcher != "single" and not self.master_addr:
             raise SpecError("MASTER_ADDR", self.master_addr, "a host name or address")
+        if self.bind_address and _ip_literal(self.bind_address) is None:
+            raise SpecError(BIND_ENV, self.bind_address, "an IPv4 or IPv6 address")
 
     @property
     def distributed(self) -> bool:
@@ -73,6 +83,28 @@ def _int_var(env: Mapping[str, str], name: str) -> int:
         return int(raw)
     except ValueError as e:
         raise SpecError(name, raw, "an integer") from e
+
+
+def _ip_literal(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _bind_address(env: Mapping[str, str]) -> str:
+    """Where rank 0 of an operator-started job hosts its store: `$KUBETRAIN_BIND_ADDRESS`, else
+    MASTER_ADDR when that is a loopback address, else every interface ("").
+
+    On one machine (the local backend, tests) several jobs share the loopback device, so a store
+    on the wildcard address would take every job's connections to its port; in a pod the
+    wildcard is harmless and a host name may resolve to several addresses, so it stays.
+    """
+    explicit = env.get(BIND_ENV, "").strip()
+    if explicit:
+        return explicit
+    master = _ip_literal(env["MASTER_ADDR"])
+    return str(master) if master is not None and master.is_loopback else ""
 
 
 def torch_topology_from_env(env: Mapping[str, str]) -> TorchTopology:
@@ -110,6 +142,8 @@ def torch_topology_from_env(env: Mapping[str, str]) -> TorchTopology:
         master_addr=env["MASTER_ADDR"],
         master_port=_int_var(env, "MASTER_PORT"),
         launcher="torchrun" if under_torchrun else "operator",
+        # Under torchrun the agent hosts the store: the training processes bind nothing.
+        bind_address="" if under_torchrun else _bind_address(env),
     )
 
 

@@ -4,6 +4,15 @@ Rendezvous and collectives get separate timeouts. Rendezvous waits for every pee
 (`--init-timeout-seconds`, long: pods pull images at different speeds); once training runs, any
 collective that waits longer than `--timeout-seconds` fails, which is how a dead or hung peer turns
 into a non-zero exit instead of a hang.
+
+Rank 0 of an operator-started job hosts the rendezvous store (a TCPStore) at MASTER_PORT. torch's
+own store server listens on every interface, so on one machine a second job with the same master
+port would either fail to bind or, worse, have its workers' connections to *their* master's
+address land in the first job's store. When the topology names a bind address
+(`$KUBETRAIN_BIND_ADDRESS`, or a loopback MASTER_ADDR) rank 0 therefore binds the listening
+socket itself and hands it to the store (:func:`bound_store`). gloo's own connections need no
+such care: each process listens on an ephemeral port of the address its host name resolves to,
+and peers learn those addresses through the job's store.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import torch.distributed as dist
 from kubetrain.errors import InvalidInputError, TrainingError
 from kubetrain.train.topology import TorchTopology
 
-__all__ = ["Group", "resolve_backend", "select_device"]
+__all__ = ["Group", "bound_store", "resolve_backend", "select_device"]
 
 
 def resolve_backend(flag: str, *, cuda: bool) -> str:
@@ -64,6 +73,38 @@ def _wait_for_listener(topo: TorchTopology, *, timeout: float) -> None:
             time.sleep(_POLL_SECONDS)
 
 
+def bound_store(host: str, port: int, *, world_size: int, timeout: float) -> dist.TCPStore:
+    """Rank 0's TCPStore listening on `host`:`port` only, once `world_size - 1` clients joined.
+
+    torch binds its store server to the wildcard address whatever host it is given; a socket
+    bound here and passed as `master_listen_fd` is used as is (libuv and classic server alike).
+    The store owns the descriptor from then on and closes it, also when it fails.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # A master restarted in place finds its port with connections in TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(max(128, world_size))
+    except OSError as e:
+        sock.close()
+        raise TrainingError(
+            f"rank 0: cannot listen on {host}:{port} for the rendezvous store: {e} "
+            "(another job on this machine may hold the port on every interface)"
+        ) from e
+    fd = sock.detach()
+    return dist.TCPStore(
+        host,
+        port,
+        world_size=world_size,
+        is_master=True,
+        timeout=timedelta(seconds=timeout),
+        wait_for_workers=True,
+        master_listen_fd=fd,
+    )
+
+
 class Group:
     """This process's membership in the job: rank, world size and the collectives the loop uses.
 
@@ -84,16 +125,7 @@ class Group:
         if self.rank != 0 and self.topo.launcher == "operator":
             _wait_for_listener(self.topo, timeout=init_timeout)
         try:
-            # env:// also handles torchrun, whose agent already hosts the store at MASTER_PORT
-            # (TORCHELASTIC_USE_AGENT_STORE): rank 0 then connects instead of binding the port.
-            store, _, _ = next(
-                dist.rendezvous(
-                    "env://",
-                    rank=self.rank,
-                    world_size=self.world_size,
-                    timeout=timedelta(seconds=init_timeout),
-                )
-            )
+            store = self._rendezvous(init_timeout)
         except (RuntimeError, ValueError) as e:  # DistStoreError/DistNetworkError are both
             raise TrainingError(
                 f"rank {self.rank}: rendezvous with {self.topo.master_addr}:"
@@ -109,6 +141,24 @@ class Group:
             timeout=timedelta(seconds=timeout),
         )
         self._initialised = True
+
+    def _rendezvous(self, init_timeout: float) -> dist.Store:
+        """The job's store: hosted here on rank 0 with a bind address, else through env://."""
+        if self.rank == 0 and self.topo.launcher == "operator" and self.topo.bind_address:
+            return bound_store(
+                self.topo.bind_address, self.topo.master_port, world_size=self.world_size, timeout=init_timeout
+            )
+        # env:// also handles torchrun, whose agent already hosts the store at MASTER_PORT
+        # (TORCHELASTIC_USE_AGENT_STORE): rank 0 then connects instead of binding the port.
+        store, _, _ = next(
+            dist.rendezvous(
+                "env://",
+                rank=self.rank,
+                world_size=self.world_size,
+                timeout=timedelta(seconds=init_timeout),
+            )
+        )
+        return store
 
     def allreduce_sum(self, values: Sequence[float]) -> list[float]:
         """Element-wise sum of `values` over all ranks (float64, so counts stay exact)."""

@@ -1,0 +1,94 @@
+"""Two local PyTorchJobs with the same master port at the same time, as two jobs on a cluster can.
+
+Each job's rank 0 must host its rendezvous store on its own loopback address: torch's default
+store listens on every interface, so the second master could not bind the port, or the second
+job's workers would reach the first job's store.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubetrain.backends.base import JobRef
+from kubetrain.backends.local import LocalBackend
+from kubetrain.data.download import download
+from kubetrain.status import JobPhase, parse_job_status
+from tests.integration.test_local_pytorchjob import CLAIM, _follow, _pids_of, _pytorchjob, _template, _wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+GATE = "/workspace/go"
+# Workers start training only once the test opened the gate (bounded: 120 s), so both jobs'
+# masters are listening on the shared port at the same time, whatever the machine's load.
+WORKER_GATE = f"i=0; until [ -e {GATE} ] || [ $i -ge 2400 ]; do sleep 0.05; i=$((i+1)); done; exec "
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    """A backend under tmp_path; after the test no process of it may survive."""
+    b = LocalBackend(tmp_path / "root", restart_backoff_seconds=0.2, max_grace_seconds=2.0)
+    yield b
+    b.close()
+    assert _pids_of(tmp_path) == []
+
+
+def _free_port() -> int:
+    """A port nothing listens on, on any interface (other test runs may use the default 23456)."""
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(address: str, port: int) -> bool:
+    """Whether a socket listens on exactly `address`:`port` (not on the wildcard address)."""
+    want = f"{socket.inet_aton(address)[::-1].hex().upper()}:{port:04X}"
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(f[1] == want and f[3] == "0A" for f in (line.split() for line in lines))  # 0A: LISTEN
+
+
+def _ddp_job(name: str, port: int) -> dict[str, Any]:
+    train = (
+        f"python -m kubetrain.train.torch_ddp --data /workspace/digits --output /workspace/{name} "
+        "--epochs 1 --threads 1 --timeout-seconds 60 --init-timeout-seconds 150"
+    )
+    ports = [{"name": "pytorchjob-port", "containerPort": port}]
+    master = _template(["sh", "-c", train], ports=ports)
+    worker = _template(["sh", "-c", WORKER_GATE + train], ports=ports)
+    job = _pytorchjob(name, master, worker, workers=2, policy="Never")
+    job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 200
+    return job
+
+
+def _master_address(backend: LocalBackend, ref: JobRef) -> str:
+    return backend.host_addresses(ref)[f"{ref.name}-master-0"]
+
+
+def test_two_jobs_with_the_same_master_port_train_side_by_side(backend: LocalBackend) -> None:
+    claim = backend.claim_dir(CLAIM)
+    download("builtin:digits", claim / "digits", quiet=True)
+    port = _free_port()
+    refs = [backend.submit(_ddp_job(name, port)) for name in ("ddp-a", "ddp-b")]
+    masters = [_master_address(backend, ref) for ref in refs]
+    assert masters[0] != masters[1]
+
+    def both_listen() -> bool:
+        for ref in refs:
+            status = parse_job_status(backend.get(ref))
+            assert not status.phase.terminal, f"{ref.name} ended early: {status.message}"
+        return all(_listening(address, port) for address in masters)
+
+    # Each master's store listens on its own address only; with the wildcard one master fails.
+    _wait_for(both_listen, timeout=150, what=f"both masters to listen on {masters} port {port}")
+    (claim / "go").touch()
+    for ref in refs:
+        status, _ = _follow(backend, ref, timeout=180)
+        assert status.phase is JobPhase.SUCCEEDED, status.message
+    for name in ("ddp-a", "ddp-b"):
+        metrics = json.loads((claim / name / "metrics.json").read_text())
+        assert (metrics["world_size"], metrics["epochs"]) == (3, 1)
