@@ -58,9 +58,9 @@ class TrainingParams:
     data_dir: str = f"{WORKSPACE_MOUNT}/datasets/digits"
     output_dir: str = f"{WORKSPACE_MOUNT}/runs/output"
     checkpoint_dir: str | None = f"{WORKSPACE_MOUNT}/runs/checkpoints"
-    epochs: int = 10
+    epochs: int = 5
     batch_size: int = 32
-    lr: float = 0.05
+    lr: float = 0.002  # Adam, as the training programs use
     model: str = "mlp"
     seed: int = 0
 
