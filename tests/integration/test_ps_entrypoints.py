@@ -72,7 +72,8 @@ def test_missing_shard_index_is_invalid_input(tmp_path: Path) -> None:
     assert b"shard_index" in out
 
 
-def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None:
+def _dataset(tmp_path: Path, *, poison: bool) -> Path:
+    """200 training records in 2 shards; with `poison` the second shard is unreadable."""
     rng = np.random.default_rng(0)
     data = tmp_path / "data"
     write_dataset(
@@ -87,7 +88,16 @@ def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None
         normalization={"mean": 0.0, "std": 1.0},
         source="test",
     )
-    (data / "train-00001-of-00002.npz").write_bytes(b"not a shard")  # every task on it fails
+    if poison:
+        (data / "train-00001-of-00002.npz").write_bytes(b"not a shard")  # every task on it fails
+    return data
+
+
+POISON_MASTER_ARGS = ["--max-task-failures", "2", "--max-dropped-fraction", "0.1"]
+
+
+def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None:
+    data = _dataset(tmp_path, poison=True)
     with LocalPSJob(
         workdir=tmp_path / "run",
         data=data,
@@ -95,10 +105,10 @@ def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None
         num_workers=2,
         epochs=1,
         records_per_task=25,
-        master_args=["--max-task-failures", "2", "--max-dropped-fraction", "0.1"],
-        # The job fails within seconds; a worker still starting then never reaches the master and
-        # gives up after this deadline (exit 1 as well) instead of the default 300 s.
-        worker_args=["--retry-deadline", "20"],
+        master_args=POISON_MASTER_ARGS,
+        # The job fails within seconds: a worker still starting then finds the master gone and
+        # reads the failure it recorded in the state dir, well before this retry deadline.
+        worker_args=["--retry-deadline", "300"],
     ) as job:
         job.start_all()
         rcs = job.wait_all(deadline_s=120)
@@ -110,3 +120,30 @@ def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None
     assert metrics["status"] == "failed" and metrics["tasks_dropped"] >= 1
     assert "training records dropped" in metrics["failure_reason"]
     assert "cannot read shard" in master_log
+
+
+@pytest.mark.parametrize("poison", [True, False], ids=["failed", "done"])
+def test_a_worker_started_after_the_master_exited_exits_with_the_recorded_outcome(tmp_path: Path, poison: bool) -> None:
+    data = _dataset(tmp_path, poison=poison)
+    with LocalPSJob(
+        workdir=tmp_path / "run",
+        data=data,
+        num_ps=1,
+        num_workers=1,
+        epochs=1,
+        records_per_task=25,
+        master_args=POISON_MASTER_ARGS,
+        worker_args=["--retry-deadline", "300"],
+    ) as job:
+        job.add_worker(0)
+        job.start_all()
+        expected = ExitCode.JOB_FAILED if poison else ExitCode.SUCCESS
+        assert job.wait_exit("master", deadline_s=120) == expected, job.tail("master")
+        job.wait_exit("ps", 0, deadline_s=60)
+        # Nothing answers at the master's or the shard's address any more: only the outcome in
+        # the state dir ($KUBETRAIN_PS_STATE_DIR) can end this worker before its 300 s deadline.
+        job.add_worker(1)
+        job.start("worker", 1)
+        assert job.wait_exit("worker", 1, deadline_s=90) == expected, job.tail("worker", 1)
+        late_log = job.tail("worker", 1)
+    assert "the master is gone and recorded that the job " + ("failed" if poison else "is done") in late_log

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from kubetrain.errors import InvalidInputError, TrainingError
+from kubetrain.errors import ExitCode, InvalidInputError, KubetrainError, TrainingError
 
 __all__ = [
     "CheckpointError",
     "JobAbortedError",
+    "JobEndedError",
     "PSCallError",
     "PSConfigError",
     "PSUnavailableError",
@@ -36,3 +37,15 @@ class StaleStateError(TrainingError):
 
 class JobAbortedError(TrainingError):
     """The job failed on purpose: dropped work passed the threshold, or the master said so."""
+
+
+class JobEndedError(KubetrainError):
+    """The job had already ended (the master's recorded outcome) while this process waited for a peer.
+
+    Exits as if the master had said so: 0 when the job is done, JOB_FAILED when it failed.
+    """
+
+    def __init__(self, message: str, *, failed: bool) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.exit_code = ExitCode.JOB_FAILED if failed else ExitCode.SUCCESS

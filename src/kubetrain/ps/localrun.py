@@ -4,7 +4,9 @@ One master, P shards and W workers, each its own `python -m kubetrain.ps.*` proc
 on their own 127.x.y.z address (as the local backend gives each replica its own address), with
 health checks, kills (SIGKILL, as a node loss) and restarts on the same address. Logs go to
 `workdir/logs/<role>-<i>.log`; workers append their trained batches to
-`workdir/trained/<worker>.jsonl` for accounting.
+`workdir/trained/<worker>.jsonl` for accounting. Like the JobSet, every worker sees the master's
+state dir as `$KUBETRAIN_PS_STATE_DIR` (`worker_state_dir=False` hides it: workers then only
+have their retry deadline).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from kubetrain.data.dataset_format import read_dataset_info
 from kubetrain.ps.accounting import Audit, audit, read_generations
 from kubetrain.ps.errors import PSUnavailableError
+from kubetrain.ps.outcome import STATE_DIR_ENV
 from kubetrain.ps.rpc import wait_serving
 
 __all__ = ["LocalPSJob", "free_port", "wait_until"]
@@ -73,6 +76,7 @@ class LocalPSJob:
     master_args: Sequence[str] = ()
     ps_args: Sequence[str] = ()
     worker_args: Sequence[str] = ()
+    worker_state_dir: bool = True
     python: str = sys.executable
     procs: dict[tuple[str, int], _Proc] = field(default_factory=dict)
 
@@ -170,8 +174,15 @@ class LocalPSJob:
                 *self.worker_args,
                 *extra,
             ],
-            {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"},
+            self._worker_env(),
         )
+
+    def _worker_env(self) -> dict[str, str]:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        env.pop(STATE_DIR_ENV, None)
+        if self.worker_state_dir:
+            env[STATE_DIR_ENV] = str(self.workdir / "state")
+        return env
 
     # ----------------------------------------------------------------------------- processes
 

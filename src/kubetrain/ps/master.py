@@ -5,7 +5,9 @@ loaded) and runs a monitor loop that re-queues work of silent workers and overdu
 the PS shards' versions and restarts, opens an evaluation round every `--eval-every` versions,
 and at the end flushes the shards, evaluates the final model, writes `model.npz`, `model.json`
 and `metrics.json` to `--output`, tells workers the job is done, shuts the shards down and
-exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`.
+exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`. Either way it first
+records the outcome in `--state-dir` (ps.outcome), so that a worker that starts only after the
+master has gone exits at once instead of retrying for its whole deadline.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import grpc
 
 from kubetrain.data.dataset_format import read_dataset_info
 from kubetrain.errors import ExitCode, KubetrainError
-from kubetrain.ps.errors import JobAbortedError, PSConfigError
+from kubetrain.ps.errors import CheckpointError, JobAbortedError, PSConfigError
 from kubetrain.ps.master_outputs import write_outputs
 from kubetrain.ps.master_service import JobSettings, MasterCore, MasterServicer
 from kubetrain.ps.master_state import StateStore, book_from_json
 from kubetrain.ps.model_names import MODEL_NAMES
+from kubetrain.ps.outcome import JobOutcome, clear_outcome, write_outcome
 from kubetrain.ps.procs import default_bind, setup_logging, stop_on_signals
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
@@ -211,6 +214,15 @@ class _Loop:
             log.warning("PS %s: shutdown call failed (%s)", self.shards.addrs[index], code)
 
 
+def _record_outcome(state_dir: Path, book: TaskBook) -> None:
+    """Write the job's end next to the state, for workers that come after the master has gone."""
+    try:
+        write_outcome(state_dir, JobOutcome(phase=book.phase, reason=book.failure_reason))
+    except CheckpointError as e:
+        # Not fatal: workers that cannot read it fall back to their retry deadline.
+        log.warning("%s", e)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the master until the job ends; the exit code."""
     settings = _settings(args)
@@ -236,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
             len(book.doing),
             len(book.todo),
         )
+    if book.phase not in (DONE, FAILED):
+        clear_outcome(args.state_dir)  # left by an earlier job in this dir: must not end this one
     core = MasterCore(book, store, times)
     with core.lock:
         core.save()
@@ -260,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
         if stop.is_set():
             log.info("stopped by signal; the state is saved and a restart resumes")
             return int(ExitCode.CANCELLED)
+        _record_outcome(args.state_dir, book)
         if book.phase == FAILED:
             write_outputs(core, loop.shards, settings, args, failed=True)
         loop.shutdown(stop)

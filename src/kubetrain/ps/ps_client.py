@@ -64,6 +64,7 @@ class PSClient:
         dense_names: Sequence[str],
         deadline_s: float,
         stop: threading.Event | None = None,
+        on_retry: Callable[[], None] | None = None,
     ) -> None:
         self.addrs = list(addrs)
         self.num_shards = len(self.addrs)
@@ -72,6 +73,7 @@ class PSClient:
         self.dense_by_shard = partition_dense(dense_names, self.num_shards)
         self._deadline = deadline_s
         self._stop = stop
+        self._on_retry = on_retry  # may end the retries (the job already ended, see ps.outcome)
         self._pool = futures.ThreadPoolExecutor(max_workers=max(2, self.num_shards))
 
     def _call(self, shard: int, what: str, fn: Callable[[], T]) -> T:
@@ -80,6 +82,7 @@ class PSClient:
             what=f"{what} on PS {self.addrs[shard]}",
             deadline_s=self._deadline,
             stop=self._stop,
+            on_retry=self._on_retry,
         )
 
     def ensure_initialized(self, dense: Mapping[str, F32], tables: Sequence[TableConfig], seed: int) -> None:

@@ -144,8 +144,13 @@ def call_with_retry(
     what: str,
     deadline_s: float,
     stop: threading.Event | None = None,
+    on_retry: Callable[[], None] | None = None,
 ) -> T:
-    """Call `fn` until it succeeds, retrying RETRYABLE gRPC errors until `deadline_s` passes."""
+    """Call `fn` until it succeeds, retrying RETRYABLE gRPC errors until `deadline_s` passes.
+
+    `on_retry` runs after every retryable failure and may raise to end the retries early, e.g.
+    when the peer is not restarting but gone because the job already ended.
+    """
     backoff = Backoff(deadline_s=deadline_s)
     attempts = 0
     while True:
@@ -157,6 +162,8 @@ def call_with_retry(
             if code not in RETRYABLE:
                 details = e.details() if isinstance(e, grpc.Call) else repr(e)
                 raise PSCallError(f"{what}: {code}: {details}") from e
+            if on_retry is not None:
+                on_retry()
             if attempts == 1 or attempts % 20 == 0:
                 log.info("%s: %s (attempt %d); retrying", what, code, attempts)
             if not backoff.wait(stop):

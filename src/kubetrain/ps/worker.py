@@ -3,9 +3,11 @@
 A worker can join at any time: it asks the master for the job (model, batch size, mode), offers
 the shards its seeded initial parameters (the first offer wins), and loops on GetTask. Every
 call to the master or a shard is retried with backoff through their restarts, up to
-`--retry-deadline`. A heartbeat thread reports the current lease and progress; the master can
-answer that the lease was taken back (the worker drops it) or that the job has ended. Exit 0
-when the master says the job is done.
+`--retry-deadline`, unless the master's state dir (`--state-dir`, or `$KUBETRAIN_PS_STATE_DIR`
+as the JobSet sets it) says the job has already ended: the master is then gone for good, and the
+worker exits as if it had told it (ps.outcome). A heartbeat thread reports the current lease and
+progress; the master can answer that the lease was taken back (the worker drops it) or that the
+job has ended. Exit 0 when the master says the job is done, JOB_FAILED when it failed.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import grpc
 import torch
 
 from kubetrain.errors import ExitCode, KubetrainError
-from kubetrain.ps.errors import JobAbortedError, PSConfigError, PSUnavailableError
+from kubetrain.ps.errors import JobAbortedError, JobEndedError, PSConfigError, PSUnavailableError
 from kubetrain.ps.models import build_model
+from kubetrain.ps.outcome import state_dir_from, stop_if_ended
 from kubetrain.ps.procs import setup_logging, stop_on_signals, worker_id_default
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
@@ -55,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trained-log", type=Path, default=None, help="append a JSON line per trained batch")
     p.add_argument("--retry-deadline", type=float, default=300.0, help="seconds to keep retrying a peer")
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="the master's state dir on the shared volume (default $KUBETRAIN_PS_STATE_DIR): "
+        "a peer that cannot be reached after the master recorded the job's end is not retried",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--log-level", default="INFO")
     return p
@@ -112,6 +122,8 @@ class Worker:
         self.ref = pb.WorkerRef(worker_id=self.worker_id, incarnation=uuid.uuid4().hex)
         self._stop = stop
         self._deadline = float(args.retry_deadline)
+        state_dir = state_dir_from(args.state_dir)
+        self._on_retry = None if state_dir is None else stop_if_ended(state_dir)
         self._channel = make_channel(self._master_addr)
         self._master = pb_grpc.MasterStub(self._channel)
         self.job: pb.JobInfo = self._ask("GetJobInfo", lambda: self._master.GetJobInfo(self.ref, timeout=10))
@@ -130,6 +142,7 @@ class Worker:
             dense_names=[n for n, _ in model.named_parameters()],
             deadline_s=self._deadline,
             stop=stop,
+            on_retry=self._on_retry,
         )
         self._log_file: IO[str] | None = None
         if args.trained_log is not None:
@@ -156,6 +169,7 @@ class Worker:
             what=f"{what} on master {self._master_addr}",
             deadline_s=self._deadline,
             stop=self._stop,
+            on_retry=self._on_retry,
         )
 
     def run(self) -> int:
@@ -211,8 +225,8 @@ class Worker:
             log.info("%s: %s", msg.task_id, e)
             self.progress.clear()
             return
-        except PSUnavailableError:
-            raise  # a shard is gone for good: this worker cannot do anything
+        except (PSUnavailableError, JobEndedError):
+            raise  # a shard is gone for good, or the whole job ended: this worker cannot do anything
         except (KubetrainError, RuntimeError, ValueError, IndexError) as e:
             # Unreadable or malformed records (torch and numpy raise the last three), a shard
             # refusing the request, sync retries used up: the task failed, the worker carries
@@ -238,12 +252,16 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(1, args.threads))
     stop = threading.Event()
     stop_on_signals(stop)
-    worker = Worker(args, stop)
     try:
-        return worker.run()
-    finally:
-        stop.set()
-        worker.close()
+        worker = Worker(args, stop)
+        try:
+            return worker.run()
+        finally:
+            stop.set()
+            worker.close()
+    except JobEndedError as e:
+        log.log(logging.ERROR if e.failed else logging.INFO, "%s", e)
+        return int(e.exit_code)
 
 
 def main(argv: list[str] | None = None) -> int:
