@@ -30,7 +30,7 @@ from kubetrain.status import JobPhase
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = {"pending_poll_seconds": 0.05, "watch_window_seconds": 2.0, "log_drain_seconds": 5.0}
+FAST: dict[str, Any] = {"pending_poll_seconds": 0.05, "watch_window_seconds": 2.0, "log_drain_seconds": 5.0}
 
 
 def manifest(name: str = "train-abc", kind: str = "PyTorchJob") -> dict[str, Any]:
@@ -54,6 +54,7 @@ class MemoryBackend(Backend):
     def __init__(self) -> None:
         self.cv = threading.Condition()
         self.versions: list[JobObject] = []
+        self.watched: int | None = None  # index of the last version a watch delivered
         self.pod_list: list[PodInfo] = []
         self.logs: dict[tuple[str, bool], list[str]] = {}
         self.event_list: list[EventInfo] = []
@@ -127,7 +128,11 @@ class MemoryBackend(Backend):
         self._call("watch")
         deadline = time.monotonic() + timeout_seconds
         with self.cv:
-            index = len(self.versions) - 1
+            # As KubernetesBackend: the first watch starts from the current state (a relist); a later
+            # one resumes from the last version delivered (its resourceVersion), so a version set
+            # while the launcher was between two watch windows is still delivered, in order.
+            index = len(self.versions) - 1 if self.watched is None else self.watched
+            self.watched = index
             obj = copy.deepcopy(self.versions[index])
         yield obj
         while True:
@@ -138,6 +143,7 @@ class MemoryBackend(Backend):
                         return
                     self.cv.wait(remaining)
                 index += 1
+                self.watched = index
                 obj = copy.deepcopy(self.versions[index])
             yield obj
 
@@ -296,6 +302,11 @@ def test_crashed_container_is_read_as_previous() -> None:
         b.set_pods(pod("train-abc-master-0", "Master", 0, "Running", restart_count=1, exit_code=139))
         b.set_conditions(cond("Restarting", reason="PyTorchJobRestarting"))
         b.wait_for_line("boom: segfault")
+        # The launcher reports the statuses it sees, and its first watch starts from the job's
+        # current state (a real one relists): without this wait the job could go Restarting →
+        # Succeeded before that first look (the follower thread printing the log says nothing
+        # about the watch), and no Restarting line would be printed.
+        b.wait_for_line("Restarting (PyTorchJobRestarting)")
         b.set_pods(pod("train-abc-master-0", "Master", 0, "Succeeded", restart_count=1, exit_code=0))
         b.set_conditions(cond("Succeeded"))
 
