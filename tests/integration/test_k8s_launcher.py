@@ -427,6 +427,9 @@ def test_crashed_container_log_is_read_from_the_previous_instance(env: Env) -> N
         env.wait_line("Killed: out of memory")
         api.append_log(NS, "train-master-0", "pytorch", "resumed from checkpoint")
         env.wait_line("resumed from checkpoint")
+        # The log lines come from the follower thread; the status line from the watch. Wait for both
+        # before ending the job, or a fast follower lets Succeeded overtake Restarting.
+        env.wait_line("Restarting (PyTorchJobRestarting)")
         api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Succeeded", restarts=1,
                              sidecar=True))  # fmt: skip
         api.set_conditions(PYTORCHJOB, NS, "train", cond("Succeeded"))
