@@ -316,3 +316,28 @@ def test_durable_entries_fold_into_bitmaps_and_stay_done() -> None:
     assert len(book.ledger) == 3
     restored = book_from_json(book.config, json.loads(json.dumps(book_to_json(book))), now=0.0)
     assert restored.ledger.folded == book.ledger.folded and len(restored.ledger) == 3
+
+
+def test_history_steps_follow_the_reported_versions_and_the_final_loss_is_the_last_epochs() -> None:
+    book = TaskBook(config=_config(epochs=2))
+    version = 0
+    for epoch_loss in (0.9, 0.3):
+        for _ in range(5):  # tasks per epoch: shards of 25 and 15 records, 10 per task
+            lease = _take(book)
+            version += 3
+            ok, _ = book.report(
+                worker_id="w0", incarnation="a", task_id=lease.task.task_id, lease=lease.lease, success=True,
+                records=lease.task.records, loss_sum=epoch_loss * lease.task.records,
+                versions={0: (1, version), 1: (1, version - 1)}, now=1.0,
+            )  # fmt: skip
+            assert ok
+    # The step of an epoch's entry is the model version its last report produced, so the loss
+    # curve is plotted against steps that advance, not against a stale poll of the shards.
+    assert [(h["epoch"], h["step"]) for h in book.history] == [(0, 15), (1, 30)]
+    book.start_round(version=book.model_version, final=True)
+    for lease in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
+        _finish(book, lease, eval_result=EvalResult(0.2 * lease.task.records, lease.task.records, lease.task.records))
+    final = book.history[-1]
+    assert final["step"] == 30
+    assert final["loss"] == pytest.approx(0.3)
+    assert book.final_metrics["train_loss"] == pytest.approx(0.3)

@@ -326,6 +326,11 @@ class TaskBook:
         c["tasks_done"] += 1
         self.epoch_loss.setdefault(task.epoch, Loss()).add(loss_sum, records)
         self.window_loss.add(loss_sum, records)
+        # The report carries the versions its pushes produced: the freshest view of the model's
+        # step, so an epoch's history entry is stamped with the step it ended at, not with the
+        # last periodic poll of the shards.
+        if versions:
+            self.model_version = max(self.model_version, *(version for _, version in versions.values()))
         self._maybe_log_epoch(task.epoch)
         return True, "done"
 
@@ -377,7 +382,12 @@ class TaskBook:
     def _closed(self, r: EvalRound | None) -> None:
         if r is None:
             return
-        entry = history_entry(r, train_loss=self.window_loss.mean())
+        train_loss = self.window_loss.mean()
+        if r.final and self.epoch_loss:
+            # The final round's loss is the last epoch's, as in the per-epoch entries (the window
+            # since the last periodic round would mix in every earlier epoch).
+            train_loss = self.epoch_loss[max(self.epoch_loss)].mean()
+        entry = history_entry(r, train_loss=train_loss)
         self.window_loss = Loss()
         self.history.append(entry)
         if r.final:
