@@ -29,7 +29,7 @@ from typing import Any
 
 from kubetrain.backends.local import LocalBackend
 from kubetrain.errors import KubetrainError
-from kubetrain.launcher import run_job
+from kubetrain.launcher import AwaitOptions, run_job
 
 # Runs one job to its end, its rank 0 writing metrics.json into the given output directory;
 # returns one line saying how it ran (the job and backend for kubetrain, the command otherwise).
@@ -100,10 +100,8 @@ def run_local_job(manifest: Mapping[str, Any], *, backend: LocalBackend, out: Pa
         result = run_job(
             manifest,
             backend=backend,
-            timeout_seconds=timeout,
-            delete_after="never",
+            options=AwaitOptions(timeout_seconds=timeout, delete_after="never", stream_logs=False),
             log_sink=lines.append,
-            stream_logs=False,
         )
     except KubetrainError:
         # The error shows the current attempts' tails; earlier attempts of a restarted replica

@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client, config  # noqa: E402
 
 from kubetrain.backends.kubernetes import KubernetesBackend, RetryPolicy  # noqa: E402
-from kubetrain.launcher import Tuning, run_job  # noqa: E402
+from kubetrain.launcher import AwaitOptions, Tuning, run_job  # noqa: E402
 from kubetrain.manifests import build_pytorchjob  # noqa: E402
 from kubetrain.manifests.kinds import PYTORCHJOB  # noqa: E402
 from kubetrain.specs import PyTorchJobSpec  # noqa: E402
@@ -126,7 +126,8 @@ def await_with_launcher(api: FakeApiServer, kubeconfig: Path, name: str, scale: 
     tuning = Tuning(watch_window_seconds=WATCH_WINDOW_SECONDS * scale,
                     pending_poll_seconds=PENDING_POLL_SECONDS * scale)  # fmt: skip
     try:
-        run_job(manifest(name), backend=backend, timeout_seconds=3600, log_sink=lambda line: None, tuning=tuning)
+        options = AwaitOptions(timeout_seconds=3600, tuning=tuning)
+        run_job(manifest(name), backend=backend, options=options, log_sink=lambda line: None)
     finally:
         backend.close()
     return time.monotonic()

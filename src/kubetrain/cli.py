@@ -1,4 +1,4 @@
-"""The `kubetrain` command line: a dispatcher over `kubetrain.commands.<name>` modules.
+"""The `kubetrain` command line: a dispatcher over the `kubetrain.commands` modules.
 
 Each subcommand module exposes `register(subparsers)`, which adds its parser and sets
 `func=run`; `run(args) -> int` returns the exit code (kubetrain.errors.ExitCode). Errors of the
@@ -8,15 +8,17 @@ project's hierarchy end in one message and their exit code, never a traceback.
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 
 from kubetrain import __version__
+from kubetrain.commands import compile as compile_command
+from kubetrain.commands import demo, download, launch, render, run, submit
 from kubetrain.errors import ExitCode, KubetrainError
 
-SUBCOMMANDS = ("download", "render", "launch", "run", "compile", "submit", "demo")
+# In the order `kubetrain --help` lists them. Each imports its heavy dependencies when it runs.
+SUBCOMMANDS = (download, render, launch, run, compile_command, submit, demo)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,14 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kubetrain {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"kubetrain.commands.{name}")
-        except ModuleNotFoundError as e:
-            # A subcommand whose module is not in this build is simply not offered.
-            if e.name != f"kubetrain.commands.{name}":
-                raise
-            continue
+    for module in SUBCOMMANDS:
         module.register(subparsers)
     return parser
 

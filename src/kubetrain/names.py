@@ -11,6 +11,7 @@ import re
 DNS1035_MAX = 63
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 # Kubernetes accepts any C_IDENTIFIER-ish printable name since 1.30, but the operators and shells
@@ -30,6 +31,11 @@ MANAGED_BY = "kubetrain"
 def is_dns1035_label(name: str) -> bool:
     """True when `name` is a DNS-1035 label (lower-case alphanumerics and '-', starts with a letter)."""
     return len(name) <= DNS1035_MAX and bool(_DNS1035.match(name))
+
+
+def is_dns1123_label(name: str) -> bool:
+    """True when `name` is a DNS-1123 label (the rule for namespace names)."""
+    return len(name) <= 63 and bool(_DNS1123_LABEL.match(name))
 
 
 def is_dns1123_subdomain(name: str) -> bool:

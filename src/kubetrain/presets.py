@@ -49,6 +49,8 @@ PS_IMAGE = image_ref("ps")
 WORKSPACE_MOUNT = "/workspace"
 PS_MASTER_PORT = 50051
 PS_SERVER_PORT = 50052
+TORCH_PROGRAM = ("python", "-m", "kubetrain.train.torch_ddp")
+CHAINERMN_PROGRAM = ("python", "-m", "kubetrain.train.chainermn_mpi")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,18 +162,28 @@ def pytorch_job_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
+    program: tuple[str, ...] = TORCH_PROGRAM,
 ) -> PyTorchJobSpec:
-    """DDP training with `python -m kubetrain.train.torch_ddp`: master alone, + workers, or elastic.
+    """DDP training with `program` (default `python -m kubetrain.train.torch_ddp`): master alone,
+    + workers, or elastic.
 
     Elastic jobs have workers only and start the program under torchrun, which reads the
-    rendezvous from the `PET_*` variables the operator injects.
+    rendezvous from the `PET_*` variables the operator injects; their program must therefore be a
+    Python one (`python SCRIPT ...` or `python -m MODULE ...`), which torchrun runs itself.
     """
     pod = pod or PodOptions()
     args = (*params.program_args(), "--backend", backend)
-    program = ("python", "-m", "kubetrain.train.torch_ddp")
+    if not program:
+        raise SpecError("command", program, "a program to run, e.g. ('python', 'train.py')")
     policy = ElasticPolicy(min_replicas=elastic[0], max_replicas=elastic[1]) if elastic else None
     if policy is not None:
-        torchrun = ("python", "-m", "torch.distributed.run", "-m", "kubetrain.train.torch_ddp")
+        if not program[0].startswith("python") or len(program) < 2:
+            raise SpecError(
+                "command",
+                " ".join(program),
+                "'python SCRIPT' or 'python -m MODULE': an elastic job starts the program under torchrun",
+            )
+        torchrun = ("python", "-m", "torch.distributed.run", *program[1:])
         master = None
         worker: ReplicaSpec | None = pod.replica(
             image=image, replicas=max(workers, policy.min_replicas), command=torchrun, args=args
@@ -203,15 +215,19 @@ def mpi_job_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
+    program: tuple[str, ...] = CHAINERMN_PROGRAM,
 ) -> MPIJobSpec:
-    """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `chainermn_mpi`."""
+    """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `program`
+    (default `python -m kubetrain.train.chainermn_mpi`)."""
+    if not program:
+        raise SpecError("command", program, "a program to run, e.g. ('python', 'train.py')")
     pod = pod or PodOptions()
     total = workers * slots_per_worker
     # -x forwards the abort switch to every rank, so an exception on one rank ends the whole
     # job instead of leaving the others blocked in a collective (chainermn#236).
     launcher_cmd = (
         "mpirun", "-n", str(total), "--bind-to", "none", "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION",
-        "-x", "PYTHONUNBUFFERED", "python", "-m", "kubetrain.train.chainermn_mpi",
+        "-x", "PYTHONUNBUFFERED", *program,
     )  # fmt: skip
     return MPIJobSpec(
         meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kfp import components, dsl
 
-from kubetrain.kfp_runtime.local_run import run_pipeline_locally
 from kubetrain.kfp_runtime.reuse import load_component
+from kubetrain.tooling.local_run import run_pipeline_locally
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -28,7 +28,7 @@ from kubetrain.errors import (
     JobTimeoutError,
     ManifestError,
 )
-from kubetrain.launcher import DeleteAfter, OnTimeout, Tuning, run_job
+from kubetrain.launcher import AwaitOptions, DeleteAfter, OnTimeout, Tuning, run_job
 from kubetrain.manifests import build_mpijob, build_ps_jobset, build_pytorchjob
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
@@ -120,8 +120,8 @@ class Env:
         player.start()
         be = backend or self.backend()
         try:
-            return run_job(manifest, backend=be, timeout_seconds=timeout, delete_after=delete_after,
-                           on_timeout=on_timeout, log_sink=self.sink, tuning=FAST)  # fmt: skip
+            options = AwaitOptions(timeout_seconds=timeout, delete_after=delete_after, on_timeout=on_timeout, tuning=FAST)
+            return run_job(manifest, backend=be, options=options, log_sink=self.sink)
         finally:
             be.close()
             player.join(20)
@@ -484,8 +484,8 @@ def test_every_status_reaches_the_callback_and_the_log_hint_names_the_container(
     player.start()
     backend = env.backend()
     try:
-        run_job(pytorch_manifest(workers=0), backend=backend, timeout_seconds=30, log_sink=env.sink, tuning=FAST,
-                on_status=lambda s: seen.append(s.phase))  # fmt: skip
+        run_job(pytorch_manifest(workers=0), backend=backend, options=AwaitOptions(timeout_seconds=30, tuning=FAST),
+                log_sink=env.sink, on_status=lambda s: seen.append(s.phase))  # fmt: skip
     finally:
         backend.close()
         player.join(20)

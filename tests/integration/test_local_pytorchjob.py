@@ -369,7 +369,7 @@ def test_delete_kills_every_replica_and_forgets_the_job(backend: LocalBackend, t
 def test_a_crashed_supervisor_reads_as_a_backend_error_and_stops_its_processes(
     backend: LocalBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kubetrain.backends.local_pytorch import PyTorchJobController
+    from kubetrain.backends.local.operators.pytorchjob import PyTorchJobController
 
     program = _program(backend, "forever.py", "import time\ntime.sleep(600)\n")
     reconcile = PyTorchJobController.reconcile

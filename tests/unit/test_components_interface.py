@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import textwrap
 from typing import Any
@@ -19,8 +20,9 @@ import pytest
 import yaml
 
 from kubetrain.kfp_runtime import frameworks
-from kubetrain.kfp_runtime.catalog import COMPONENTS, Entry
+from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
 from kubetrain.presets import LAUNCHER_IMAGE
+from kubetrain.tooling.catalog import COMPONENTS, Entry
 
 TRAINING = ("pytorch_train", "chainermn_train", "ps_train")
 WORKSPACE_DEFAULT = "kubetrain-workspace"
@@ -114,19 +116,25 @@ def test_training_components_pass_task_settings_to_the_training_pods(name: str) 
 
 
 @pytest.mark.parametrize(
-    ("name", "function", "own"),
+    ("name", "function", "request_type", "own"),
     [
-        ("pytorch_train", frameworks.train_pytorch, {"workers", "elastic_min_workers", "elastic_max_workers"}),
-        ("chainermn_train", frameworks.train_chainermn, {"workers", "slots_per_worker"}),
-        ("ps_train", frameworks.train_ps, {"ps_replicas", "workers", "mode", "records_per_task", "optimizer"}),
+        ("pytorch_train", frameworks.train_pytorch, PyTorchRequest, {"workers", "elastic_min_workers", "backend"}),
+        ("chainermn_train", frameworks.train_chainermn, ChainerMNRequest, {"workers", "slots_per_worker", "command"}),
+        ("ps_train", frameworks.train_ps, PSRequest, {"ps_replicas", "workers", "mode", "records_per_task"}),
     ],
 )
-def test_component_inputs_are_exactly_what_the_library_takes(name: str, function: Any, own: set[str]) -> None:
-    component = set(inspect.signature(_component(name).python_func).parameters)
-    library = {p for p in inspect.signature(function).parameters if p != "common"}
-    common = set(inspect.signature(frameworks._common).parameters)
-    assert component == library | common
-    assert own <= library
+def test_component_inputs_are_exactly_what_the_library_takes(
+    name: str, function: Any, request_type: type[TrainingRequest], own: set[str]
+) -> None:
+    component = inspect.signature(_component(name).python_func).parameters
+    step = {p for p in inspect.signature(function).parameters if p != "inputs"}
+    fields = {f.name: f for f in dataclasses.fields(request_type)}
+    assert set(component) == step | set(fields)
+    assert own <= set(fields)
+    # The request's defaults are the component's, so the library alone behaves as the component does.
+    for key, field in fields.items():
+        if key not in ("run_id", "task_id"):
+            assert field.default == component[key].default, key
 
 
 def test_run_and_task_ids_are_required_inputs() -> None:

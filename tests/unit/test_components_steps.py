@@ -12,11 +12,11 @@ import pytest
 from kubetrain.errors import ExitCode, InvalidInputError, TrainingError
 from kubetrain.kfp_runtime import artifacts, report, summary
 from kubetrain.kfp_runtime.download_step import dataset_dir_name, download_dataset_step
-from kubetrain.kfp_runtime.params import PipelineInput, parse_params
-from kubetrain.kfp_runtime.train_step import LaunchSettings, dataset_location, replace_program
+from kubetrain.kfp_runtime.train_step import dataset_location
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, open_workspace
 from kubetrain.manifests import build_manifest
 from kubetrain.presets import TrainingParams, ps_job_spec
+from kubetrain.tooling.params import PipelineInput, parse_params
 from tests.crd_schema import validate_strict
 
 
@@ -150,19 +150,7 @@ def test_a_step_ends_with_the_documented_exit_code(tmp_path: Path, capsys: pytes
     assert "kubetrain: InvalidInputError: shards: got 0" in capsys.readouterr().err
 
 
-# -- launch settings and program overrides ---------------------------------------------------
-
-
-def test_unresolved_placeholders_are_refused() -> None:
-    with pytest.raises(InvalidInputError, match=r"pass dsl\.PIPELINE_JOB_ID_PLACEHOLDER"):
-        LaunchSettings(run_id="{{$.pipeline_job_uuid}}", task_id="t", workspace_pvc="ws", timeout_seconds=10)
-    with pytest.raises(InvalidInputError, match="task_id"):
-        LaunchSettings(run_id="r", task_id=" ", workspace_pvc="ws", timeout_seconds=10)
-    with pytest.raises(InvalidInputError, match="delete_after"):
-        LaunchSettings(run_id="r", task_id="t", workspace_pvc="ws", timeout_seconds=10, delete_after="later")
-    settings = LaunchSettings(run_id="r", task_id="t", workspace_pvc="ws", timeout_seconds=90.5, backoff_limit=2)
-    assert settings.run_policy().active_deadline_seconds == 90
-    assert settings.run_policy().backoff_limit == 2
+# -- dataset location -------------------------------------------------------------------------
 
 
 def test_dataset_location_comes_from_the_artifact(tmp_path: Path) -> None:
@@ -172,36 +160,6 @@ def test_dataset_location_comes_from_the_artifact(tmp_path: Path) -> None:
         dataset_location(good, workspace_pvc="other")
     with pytest.raises(InvalidInputError, match="no 'path' metadata"):
         dataset_location(FakeArtifact(tmp_path), workspace_pvc="ws")
-
-
-TORCH = ("python", "-m", "kubetrain.train.torch_ddp")
-
-
-@pytest.mark.parametrize(
-    ("command", "program", "expected"),
-    [
-        (TORCH, ("python", "/app/train.py"), ("python", "/app/train.py")),
-        (
-            ("mpirun", "-n", "2", "python", "-m", "kubetrain.train.torch_ddp"),
-            ("python", "-m", "mine"),
-            ("mpirun", "-n", "2", "python", "-m", "mine"),
-        ),
-        (
-            ("python", "-m", "torch.distributed.run", "-m", "kubetrain.train.torch_ddp"),
-            ("python3", "/app/train.py"),
-            ("python", "-m", "torch.distributed.run", "/app/train.py"),
-        ),
-    ],
-)
-def test_program_replacement(command: tuple[str, ...], program: tuple[str, ...], expected: tuple[str, ...]) -> None:
-    assert replace_program(command, TORCH, program) == expected
-
-
-def test_program_replacement_errors() -> None:
-    with pytest.raises(InvalidInputError, match="elastic job starts the program under torchrun"):
-        replace_program(("python", "-m", "torch.distributed.run", "-m", "kubetrain.train.torch_ddp"), TORCH, ("./run",))
-    with pytest.raises(InvalidInputError, match="cannot find the training program"):
-        replace_program(("bash", "-c", "x"), TORCH, ("python", "x.py"))
 
 
 def test_ps_batch_size_goes_to_the_master() -> None:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from kubetrain import __version__
-from kubetrain.kfp_runtime.catalog import Entry, entries
 from kubetrain.presets import IMAGE_NAMES, IMAGE_REGISTRY, LAUNCHER_IMAGE, image_ref
+from kubetrain.tooling.catalog import Entry, entries
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "images"

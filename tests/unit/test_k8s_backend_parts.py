@@ -10,14 +10,14 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import incluster_config
 
 from kubetrain.backends.base import JobRef
-from kubetrain.backends.kubernetes_config import (
+from kubetrain.backends.kubernetes.config import (
     JOB_NAME_MAX_LENGTH,
     connect,
     job_name_for_task,
     launcher_pod_from_env,
 )
-from kubetrain.backends.kubernetes_objects import pod_info, pod_selector
-from kubetrain.backends.kubernetes_retry import Retrier, RetryPolicy, is_transient, retry_after_seconds
+from kubetrain.backends.kubernetes.objects import pod_info, pod_selector
+from kubetrain.backends.kubernetes.retry import Retrier, RetryPolicy, is_transient, retry_after_seconds
 from kubetrain.errors import BackendError, InvalidInputError
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
 from kubetrain.names import is_dns1035_label

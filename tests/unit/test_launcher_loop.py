@@ -25,7 +25,7 @@ from kubetrain.errors import (
     JobTimeoutError,
     ManifestError,
 )
-from kubetrain.launcher import Tuning, run_job
+from kubetrain.launcher import AwaitOptions, Tuning, run_job
 from kubetrain.status import JobPhase
 
 pytestmark = pytest.mark.timeout(60)
@@ -213,8 +213,10 @@ def launch(backend: MemoryBackend, script: Callable[[MemoryBackend], None], **kw
     scenario.start()
     tuning = Tuning(**{**FAST, **kw.pop("tuning", {})})
     try:
-        run_job(manifest(kw.pop("name", "train-abc"), kw.pop("kind", "PyTorchJob")), backend=backend,
-                timeout_seconds=kw.pop("timeout_seconds", 30.0), log_sink=backend.sink, tuning=tuning, **kw)  # fmt: skip
+        job = manifest(kw.pop("name", "train-abc"), kw.pop("kind", "PyTorchJob"))
+        cancel = kw.pop("cancel", None)
+        options = AwaitOptions(timeout_seconds=kw.pop("timeout_seconds", 30.0), tuning=tuning, **kw)
+        run_job(job, backend=backend, options=options, log_sink=backend.sink, cancel=cancel)
     finally:
         scenario.check()
     return backend.lines
@@ -241,8 +243,8 @@ def test_success_reports_transitions_follows_log_and_deletes() -> None:
     scenario = Scenario(backend, script)
     scenario.start()
     result = run_job(
-        manifest(), backend=backend, timeout_seconds=30, log_sink=backend.sink,
-        tuning=Tuning(**FAST),
+        manifest(), backend=backend, options=AwaitOptions(timeout_seconds=30, tuning=Tuning(**FAST)),
+        log_sink=backend.sink,
     )  # fmt: skip
     scenario.check()
     lines = backend.lines
@@ -402,11 +404,11 @@ def test_sigterm_in_main_thread_deletes_and_restores_handlers() -> None:
 def test_bad_options_and_kinds_submit_nothing() -> None:
     backend = MemoryBackend()
     with pytest.raises(InvalidInputError, match="timeout_seconds"):
-        run_job(manifest(), backend=backend, timeout_seconds=0)
+        run_job(manifest(), backend=backend, options=AwaitOptions(timeout_seconds=0))
     with pytest.raises(InvalidInputError, match="delete_after"):
-        run_job(manifest(), backend=backend, timeout_seconds=1, delete_after="sometimes")  # type: ignore[arg-type]
+        run_job(manifest(), backend=backend, options=AwaitOptions(timeout_seconds=1, delete_after="sometimes"))  # type: ignore[arg-type]
     with pytest.raises(ManifestError, match="TFJob"):
-        run_job({**manifest(), "kind": "TFJob"}, backend=backend, timeout_seconds=1)
+        run_job({**manifest(), "kind": "TFJob"}, backend=backend, options=AwaitOptions(timeout_seconds=1))
     assert backend.calls == []
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.backends.local_conditions import set_jobset_condition, set_kubeflow_condition
+from kubetrain.backends.local.conditions import set_jobset_condition, set_kubeflow_condition
 from kubetrain.status import JobPhase, parse_job_status
 
 T0, T1, T2, T3 = (f"2026-01-01T00:00:0{i}Z" for i in range(4))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.backends.local_env import (
+from kubetrain.backends.local.env import (
     Rewriter,
     ensure_python_shims,
     expand_references,

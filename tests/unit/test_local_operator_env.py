@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kubetrain.backends.local_mpi import mpi_operator_env
-from kubetrain.backends.local_pytorch import pytorch_operator_env
+from kubetrain.backends.local.operators.mpijob import mpi_operator_env
+from kubetrain.backends.local.operators.pytorchjob import pytorch_operator_env
 from kubetrain.manifests import build_mpijob, build_pytorchjob
 from kubetrain.specs import JobMeta, MPIJobSpec, PyTorchJobSpec
 from kubetrain.specs.common import ReplicaSpec

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kubetrain.backends.local_probe import ProbeLoop, build_check
+from kubetrain.backends.local.probe import ProbeLoop, build_check
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.backends.local_addresses import allocate_block, loopback_address
-from kubetrain.backends.local_process import LogStream, ReplicaProcess, container_exit_code, read_log
+from kubetrain.backends.local.addresses import allocate_block, loopback_address
+from kubetrain.backends.local.process import LogStream, ReplicaProcess, container_exit_code, read_log
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.backends.local_validate import validate_manifest
+from kubetrain.backends.local.validate import validate_manifest
 from kubetrain.errors import ManifestError
 from kubetrain.manifests import build_mpijob, build_ps_jobset, build_pytorchjob
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kubetrain.cli import main
-from kubetrain.kfp_runtime import compiling
-from kubetrain.kfp_runtime.catalog import Entry, entries
+from kubetrain.tooling import compiling
+from kubetrain.tooling.catalog import Entry, entries
 
 
 def test_committed_yaml_is_current(capsys: pytest.CaptureFixture[str]) -> None:

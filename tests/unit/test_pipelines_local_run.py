@@ -9,8 +9,8 @@ import pytest
 
 from kubetrain.cli import main
 from kubetrain.errors import ExitCode
-from kubetrain.kfp_runtime.catalog import Entry
-from kubetrain.kfp_runtime.local_run import RunOutcome, _collect, _dag_tasks, describe
+from kubetrain.tooling.catalog import Entry
+from kubetrain.tooling.local_run import RunOutcome, _collect, _dag_tasks, describe
 
 
 def test_unknown_pipeline_and_parameters_fail_before_anything_runs(

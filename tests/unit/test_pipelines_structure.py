@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.kfp_runtime.catalog import PIPELINES, Entry
+from kubetrain.tooling.catalog import PIPELINES, Entry
 
 LAUNCHER_COMPONENTS = {"comp-download-dataset", "comp-pytorch-train", "comp-chainermn-train", "comp-ps-train"}
 TRAINERS = {"pytorch-train", "chainermn-train", "ps-train"}

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from kubetrain.kfp_runtime.catalog import COMPONENTS, PIPELINES, entries
+from kubetrain.tooling.catalog import COMPONENTS, PIPELINES, entries
 
 # `--check` found stale files: the conventional "differences found" status of diff-like tools.
 EXIT_STALE = 1
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compile or check; returns 0, or 1 when --check found stale files."""
     from kubetrain.errors import InvalidInputError
-    from kubetrain.kfp_runtime.compiling import check_all, compile_all
+    from kubetrain.tooling.compiling import check_all, compile_all
 
     selected = entries()
     if args.names:

@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo pipeline; print the comparison and where the charts are."""
-    from kubetrain.kfp_runtime.catalog import pipeline
-    from kubetrain.kfp_runtime.local_run import describe, run_locally
+    from kubetrain.tooling.catalog import pipeline
+    from kubetrain.tooling.local_run import describe, run_locally
 
     single_threaded_defaults()
     outcome = run_locally(

@@ -9,7 +9,6 @@ retries, 5 cancelled by SIGTERM/SIGINT (job deleted).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -17,9 +16,10 @@ from typing import Any, cast
 
 import yaml
 
+from kubetrain.backends import check_namespace, open_backend
 from kubetrain.backends.base import Backend
 from kubetrain.errors import InvalidInputError, KubetrainError, ManifestError
-from kubetrain.launcher import DELETE_AFTER_CHOICES, ON_TIMEOUT_CHOICES, DeleteAfter, OnTimeout, run_job
+from kubetrain.launcher import DELETE_AFTER_CHOICES, ON_TIMEOUT_CHOICES, AwaitOptions, DeleteAfter, OnTimeout, run_job
 from kubetrain.manifests.kinds import kind_of
 
 DEFAULT_TIMEOUT_SECONDS = 24 * 3600
@@ -108,17 +108,14 @@ def apply_namespace(manifest: dict[str, Any], namespace: str | None) -> dict[str
 
 
 def make_backend(args: argparse.Namespace) -> Backend:
-    """The backend the flags ask for (imported lazily: the local runner and the k8s client are heavy)."""
-    if args.local:
-        # Resolved at run time: the local runner is its own module with its own dependencies.
-        # Its own log streaming stays off: the launcher follows the primary pod's log, as on a
-        # cluster, and the two together would print every master line twice.
-        local = importlib.import_module("kubetrain.backends.local")
-        return cast(Backend, local.LocalBackend(root=args.local_root, stream_logs=False))
-    from kubetrain.backends.kubernetes import KubernetesBackend
-
-    return KubernetesBackend(
-        namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context, owner_pod=args.owner_pod
+    """The backend the flags ask for."""
+    return open_backend(
+        "local" if args.local else "kubernetes",
+        namespace=args.namespace,
+        local_root=args.local_root,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        owner_pod=args.owner_pod,
     )
 
 
@@ -128,7 +125,8 @@ def dry_run(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
         raise InvalidInputError("--dry-run asks the API server; it cannot be combined with --local")
     from kubetrain.backends.kubernetes import KubernetesBackend
 
-    backend = KubernetesBackend(namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
+    namespace = check_namespace(args.namespace)
+    backend = KubernetesBackend(namespace=namespace, kubeconfig=args.kubeconfig, context=args.context)
     try:
         obj = backend.dry_run(manifest)
     finally:
@@ -151,11 +149,13 @@ def run(args: argparse.Namespace) -> int:
             result = run_job(
                 manifest,
                 backend=backend,
-                timeout_seconds=args.timeout,
-                delete_after=cast(DeleteAfter, args.delete_after),
-                on_timeout=cast(OnTimeout, args.on_timeout),
-                stream_logs=not args.no_logs,
-                start_timeout_seconds=args.start_timeout,
+                options=AwaitOptions(
+                    timeout_seconds=args.timeout,
+                    delete_after=cast(DeleteAfter, args.delete_after),
+                    on_timeout=cast(OnTimeout, args.on_timeout),
+                    stream_logs=not args.no_logs,
+                    start_timeout_seconds=args.start_timeout,
+                ),
             )
         finally:
             backend.close()

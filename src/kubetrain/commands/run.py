@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import ExitCode
-from kubetrain.kfp_runtime.catalog import PIPELINES
+from kubetrain.tooling.catalog import PIPELINES
 
 DEFAULT_RUNS_DIR = Path("runs")
 
@@ -57,9 +57,9 @@ def single_threaded_defaults() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline locally; print the outcome."""
-    from kubetrain.kfp_runtime.catalog import pipeline
-    from kubetrain.kfp_runtime.local_run import describe, run_locally
-    from kubetrain.kfp_runtime.params import parse_params, pipeline_inputs
+    from kubetrain.tooling.catalog import pipeline
+    from kubetrain.tooling.local_run import describe, run_locally
+    from kubetrain.tooling.params import parse_params, pipeline_inputs
 
     entry = pipeline(args.pipeline)
     arguments = parse_params(args.param, pipeline_inputs(entry.load()))

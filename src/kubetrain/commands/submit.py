@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from kubetrain.kfp_runtime.catalog import PIPELINES
+from kubetrain.tooling.catalog import PIPELINES
 
 TOKEN_ENV = "KUBETRAIN_KFP_TOKEN"
 
@@ -42,9 +42,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Submit and print the run URL."""
-    from kubetrain.kfp_runtime.catalog import pipeline
-    from kubetrain.kfp_runtime.params import parse_params, pipeline_inputs
-    from kubetrain.kfp_runtime.submit import SubmitRequest, submit
+    from kubetrain.tooling.catalog import pipeline
+    from kubetrain.tooling.params import parse_params, pipeline_inputs
+    from kubetrain.tooling.submit import SubmitRequest, submit
 
     entry = pipeline(args.pipeline)
     params = parse_params(args.param, pipeline_inputs(entry.load()))

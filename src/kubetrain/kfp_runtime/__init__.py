@@ -1,7 +1,6 @@
-"""What the KFP component bodies call, and the CLI's local run, compile and submit.
+"""What the KFP component bodies call: one function per step, the step's artifacts and reports.
 
 A component body imports one function from here and calls it: all logic lives in this package,
-where it is typed and unit-tested, and the component modules stay thin declarations. The
-component and pipeline modules are loaded only by name at call time (:mod:`.catalog`), so this
-package never imports the KFP layer above it.
+where it is typed and unit-tested, and the component modules stay thin declarations. This package
+sits below the components; the CLI's tooling above the pipelines is in :mod:`kubetrain.tooling`.
 """

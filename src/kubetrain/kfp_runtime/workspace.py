@@ -17,17 +17,14 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from kubetrain.backends.base import Backend
+from kubetrain.backends import BACKEND_KINDS, BackendKind
 from kubetrain.errors import InvalidInputError, SpecError
 from kubetrain.presets import WORKSPACE_MOUNT
 from kubetrain.specs import Workspace
 
 BACKEND_ENV = "KUBETRAIN_BACKEND"
 LOCAL_ROOT_ENV = "KUBETRAIN_LOCAL_ROOT"
-BackendKind = Literal["kubernetes", "local"]
-BACKEND_KINDS: tuple[BackendKind, ...] = ("kubernetes", "local")
 
 
 def backend_kind(environ: Mapping[str, str] | None = None) -> BackendKind:
@@ -75,7 +72,7 @@ def local_claim_dir(root: Path | None, claim: str) -> Path:
     """The local backend's directory for a PVC claim."""
     from kubetrain.backends.local import claim_directory
 
-    return Path(claim_directory(root, claim))
+    return claim_directory(root, claim)
 
 
 def open_workspace(claim: str, *, kind: BackendKind, environ: Mapping[str, str] | None = None) -> WorkspaceView:
@@ -96,15 +93,3 @@ def open_workspace(claim: str, *, kind: BackendKind, environ: Mapping[str, str] 
             "(the kubetrain pipelines do this), or run with KUBETRAIN_BACKEND=local"
         )
     return WorkspaceView(claim=claim, local_dir=mount)
-
-
-def make_backend(kind: BackendKind, *, namespace: str | None, environ: Mapping[str, str] | None = None) -> Backend:
-    """A backend of `kind` (imported lazily: the Kubernetes client and the local runner are heavy)."""
-    if kind == "local":
-        from kubetrain.backends.local import LocalBackend
-
-        # Logs come from the launcher, which follows the primary replica as it does on a cluster.
-        return LocalBackend(root=local_root(environ), stream_logs=False)
-    from kubetrain.backends.kubernetes import KubernetesBackend
-
-    return KubernetesBackend(namespace=namespace or None)

@@ -26,17 +26,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
-from kubetrain.backends.kubernetes_config import Connection, connect, job_name_for_task, launcher_pod_from_env
-from kubetrain.backends.kubernetes_objects import belongs_to, event_info, pod_info, pod_selector
-from kubetrain.backends.kubernetes_retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, is_transient
-from kubetrain.backends.kubernetes_stream import (
-    WatchState,
-    api_error,
-    create_error,
-    deleted_error,
-    json_lines,
-    stream_lines,
-)
+from kubetrain.backends.kubernetes.config import Connection, connect, job_name_for_task, launcher_pod_from_env
+from kubetrain.backends.kubernetes.errors import api_error, create_error, deleted_error
+from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
+from kubetrain.backends.kubernetes.retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, is_transient
+from kubetrain.backends.kubernetes.stream import WatchState, json_lines, stream_lines
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID

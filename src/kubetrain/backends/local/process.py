@@ -8,7 +8,7 @@ process group of its own, but all of them stay in the launcher's session.
 
 If the Python process that supervises the replicas dies without cleaning up (SIGKILL, OOM), each
 replica's main process still receives SIGTERM through the parent-death signal (`setpriv
---pdeathsig`, when util-linux provides it), and the backend's watchdog (local_watchdog) stops
+--pdeathsig`, when util-linux provides it), and the backend's watchdog (`watchdog`) stops
 every process of the sessions still registered with it (mpirun, for one, leaves its ranks).
 """
 
@@ -28,7 +28,7 @@ LineSink = Callable[[str], None]
 
 
 class SessionRegistry(Protocol):
-    """Who must know which replica sessions are alive (local_watchdog.Watchdog)."""
+    """Who must know which replica sessions are alive (`watchdog.Watchdog`)."""
 
     def add(self, sid: int) -> None:
         """A session started."""

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from kubetrain.backends.base import EventInfo, JobObject, JobRef, PodInfo
-from kubetrain.backends.local_addresses import AddressBlock
-from kubetrain.backends.local_controller import Controller
-from kubetrain.backends.local_pod import LocalPod
+from kubetrain.backends.local.addresses import AddressBlock
+from kubetrain.backends.local.operators.controller import Controller
+from kubetrain.backends.local.pod import LocalPod
 from kubetrain.manifests.kinds import JOBSET
 
 

@@ -8,6 +8,7 @@ restart count, or a new Warning event. Pending pods say how long they have been 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
@@ -15,6 +16,13 @@ from kubetrain.backends.base import EventInfo, JobRef, PodInfo
 from kubetrain.status import JobPhase, JobStatus
 
 LogSink = Callable[[str], None]
+
+
+def stderr_sink(line: str) -> None:
+    """The default sink: one line to stderr, flushed (KFP shows the step's stderr live)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 WallClock = Callable[[], datetime]
 
 

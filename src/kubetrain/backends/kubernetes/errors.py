@@ -1,28 +1,20 @@
-"""Streams and errors of the Kubernetes backend: watch/log line framing, watch state, error mapping."""
+"""How the API server's answers become kubetrain errors: HTTP status → error class and message.
+
+One place decides which statuses mean a bad manifest (exit 2), missing RBAC, a missing CRD or an
+infrastructure failure, so every call of the backend words them alike.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.backends.base import JobObject, JobRef
-from kubetrain.backends.kubernetes_retry import api_message
 from kubetrain.errors import BackendError, JobFailedError, ManifestError
 from kubetrain.manifests.kinds import JobKind
 
 OPERATORS = {"kubeflow.org": "the Kubeflow training-operator / mpi-operator", "jobset.x-k8s.io": "JobSet"}
-
-
-@dataclass
-class WatchState:
-    """The last object a watch delivered and the resourceVersion to resume from."""
-
-    obj: JobObject
-    resource_version: str
 
 
 def create_error(kind: JobKind, body: JobObject, e: ApiException) -> Exception:
@@ -59,19 +51,16 @@ def deleted_error(ref: JobRef) -> JobFailedError:
     )
 
 
-def stream_lines(response: Any) -> Iterator[bytes]:
-    """Complete lines of a streamed HTTP body, as soon as each arrives."""
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        yield from complete
-    if buffer:
-        yield buffer
-
-
-def json_lines(response: Any) -> Iterator[dict[str, Any]]:
-    """Watch events: one JSON object per line."""
-    for line in stream_lines(response):
-        if line.strip():
-            yield json.loads(line)
+def api_message(error: ApiException) -> str:
+    """The `message` of the Status object in an error response, else its reason."""
+    body = error.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body:
+        try:
+            status = json.loads(body)
+        except ValueError:
+            return body.strip()[:500]
+        if isinstance(status, dict) and status.get("message"):
+            return str(status["message"])
+    return str(error.reason or f"HTTP {error.status}")

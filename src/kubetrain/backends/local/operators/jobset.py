@@ -1,7 +1,7 @@
 """JobSet (`jobset.x-k8s.io/v1alpha2`, JobSet v0.12) run locally as its controller runs it.
 
 - Each replicated job `rj` with `replicas: R` becomes R child Jobs `<js>-<rj>-<j>` (batch Jobs,
-  Indexed: see local_batchjob), whose pods get host name `<js>-<rj>-<j>-<p>` in subdomain
+  Indexed: see `batchjob`), whose pods get host name `<js>-<rj>-<j>-<p>` in subdomain
   `network.subdomain` (default `<js>`), env `JOB_COMPLETION_INDEX=<p>`, and the labels and
   annotations JobSet and the Job controller set (jobset-name, replicatedjob-name, job-index,
   job-global-index, restart-attempt, group-*, job-key, coordinator, job-completion-index, ...),
@@ -9,7 +9,7 @@
 - Start-up order: `dependsOn` (a replicated job is created once each dependency is Ready — all its
   Jobs ready, succeeded or failed — or Complete), or `startupPolicy: InOrder` (each one after the
   previous one's Jobs are all ready; conditions StartupPolicyInProgress/StartupPolicyCompleted).
-  A pod is ready when its readiness probe passes (see local_probe); without a probe, once started.
+  A pod is ready when its readiness probe passes (see `..probe`); without a probe, once started.
 - Success: `successPolicy` (All/Any over `targetReplicatedJobs`, default all) → Completed
   (AllJobsCompleted); the remaining Jobs are stopped.
 - Failure: a failed child Job (its own backoffLimit or activeDeadlineSeconds) with no
@@ -28,12 +28,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.backends.local_batchjob import BatchJob
-from kubetrain.backends.local_conditions import condition_is_true, set_jobset_condition
-from kubetrain.backends.local_controller import Controller, JobContext, random_suffix
-from kubetrain.backends.local_env import env_items
-from kubetrain.backends.local_pod import LocalPod
-from kubetrain.backends.local_podspec import PodPlan, main_container
+from kubetrain.backends.local.conditions import condition_is_true, set_jobset_condition
+from kubetrain.backends.local.env import env_items
+from kubetrain.backends.local.operators.batchjob import BatchJob
+from kubetrain.backends.local.operators.controller import Controller, JobContext, random_suffix
+from kubetrain.backends.local.pod import LocalPod
+from kubetrain.backends.local.podspec import PodPlan, main_container
 
 KIND = "JobSet"
 P = "jobset.sigs.k8s.io"

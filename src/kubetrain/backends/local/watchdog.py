@@ -2,13 +2,13 @@
 
 The backend stops its replicas itself on every normal path (success, failure, delete, close,
 interpreter exit). A SIGKILL or the OOM killer leaves no such chance, and the parent-death signal
-of each replica (local_process) only reaches the replica's main process: `mpirun`, for one,
+of each replica (`process`) only reaches the replica's main process: `mpirun`, for one,
 exits on SIGTERM and leaves its ranks running. So each backend starts one small watchdog in its
 own session and tells it, over a pipe, which replica sessions are alive; when the pipe reaches
 end-of-file without a clean "bye" (the backend is gone), the watchdog SIGTERMs every process of
 those sessions, SIGKILLs what is left after a grace period, and exits.
 
-Run as `python -m kubetrain.backends.local_watchdog GRACE_SECONDS`.
+Run as `python -m kubetrain.backends.local.watchdog GRACE_SECONDS`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from kubetrain.backends.local_process import session_members, signal_session
+from kubetrain.backends.local.process import session_members, signal_session
 
 
 class Watchdog:
@@ -28,7 +28,7 @@ class Watchdog:
     def __init__(self, grace_seconds: float) -> None:
         self._lock = threading.Lock()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "kubetrain.backends.local_watchdog", str(grace_seconds)],
+            [sys.executable, "-m", "kubetrain.backends.local.watchdog", str(grace_seconds)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,  # neither a terminal's Ctrl-C nor our death signals reach it

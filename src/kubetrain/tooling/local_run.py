@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kubetrain.errors import BackendError
-from kubetrain.kfp_runtime.catalog import Entry
 from kubetrain.kfp_runtime.workspace import BACKEND_ENV, LOCAL_ROOT_ENV
+from kubetrain.tooling.catalog import Entry
 
 TaskState = Literal["SUCCEEDED", "FAILED", "NOT_RUN"]
 EXECUTOR_OUTPUT = "executor_output.json"

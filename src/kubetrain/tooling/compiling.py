@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubetrain.kfp_runtime.catalog import Entry, entries
+from kubetrain.tooling.catalog import Entry, entries
 
 _SDK_VERSION = re.compile(r"^\s*sdkVersion:.*$", re.MULTILINE)
 

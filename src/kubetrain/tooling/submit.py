@@ -12,7 +12,6 @@ ids from the KF_PIPELINES_* variables, the kube config, or no authentication for
 from __future__ import annotations
 
 import datetime
-import importlib
 import tempfile
 import urllib.error
 import urllib.request
@@ -24,8 +23,8 @@ from typing import Any, cast
 
 from kubetrain import __version__
 from kubetrain.errors import BackendError, InvalidInputError
-from kubetrain.kfp_runtime.catalog import Entry
-from kubetrain.kfp_runtime.compiling import compile_text
+from kubetrain.tooling.catalog import Entry
+from kubetrain.tooling.compiling import compile_text
 
 ClientFactory = Callable[..., Any]
 
@@ -117,11 +116,10 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
 
 def _api_errors() -> tuple[type[BaseException], ...]:
     """What kfp.Client raises when the API answers with an error or cannot be reached."""
+    from kfp_server_api.exceptions import ApiException  # type: ignore[import-untyped]
     from urllib3.exceptions import HTTPError
 
-    # kfp_server_api ships no type information; importing it by name keeps mypy's view of it Any.
-    api_exception: type[BaseException] = importlib.import_module("kfp_server_api.exceptions").ApiException
-    return (api_exception, HTTPError)
+    return (cast(type[BaseException], ApiException), HTTPError)
 
 
 def _latest_version_id(client: Any, pipeline_id: str) -> str:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.backends.local_conditions import condition_is_true, rfc3339, set_kubeflow_condition
-from kubetrain.backends.local_controller import Controller, JobContext, backoff_delay, get_int
-from kubetrain.backends.local_env import env_items
-from kubetrain.backends.local_pod import LocalPod
-from kubetrain.backends.local_podspec import PodPlan, main_container
+from kubetrain.backends.local.conditions import condition_is_true, rfc3339, set_kubeflow_condition
+from kubetrain.backends.local.env import env_items
+from kubetrain.backends.local.operators.controller import Controller, JobContext, backoff_delay, get_int
+from kubetrain.backends.local.pod import LocalPod
+from kubetrain.backends.local.podspec import PodPlan, main_container
 
 KIND = "PyTorchJob"
 CONTAINER = "pytorch"

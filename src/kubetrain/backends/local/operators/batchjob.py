@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.backends.local_controller import backoff_delay, get_int
-from kubetrain.backends.local_pod import LocalPod
+from kubetrain.backends.local.operators.controller import backoff_delay, get_int
+from kubetrain.backends.local.pod import LocalPod
 
 DEFAULT_BACKOFF_LIMIT = 6
 

@@ -1,15 +1,14 @@
 """The components and pipelines kubetrain ships, by name, and where their compiled YAML lives.
 
-They are loaded by module name at call time: this package sits below the KFP layer and never
-imports it statically (DESIGN.md, "Layering").
+This package sits above the pipelines (the CLI's tooling), so it imports them directly; the
+imports are made on first use because kfp is slow to import and `--help` should not wait for it.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 from kubetrain.errors import InvalidInputError
@@ -35,10 +34,7 @@ class Entry:
     @property
     def source(self) -> Path:
         """The module's source file, with symlinks resolved (the file in components/ or pipelines/)."""
-        spec = importlib.util.find_spec(self.module)
-        if spec is None or spec.origin is None:
-            raise InvalidInputError(f"{self.kind} {self.name}: module {self.module} not found")
-        return Path(spec.origin).resolve()
+        return Path(str(_modules()[self.module].__file__)).resolve()
 
     @property
     def yaml_path(self) -> Path:
@@ -47,7 +43,23 @@ class Entry:
 
     def load(self) -> Any:
         """The KFP component or pipeline object."""
-        return getattr(importlib.import_module(self.module), self.name)
+        return getattr(_modules()[self.module], self.name)
+
+
+def _modules() -> dict[str, ModuleType]:
+    """Every component and pipeline module by its dotted name."""
+    from kubetrain.components import (
+        chainermn_train,
+        compare_summary,
+        download_dataset,
+        ps_train,
+        pytorch_train,
+    )
+    from kubetrain.pipelines import compare_frameworks, mnist_chainermn, mnist_ps, mnist_pytorch
+
+    components = (download_dataset, pytorch_train, chainermn_train, ps_train, compare_summary)
+    pipelines = (mnist_pytorch, mnist_chainermn, mnist_ps, compare_frameworks)
+    return {m.__name__: m for m in (*components, *pipelines)}
 
 
 def entries() -> list[Entry]:

@@ -9,7 +9,6 @@ header is honoured, and only a failure that outlasts the limit becomes a Backend
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from kubetrain.backends.kubernetes.errors import api_message
 from kubetrain.errors import BackendError, InvalidInputError
 
 logger = logging.getLogger(__name__)
@@ -79,21 +79,6 @@ def retry_after_seconds(error: BaseException) -> float | None:
         return float(value)
     except ValueError:
         return None  # the HTTP-date form; the backoff applies instead
-
-
-def api_message(error: ApiException) -> str:
-    """The `message` of the Status object in an error response, else its reason."""
-    body = error.body
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str) and body:
-        try:
-            status = json.loads(body)
-        except ValueError:
-            return body.strip()[:500]
-        if isinstance(status, dict) and status.get("message"):
-            return str(status["message"])
-    return str(error.reason or f"HTTP {error.status}")
 
 
 class Retrier:

@@ -6,7 +6,7 @@ pod; hostPath → the path itself; configMap/secret → files from the data the 
 `/dev/shm` → left alone), evaluate the env (`value`, `$(VAR)`, downward-API `fieldRef`,
 `resourceFieldRef`, secret and configMap refs, `envFrom`), and build the command (or the args,
 when there is no command). Host names and mount paths in literal env values and in the command
-line are then rewritten (local_env.Rewriter); values the API supplies are not.
+line are then rewritten (`env.Rewriter`); values the API supplies are not.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubetrain.backends.local_env import (
+from kubetrain.backends.local.env import (
     Rewriter,
     expand_references,
     resolve_command,
     resolve_field_ref,
     resource_field_value,
 )
-from kubetrain.backends.local_process import LineSink, SessionRegistry
+from kubetrain.backends.local.process import LineSink, SessionRegistry
 from kubetrain.errors import BackendError
 
 BIND_ENV = "KUBETRAIN_BIND_ADDRESS"

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.backends.local_addresses import AddressBlock
-from kubetrain.backends.local_conditions import Status, rfc3339
-from kubetrain.backends.local_pod import LocalPod
-from kubetrain.backends.local_podspec import PodContext
+from kubetrain.backends.local.addresses import AddressBlock
+from kubetrain.backends.local.conditions import Status, rfc3339
+from kubetrain.backends.local.pod import LocalPod
+from kubetrain.backends.local.podspec import PodContext
 
 _SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
 

@@ -1,55 +1,6 @@
-"""The local backend: runs PyTorchJob, MPIJob and JobSet manifests on this machine, as the operators would.
+"""The local Backend: one supervisor per job, its records, and the watch and log plumbing.
 
-Every replica ("pod") is one process in its own session, with its own loopback address
-(127.x.y.z, one block per job, see local_addresses), the environment its operator injects, its
-volumes mapped to local directories, and its stdout+stderr captured to a file (and, with
-`stream_logs`, printed as `[master-0] ...`). A supervisor thread per job plays the operator: it
-starts, restarts and stops the processes by the job's policies and writes the `status` the
-operator would write, so `kubetrain.status.parse_job_status` and the launcher read a local job
-exactly like a cluster one. The kinds:
-
-- PyTorchJob (training-operator v1.9): local_pytorch;
-- MPIJob v2beta1 (mpi-operator v0.8): local_mpi — the launcher's `mpirun` starts the ranks on
-  this machine through a `localhost slots=N` hostfile; the workers' sshd does not run;
-- JobSet v1alpha2 (v0.12): local_jobset, with child batch Jobs in local_batchjob.
-
-Translation (local_env, local_podspec): host names the manifest uses (`<job>-master-0`,
-`<js>-ps-1-0.<js>`, with or without `.<ns>.svc.cluster.local`) become loopback addresses and mount
-paths become local directories, in literal env values and in command and args (also inside
-shell strings); not inside files a program reads, and not in values the API supplies
-(downward-API fields, secrets). `python`/`python3` run this interpreter, also inside shell
-commands. A command that does not exist here fails its job at once, naming the replica and image.
-Every replica also gets `KUBETRAIN_BIND_ADDRESS=<its address>`: servers should listen there (or
-on the host of their own entry in the address lists the manifest passes), not on 0.0.0.0 — two
-replicas binding the wildcard address on one port collide here (with SO_REUSEPORT, as gRPC sets
-it, they silently share connections), where on a cluster each pod has its own IP. The DDP
-program's rank 0 hosts its rendezvous store there (kubetrain.train.torch_dist), so two PyTorchJobs
-with the same master port run side by side; gloo needs nothing, it listens on ephemeral ports.
-Limitation: torchrun's own stores (the c10d rendezvous store of an elastic PyTorchJob at
-`rdzvPort`, and a static agent's store at MASTER_PORT) listen on every interface, and torch has no
-setting (rdzv conf or env) to bind them to one address: two such jobs with the same port must not
-run at the same time on one machine (give them different `rdzvPort`s), or the second job's agents
-fail to host the store and join the first job's instead.
-
-Directories under `root` (default `$KUBETRAIN_LOCAL_ROOT`, else `~/.kubetrain/local`):
-`claims/<claimName>/` for each PersistentVolumeClaim (shared by all replicas, kept across runs:
-put input data there and read outputs from there, see `claim_dir`), and
-`jobs/<namespace>/<name>-<uid8>/` per job with `logs/<pod>.<n>.log` (one file per container
-start) and `pods/<pod>/volumes/` (fresh emptyDirs).
-
-Processes never outlive their job: they are stopped (SIGTERM to every process of the replica's
-session, SIGKILL after a grace period capped at `max_grace_seconds`) and reaped on success,
-failure, deadline, `delete`, `suspend` and `close`, and when the backend is garbage-collected or
-the interpreter exits; if this process dies hard (SIGKILL), a watchdog process stops them
-(local_watchdog). Jobs live as long as this backend object; a job name submitted again with the
-same KFP run and task labels is adopted, with other labels it is a conflict.
-
-Not imitated: scheduling (nodeSelector, tolerations, resources are not enforced, GPUs are not
-isolated), readOnly mounts, image contents (the image's entrypoint, files and environment),
-init containers and sidecars (skipped with a Warning event), Services other than the per-pod
-names, a Job's podFailurePolicy and backoffLimitPerIndex, JobSet's BlockingRecreate and
-InPlaceRestart (both act as Recreate). Restart back-off and probe periods are scaled down
-(`restart_backoff_seconds`, `probe_period_seconds`) so local runs take seconds.
+What it imitates and how is described in the package docstring (`kubetrain.backends.local`).
 """
 
 from __future__ import annotations
@@ -68,18 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
-from kubetrain.backends.local_addresses import allocate_block
-from kubetrain.backends.local_conditions import rfc3339
-from kubetrain.backends.local_controller import Controller, JobContext
-from kubetrain.backends.local_env import ensure_python_shims, inherited_environment, search_path
-from kubetrain.backends.local_jobset import JobSetController
-from kubetrain.backends.local_mpi import MPIJobController
-from kubetrain.backends.local_podspec import PodContext
-from kubetrain.backends.local_process import LineSink, read_log
-from kubetrain.backends.local_pytorch import PyTorchJobController
-from kubetrain.backends.local_record import JobRecord, stop_all
-from kubetrain.backends.local_validate import validate_manifest
-from kubetrain.backends.local_watchdog import Watchdog
+from kubetrain.backends.local.addresses import allocate_block
+from kubetrain.backends.local.conditions import rfc3339
+from kubetrain.backends.local.env import ensure_python_shims, inherited_environment, search_path
+from kubetrain.backends.local.operators.controller import Controller, JobContext
+from kubetrain.backends.local.operators.jobset import JobSetController
+from kubetrain.backends.local.operators.mpijob import MPIJobController
+from kubetrain.backends.local.operators.pytorchjob import PyTorchJobController
+from kubetrain.backends.local.podspec import PodContext
+from kubetrain.backends.local.process import LineSink, read_log
+from kubetrain.backends.local.record import JobRecord, stop_all
+from kubetrain.backends.local.validate import validate_manifest
+from kubetrain.backends.local.watchdog import Watchdog
 from kubetrain.errors import BackendError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
@@ -131,7 +82,7 @@ class LocalBackend(Backend):
         *,
         stream_logs: bool = False,
         log_sink: LineSink | None = None,
-        default_namespace: str = "default",
+        namespace: str = "default",
         max_grace_seconds: float = 3.0,
         restart_backoff_seconds: float = 1.0,
         poll_interval_seconds: float = 0.05,
@@ -150,7 +101,7 @@ class LocalBackend(Backend):
         # Absolute: rewritten paths must mean the same to a replica whatever its working directory.
         self.root = (Path(root) if root is not None else default_root()).absolute()
         self._sink = log_sink if log_sink is not None else (_print_line if stream_logs else None)
-        self._namespace = default_namespace
+        self._namespace = namespace
         self._grace = max_grace_seconds
         self._backoff = restart_backoff_seconds
         self._poll = poll_interval_seconds

@@ -27,12 +27,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubetrain.backends.base import PodInfo
-from kubetrain.backends.local_batchjob import BatchJob
-from kubetrain.backends.local_conditions import condition_is_true, rfc3339, set_kubeflow_condition
-from kubetrain.backends.local_controller import Controller, JobContext, random_suffix
-from kubetrain.backends.local_env import env_items
-from kubetrain.backends.local_pod import LocalPod
-from kubetrain.backends.local_podspec import PodPlan, main_container
+from kubetrain.backends.local.conditions import condition_is_true, rfc3339, set_kubeflow_condition
+from kubetrain.backends.local.env import env_items
+from kubetrain.backends.local.operators.batchjob import BatchJob
+from kubetrain.backends.local.operators.controller import Controller, JobContext, random_suffix
+from kubetrain.backends.local.pod import LocalPod
+from kubetrain.backends.local.podspec import PodPlan, main_container
 
 KIND = "MPIJob"
 CONFIG_MOUNT = "/etc/mpi"

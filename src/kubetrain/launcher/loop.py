@@ -19,190 +19,114 @@ running after a timeout, logs deleted with the job, a wait that gave up after 10
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from kubetrain.backends.base import Backend, JobObject, JobRef, PodInfo
-from kubetrain.errors import InvalidInputError, JobCancelledError, JobFailedError, JobTimeoutError
-from kubetrain.launcher_logs import TERMINAL_POD_PHASES, LogFollower, capture_failure_tails, primary_pod
-from kubetrain.launcher_progress import LogSink, ProgressReporter
-from kubetrain.launcher_signals import CancelGuard, Cancelled
+from kubetrain.errors import JobCancelledError, JobFailedError, JobTimeoutError
+from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, capture_failure_tails, primary_pod
+from kubetrain.launcher.options import AwaitOptions
+from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
+from kubetrain.launcher.signals import CancelGuard, Cancelled
 from kubetrain.manifests.kinds import kind_of
 from kubetrain.status import JobPhase, JobResult, JobStatus, parse_job_status
 
 logger = logging.getLogger(__name__)
 
-DeleteAfter = Literal["never", "success", "always"]
-OnTimeout = Literal["delete", "suspend"]
-DELETE_AFTER_CHOICES: tuple[str, ...] = ("never", "success", "always")
-ON_TIMEOUT_CHOICES: tuple[str, ...] = ("delete", "suspend")
 # Reasons of Warning events that mean "the operator rejected this job and will never set a condition".
 REJECTION_REASONS = frozenset({"ValidationError"})
 # Phases that mean the job got going (the start timeout no longer applies).
 STARTED = frozenset({JobPhase.RUNNING, JobPhase.RESTARTING, JobPhase.SUCCEEDED, JobPhase.FAILED})
 
 
-def stderr_sink(line: str) -> None:
-    """The default sink: one line to stderr, flushed (KFP shows the step's stderr live)."""
-    print(line, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Tuning:
-    """How often the launcher looks at what. Defaults suit real clusters; tests shorten them."""
-
-    # A watch window while nothing is expected but a status change (the backend reconnects
-    # inside it; the window only bounds how long the loop goes without checking its deadline).
-    watch_window_seconds: float = 300.0
-    # While the job or a pod is pending, pods and events are looked at this often, so that
-    # ImagePullBackOff, Unschedulable and operator rejections are reported promptly.
-    pending_poll_seconds: float = 5.0
-    log_tail_lines: int = 50
-    # How long the primary pod's log may take to flush after the pod ended.
-    log_drain_seconds: float = 10.0
-
-    def __post_init__(self) -> None:
-        for name in ("watch_window_seconds", "pending_poll_seconds", "log_drain_seconds"):
-            if not getattr(self, name) > 0:
-                raise InvalidInputError(f"{name}: got {getattr(self, name)!r}; expected a positive number")
-        if self.log_tail_lines < 1:
-            raise InvalidInputError(f"log_tail_lines: got {self.log_tail_lines!r}; expected ≥ 1")
-
-
-@dataclass(frozen=True, kw_only=True)
-class AwaitOptions:
-    """What the launcher does with a job. Validated on construction."""
-
-    timeout_seconds: float
-    delete_after: DeleteAfter = "success"
-    on_timeout: OnTimeout = "delete"
-    stream_logs: bool = True
-    # Limit on the time to reach Running (an image that never pulls, a pod that never schedules).
-    start_timeout_seconds: float | None = None
-    tuning: Tuning = field(default_factory=Tuning)
-
-    def __post_init__(self) -> None:
-        if not self.timeout_seconds > 0:
-            raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
-        if self.start_timeout_seconds is not None and not self.start_timeout_seconds > 0:
-            raise InvalidInputError(
-                f"start_timeout_seconds: got {self.start_timeout_seconds!r}; expected a positive number or None"
-            )
-        if self.delete_after not in DELETE_AFTER_CHOICES:
-            raise InvalidInputError(
-                f"delete_after: got {self.delete_after!r}; expected one of {', '.join(DELETE_AFTER_CHOICES)}"
-            )
-        if self.on_timeout not in ON_TIMEOUT_CHOICES:
-            raise InvalidInputError(
-                f"on_timeout: got {self.on_timeout!r}; expected one of {', '.join(ON_TIMEOUT_CHOICES)}"
-            )
-
-
 def run_job(
     manifest: Mapping[str, Any],
     *,
     backend: Backend,
-    timeout_seconds: float,
-    delete_after: DeleteAfter = "success",
-    on_timeout: OnTimeout = "delete",
+    options: AwaitOptions,
     log_sink: LogSink = stderr_sink,
-    stream_logs: bool = True,
     cancel: threading.Event | None = None,
-    tuning: Tuning | None = None,
     on_status: Callable[[JobStatus], None] | None = None,
-    start_timeout_seconds: float | None = None,
 ) -> JobResult:
-    """Submit `manifest` on `backend`, follow it to its end and return its result.
+    """Submit `manifest` on `backend`, follow it to its end as `options` say, and return its result.
 
     Raises JobFailedError (the job Failed or was rejected), JobTimeoutError (after deleting or
     suspending it), JobCancelledError (SIGTERM/SIGINT or `cancel` set; the job was deleted),
     BackendError (the API failed after retries) or InvalidInputError (nothing was submitted).
     Signal handlers are installed only when called from the main thread, and restored on return;
-    from other threads, set `cancel` to cancel. `tuning` sets watch windows and poll intervals.
-    `on_status` is called with every status the watch delivers (progress bars, KFP metadata).
-    `start_timeout_seconds` bounds the time to reach Running; past it the job is treated as timed out.
+    from other threads, set `cancel` to cancel. `on_status` is called with every status the watch
+    delivers (progress bars, KFP metadata).
     """
-    opts = AwaitOptions(
-        timeout_seconds=timeout_seconds,
-        delete_after=delete_after,
-        on_timeout=on_timeout,
-        stream_logs=stream_logs,
-        start_timeout_seconds=start_timeout_seconds,
-        tuning=tuning or Tuning(),
-    )
     kind_of(manifest)  # refuses unknown kinds before anything is submitted
-    return _Launch(manifest, backend, opts, log_sink, cancel or threading.Event(), on_status).run()
+    started = time.monotonic()
+    guard = CancelGuard(cancel or threading.Event())
+    with guard:
+        # Not interruptible: a signal during create is acted on once the job is known.
+        ref = backend.submit(manifest)
+        log_sink(f"{ref.kind.kind} {ref.namespace}/{ref.name} submitted ({backend.name})")
+        return _Await(ref, backend, options, log_sink, guard, on_status).run(started)
 
 
-class _Launch:
-    """One job's submit-and-await, with its follower thread and signal guard."""
+class _Await:
+    """One submitted job's await, with its log follower thread."""
 
     def __init__(
         self,
-        manifest: Mapping[str, Any],
+        ref: JobRef,
         backend: Backend,
         opts: AwaitOptions,
         sink: LogSink,
-        cancel: threading.Event,
+        guard: CancelGuard,
         on_status: Callable[[JobStatus], None] | None,
     ) -> None:
-        self.manifest = manifest
+        self.ref = ref
         self.on_status = on_status
         self.backend = backend
         self.opts = opts
         self.sink = sink
-        self.cancel = cancel
-        self.guard = CancelGuard(cancel)
-        self.ref: JobRef | None = None
+        self.guard = guard
+        self.cancel = guard.event
         self.job_done = threading.Event()
         self.stop_logs = threading.Event()
         self.follower: LogFollower | None = None
         self.last_pods: list[PodInfo] = []
 
-    def run(self) -> JobResult:
-        start = time.monotonic()
+    def run(self, start: float) -> JobResult:
         deadline = start + self.opts.timeout_seconds
         start_by = None if self.opts.start_timeout_seconds is None else start + self.opts.start_timeout_seconds
-        with self.guard:
-            try:
-                # Not interruptible: a signal during create is acted on once we know the job.
-                self.ref = self.backend.submit(self.manifest)
-                self.sink(f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name} submitted ({self.backend.name})")
-                self.guard.check()
-                progress = ProgressReporter(self.ref, self.sink)
-                if self.opts.stream_logs:
-                    self.follower = LogFollower(
-                        self.backend,
-                        self.ref,
-                        self.sink,
-                        poll_seconds=self.opts.tuning.pending_poll_seconds,
-                        job_done=self.job_done,
-                        stop=self.stop_logs,
-                        kubectl_hint=self.backend.name == "kubernetes",
-                    )
-                    self.follower.start()
-                status, obj = self._await(progress, deadline, start_by)
-                return self._finish(status, obj)
-            except Cancelled as c:
-                self._stop_follower(drain=False)
-                raise self._cancelled(c.signal_name) from None
-            except _Deadline as d:
-                self._stop_follower(drain=False)
-                raise self._timed_out(d) from None
-            finally:
-                # Whatever happened, no thread keeps reading logs after run_job returns.
-                self._stop_follower(drain=False)
+        try:
+            self.guard.check()
+            progress = ProgressReporter(self.ref, self.sink)
+            if self.opts.stream_logs:
+                self.follower = LogFollower(
+                    self.backend,
+                    self.ref,
+                    self.sink,
+                    poll_seconds=self.opts.tuning.pending_poll_seconds,
+                    job_done=self.job_done,
+                    stop=self.stop_logs,
+                    kubectl_hint=self.backend.name == "kubernetes",
+                )
+                self.follower.start()
+            status, obj = self._await(progress, deadline, start_by)
+            return self._finish(status, obj)
+        except Cancelled as c:
+            self._stop_follower(drain=False)
+            raise self._cancelled(c.signal_name) from None
+        except _Deadline as d:
+            self._stop_follower(drain=False)
+            raise self._timed_out(d) from None
+        finally:
+            # Whatever happened, no thread keeps reading logs after run_job returns.
+            self._stop_follower(drain=False)
 
     # -- waiting ---------------------------------------------------------------------------------
 
     def _await(
         self, progress: ProgressReporter, deadline: float, start_by: float | None
     ) -> tuple[JobStatus, JobObject | None]:
-        assert self.ref is not None
         status: JobStatus | None = None
         while True:
             self.guard.check()
@@ -254,7 +178,6 @@ class _Launch:
 
     def _look_closer(self, status: JobStatus, progress: ProgressReporter) -> JobStatus | None:
         """List pods and events; a Failed status when the operator rejected the job."""
-        assert self.ref is not None
         progress.pods(self.backend.pods(self.ref))
         events = self.backend.events(self.ref)
         progress.events(events)
@@ -269,14 +192,12 @@ class _Launch:
 
     def _about_job(self, involved_object: str) -> bool:
         """Whether an event's object (`Kind/name` or `name`) is the job itself, not one of its pods."""
-        assert self.ref is not None
         kind, _, name = involved_object.rpartition("/")
         return name == self.ref.name and kind in ("", self.ref.kind.kind)
 
     # -- endings ---------------------------------------------------------------------------------
 
     def _finish(self, status: JobStatus, obj: JobObject | None) -> JobResult:
-        assert self.ref is not None
         if status.phase == JobPhase.FAILED or obj is None:
             raise self._failed(status)
         self._stop_follower(drain=self._primary_ended(self.last_pods))
@@ -302,7 +223,6 @@ class _Launch:
 
     def _failed(self, status: JobStatus) -> JobFailedError:
         """Capture the failed replicas' log tails, then apply the delete policy; return the error."""
-        assert self.ref is not None
         pods = self.backend.pods(self.ref)
         self._stop_follower(drain=self._primary_ended(pods))
         tails = capture_failure_tails(self.backend, self.ref, pods, self.opts.tuning.log_tail_lines)
@@ -322,7 +242,6 @@ class _Launch:
         return JobFailedError("\n".join(parts), reason=status.reason, log_tails=tails)
 
     def _timed_out(self, limit: _Deadline) -> JobTimeoutError:
-        assert self.ref is not None
         phase = limit.status.phase.value if limit.status else "unknown"
         if self.opts.on_timeout == "suspend":
             self.backend.suspend(self.ref)
@@ -342,21 +261,17 @@ class _Launch:
         return JobTimeoutError(message)
 
     def _cancelled(self, signal_name: str) -> JobCancelledError:
-        if self.ref is None:
-            return JobCancelledError(f"cancelled ({signal_name}) before the job was submitted")
         self.backend.delete(self.ref)
         message = f"cancelled ({signal_name}); deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
         self.sink(message)
         return JobCancelledError(message)
 
     def _delete(self, why: str) -> None:
-        assert self.ref is not None
         self.backend.delete(self.ref)
         self.sink(f"deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}: {why}")
 
     def _primary_ended(self, pods: list[PodInfo]) -> bool:
         """Whether the followed pod has ended, so its log stream ends by itself and is worth draining."""
-        assert self.ref is not None
         primary = primary_pod(self.ref, pods)
         return primary is not None and primary.phase in TERMINAL_POD_PHASES
 
@@ -382,16 +297,3 @@ class _Deadline(Exception):  # noqa: N818 - control flow, never escapes this mod
         self.status = status
         self.not_started = not_started
         self.pods = pods
-
-
-__all__ = [
-    "DELETE_AFTER_CHOICES",
-    "ON_TIMEOUT_CHOICES",
-    "AwaitOptions",
-    "DeleteAfter",
-    "LogSink",
-    "OnTimeout",
-    "Tuning",
-    "run_job",
-    "stderr_sink",
-]

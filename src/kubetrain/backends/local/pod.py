@@ -2,7 +2,7 @@
 
 Controllers (PyTorchJob, MPIJob launcher, JobSet child Jobs) decide when a pod starts, restarts
 or stops; a LocalPod does it the way the kubelet would: translate the main container to this
-machine (local_podspec), start it in its own session, restart it in place (emptyDirs kept), run
+machine (`podspec`), start it in its own session, restart it in place (emptyDirs kept), run
 its readiness probe, stop it with a grace period. Only the pod's main container runs; init
 containers and sidecars are reported in a Warning event and skipped.
 """
@@ -14,16 +14,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kubetrain.backends.base import PodInfo
-from kubetrain.backends.local_env import expand_references, resolve_command
-from kubetrain.backends.local_podspec import (
+from kubetrain.backends.local.env import expand_references, resolve_command
+from kubetrain.backends.local.podspec import (
     ContainerTranslator,
     PodContext,
     PodPlan,
     PodStartError,
     main_container,
 )
-from kubetrain.backends.local_probe import ProbeLoop, build_check
-from kubetrain.backends.local_process import LogStream, ReplicaProcess
+from kubetrain.backends.local.probe import ProbeLoop, build_check
+from kubetrain.backends.local.process import LogStream, ReplicaProcess
 
 DEFAULT_GRACE_SECONDS = 30.0
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from kubetrain.backends.base import Backend, JobRef, PodInfo
 from kubetrain.errors import BackendError
-from kubetrain.launcher_progress import LogSink, describe_pod
+from kubetrain.launcher.progress import LogSink, describe_pod
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,11 @@
+"""The Kubernetes backend: the only package that talks to the Kubernetes API.
+
+`backend` holds the Backend implementation; `config` finds the cluster and the namespace,
+`objects` turns API objects into the launcher's records, `retry` retries transient failures,
+`errors` maps HTTP statuses to kubetrain's errors and `stream` frames watch and log streams.
+"""
+
+from kubetrain.backends.kubernetes.backend import KubernetesBackend
+from kubetrain.backends.kubernetes.retry import RetryPolicy
+
+__all__ = ["KubernetesBackend", "RetryPolicy"]

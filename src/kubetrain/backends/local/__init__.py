@@ -1,0 +1,57 @@
+"""The local backend: runs PyTorchJob, MPIJob and JobSet manifests on this machine, as the operators would.
+
+Every replica ("pod") is one process in its own session, with its own loopback address
+(127.x.y.z, one block per job, see `addresses`), the environment its operator injects, its
+volumes mapped to local directories, and its stdout+stderr captured to a file (and, with
+`stream_logs`, printed as `[master-0] ...`). A supervisor thread per job plays the operator: it
+starts, restarts and stops the processes by the job's policies and writes the `status` the
+operator would write, so `kubetrain.status.parse_job_status` and the launcher read a local job
+exactly like a cluster one. The kinds:
+
+- PyTorchJob (training-operator v1.9): `operators.pytorchjob`;
+- MPIJob v2beta1 (mpi-operator v0.8): `operators.mpijob` — the launcher's `mpirun` starts the ranks on
+  this machine through a `localhost slots=N` hostfile; the workers' sshd does not run;
+- JobSet v1alpha2 (v0.12): `operators.jobset`, with child batch Jobs in `operators.batchjob`.
+
+Translation (`env`, `podspec`): host names the manifest uses (`<job>-master-0`,
+`<js>-ps-1-0.<js>`, with or without `.<ns>.svc.cluster.local`) become loopback addresses and mount
+paths become local directories, in literal env values and in command and args (also inside
+shell strings); not inside files a program reads, and not in values the API supplies
+(downward-API fields, secrets). `python`/`python3` run this interpreter, also inside shell
+commands. A command that does not exist here fails its job at once, naming the replica and image.
+Every replica also gets `KUBETRAIN_BIND_ADDRESS=<its address>`: servers should listen there (or
+on the host of their own entry in the address lists the manifest passes), not on 0.0.0.0 — two
+replicas binding the wildcard address on one port collide here (with SO_REUSEPORT, as gRPC sets
+it, they silently share connections), where on a cluster each pod has its own IP. The DDP
+program's rank 0 hosts its rendezvous store there (kubetrain.train.torch_dist), so two PyTorchJobs
+with the same master port run side by side; gloo needs nothing, it listens on ephemeral ports.
+Limitation: torchrun's own stores (the c10d rendezvous store of an elastic PyTorchJob at
+`rdzvPort`, and a static agent's store at MASTER_PORT) listen on every interface, and torch has no
+setting (rdzv conf or env) to bind them to one address: two such jobs with the same port must not
+run at the same time on one machine (give them different `rdzvPort`s), or the second job's agents
+fail to host the store and join the first job's instead.
+
+Directories under `root` (default `$KUBETRAIN_LOCAL_ROOT`, else `~/.kubetrain/local`):
+`claims/<claimName>/` for each PersistentVolumeClaim (shared by all replicas, kept across runs:
+put input data there and read outputs from there, see `claim_dir`), and
+`jobs/<namespace>/<name>-<uid8>/` per job with `logs/<pod>.<n>.log` (one file per container
+start) and `pods/<pod>/volumes/` (fresh emptyDirs).
+
+Processes never outlive their job: they are stopped (SIGTERM to every process of the replica's
+session, SIGKILL after a grace period capped at `max_grace_seconds`) and reaped on success,
+failure, deadline, `delete`, `suspend` and `close`, and when the backend is garbage-collected or
+the interpreter exits; if this process dies hard (SIGKILL), a watchdog process stops them
+(`watchdog`). Jobs live as long as this backend object; a job name submitted again with the
+same KFP run and task labels is adopted, with other labels it is a conflict.
+
+Not imitated: scheduling (nodeSelector, tolerations, resources are not enforced, GPUs are not
+isolated), readOnly mounts, image contents (the image's entrypoint, files and environment),
+init containers and sidecars (skipped with a Warning event), Services other than the per-pod
+names, a Job's podFailurePolicy and backoffLimitPerIndex, JobSet's BlockingRecreate and
+InPlaceRestart (both act as Recreate). Restart back-off and probe periods are scaled down
+(`restart_backoff_seconds`, `probe_period_seconds`) so local runs take seconds.
+"""
+
+from kubetrain.backends.local.backend import LocalBackend, claim_directory, default_root
+
+__all__ = ["LocalBackend", "claim_directory", "default_root"]

@@ -1,0 +1,64 @@
+"""What the launcher does with a job (:class:`AwaitOptions`) and how often it looks (:class:`Tuning`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kubetrain.errors import InvalidInputError
+
+DeleteAfter = Literal["never", "success", "always"]
+OnTimeout = Literal["delete", "suspend"]
+DELETE_AFTER_CHOICES: tuple[str, ...] = ("never", "success", "always")
+ON_TIMEOUT_CHOICES: tuple[str, ...] = ("delete", "suspend")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tuning:
+    """How often the launcher looks at what. Defaults suit real clusters; tests shorten them."""
+
+    # A watch window while nothing is expected but a status change (the backend reconnects
+    # inside it; the window only bounds how long the loop goes without checking its deadline).
+    watch_window_seconds: float = 300.0
+    # While the job or a pod is pending, pods and events are looked at this often, so that
+    # ImagePullBackOff, Unschedulable and operator rejections are reported promptly.
+    pending_poll_seconds: float = 5.0
+    log_tail_lines: int = 50
+    # How long the primary pod's log may take to flush after the pod ended.
+    log_drain_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("watch_window_seconds", "pending_poll_seconds", "log_drain_seconds"):
+            if not getattr(self, name) > 0:
+                raise InvalidInputError(f"{name}: got {getattr(self, name)!r}; expected a positive number")
+        if self.log_tail_lines < 1:
+            raise InvalidInputError(f"log_tail_lines: got {self.log_tail_lines!r}; expected ≥ 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwaitOptions:
+    """What the launcher does with a job. Validated on construction."""
+
+    timeout_seconds: float
+    delete_after: DeleteAfter = "success"
+    on_timeout: OnTimeout = "delete"
+    stream_logs: bool = True
+    # Limit on the time to reach Running (an image that never pulls, a pod that never schedules).
+    start_timeout_seconds: float | None = None
+    tuning: Tuning = field(default_factory=Tuning)
+
+    def __post_init__(self) -> None:
+        if not self.timeout_seconds > 0:
+            raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
+        if self.start_timeout_seconds is not None and not self.start_timeout_seconds > 0:
+            raise InvalidInputError(
+                f"start_timeout_seconds: got {self.start_timeout_seconds!r}; expected a positive number or None"
+            )
+        if self.delete_after not in DELETE_AFTER_CHOICES:
+            raise InvalidInputError(
+                f"delete_after: got {self.delete_after!r}; expected one of {', '.join(DELETE_AFTER_CHOICES)}"
+            )
+        if self.on_timeout not in ON_TIMEOUT_CHOICES:
+            raise InvalidInputError(
+                f"on_timeout: got {self.on_timeout!r}; expected one of {', '.join(ON_TIMEOUT_CHOICES)}"
+            )

@@ -1,0 +1,107 @@
+"""The typed training requests: each component's inputs validated once, and the spec they make."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubetrain.errors import InvalidInputError
+from kubetrain.kfp_runtime.requests import ChainerMNRequest, JobPlan, PSRequest, PyTorchRequest
+from kubetrain.manifests import build_manifest
+from kubetrain.presets import PodOptions, TrainingParams
+from kubetrain.specs import MPIJobSpec, PSJobSpec, PyTorchJobSpec
+from tests.crd_schema import validate_strict
+
+IDS = {"run_id": "run-1", "task_id": "task-1"}
+PLAN = JobPlan(name="train-0123456789ab", params=TrainingParams(), pod=PodOptions())
+
+
+def test_unresolved_placeholders_and_bad_settings_are_refused() -> None:
+    with pytest.raises(InvalidInputError, match=r"pass dsl\.PIPELINE_JOB_ID_PLACEHOLDER"):
+        PyTorchRequest(run_id="{{$.pipeline_job_uuid}}", task_id="t")
+    with pytest.raises(InvalidInputError, match="task_id"):
+        PyTorchRequest(run_id="r", task_id=" ")
+    with pytest.raises(InvalidInputError, match="delete_after: got 'later'"):
+        PyTorchRequest(**IDS, delete_after="later")
+    with pytest.raises(InvalidInputError, match="learning_rate: got 0"):
+        ChainerMNRequest(**IDS, learning_rate=0)
+    with pytest.raises(InvalidInputError, match="epochs: got 0"):
+        PSRequest(**IDS, epochs=0)
+    request = PyTorchRequest(**IDS, timeout_seconds=90.5, backoff_limit=2)
+    assert request.run_policy().active_deadline_seconds == 90
+    assert request.run_policy().backoff_limit == 2
+
+
+def test_unknown_inputs_are_named() -> None:
+    with pytest.raises(InvalidInputError, match="unknown inputs lr, model"):
+        PyTorchRequest.from_inputs({**IDS, "lr": 0.1, "model": "cnn"})
+
+
+def test_component_names_become_the_programs_flags_once() -> None:
+    request = PyTorchRequest(**IDS, learning_rate=0.05, architecture="cnn", epochs=3)
+    params = request.training_params(data_dir="/workspace/d", output_dir="/workspace/o", checkpoint_dir="/workspace/c")
+    args = params.program_args()
+    assert args[args.index("--lr") + 1] == "0.05"
+    assert args[args.index("--model") + 1] == "cnn"
+    assert args[args.index("--epochs") + 1] == "3"
+
+
+def test_ps_architecture_is_checked_against_the_ps_models() -> None:
+    """ps_train used to accept the DDP models (cnn: submitted, then failed in the pod) and refuse wide_deep."""
+    with pytest.raises(InvalidInputError, match=r"architecture: got 'cnn'; expected one of mlp, wide_deep"):
+        PSRequest(**IDS, architecture="cnn")
+    spec = PSRequest(**IDS, architecture="wide_deep").to_spec(
+        JobPlan(name="ps-0123456789ab", params=TrainingParams(model="wide_deep"), pod=PodOptions())
+    )
+    assert isinstance(spec, PSJobSpec)
+    assert spec.master.args[spec.master.args.index("--model") + 1] == "wide_deep"
+    with pytest.raises(InvalidInputError, match="architecture: got 'wide_deep'; expected one of mlp, cnn"):
+        PyTorchRequest(**IDS, architecture="wide_deep")
+    with pytest.raises(InvalidInputError, match="architecture: got 'wide_deep'"):
+        ChainerMNRequest(**IDS, architecture="wide_deep")
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        ({}, ("python", "-m", "kubetrain.train.torch_ddp")),
+        ({"command": "python /app/train.py"}, ("python", "/app/train.py")),
+        (
+            {"command": "python3 /app/train.py", "elastic_min_workers": 1, "elastic_max_workers": 2},
+            ("python", "-m", "torch.distributed.run", "/app/train.py"),
+        ),
+        (
+            {"elastic_min_workers": 1, "elastic_max_workers": 2},
+            ("python", "-m", "torch.distributed.run", "-m", "kubetrain.train.torch_ddp"),
+        ),
+    ],
+)
+def test_pytorch_program_reaches_every_replica(inputs: dict[str, Any], expected: tuple[str, ...]) -> None:
+    spec = PyTorchRequest(**IDS, **inputs).to_spec(PLAN)
+    assert isinstance(spec, PyTorchJobSpec)
+    for replica in (spec.master, spec.worker):
+        if replica is not None:
+            assert replica.command == expected
+    validate_strict(build_manifest(spec))
+
+
+def test_chainermn_program_runs_under_mpirun() -> None:
+    spec = ChainerMNRequest(**IDS, command="python -m mine --flag 'a b'").to_spec(PLAN)
+    assert isinstance(spec, MPIJobSpec)
+    assert spec.launcher.command[:3] == ("mpirun", "-n", "2")
+    assert spec.launcher.command[-5:] == ("python", "-m", "mine", "--flag", "a b")
+    validate_strict(build_manifest(spec))
+
+
+def test_bad_programs_and_bounds_are_refused_before_anything_is_built() -> None:
+    with pytest.raises(InvalidInputError, match="elastic job starts the program under torchrun"):
+        PyTorchRequest(**IDS, command="./run", elastic_min_workers=1, elastic_max_workers=2)
+    with pytest.raises(InvalidInputError, match="elastic_min_workers/elastic_max_workers: got 3/2"):
+        PyTorchRequest(**IDS, elastic_min_workers=3, elastic_max_workers=2)
+    with pytest.raises(InvalidInputError, match="command: got 'python \"unclosed'"):
+        ChainerMNRequest(**IDS, command='python "unclosed')
+    with pytest.raises(InvalidInputError, match="backend: got 'mpi'"):
+        PyTorchRequest(**IDS, backend="mpi")
+    with pytest.raises(InvalidInputError, match="mode: got 'eventual'"):
+        PSRequest(**IDS, mode="eventual")
