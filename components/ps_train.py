@@ -65,7 +65,7 @@ def ps_train(
         epochs: Passes over the training data.
         batch_size: Records per worker step.
         learning_rate: Learning rate of the parameter servers' optimizer.
-        architecture: Model: mlp or cnn.
+        architecture: Model: mlp (dense) or wide_deep (wide & deep with embedding tables on the servers).
         seed: Random seed.
         image: Training image; empty for kubetrain's parameter-server image of this version.
         cpu: CPU request of each worker pod (e.g. "2"); or set_cpu_request on the task.
