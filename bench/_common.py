@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubetrain.backends.local import LocalBackend
+from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.errors import KubetrainError
 from kubetrain.launcher import AwaitOptions, run_job
 

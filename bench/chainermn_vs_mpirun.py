@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Side, alternate, base_env, digits_dataset, markdown, run_local_job, run_processes, summary
 
-from kubetrain.backends.local import LocalBackend
+from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.manifests import build_manifest
 from kubetrain.presets import PodOptions, TrainingParams, mpi_job_spec
 from kubetrain.specs import EnvVar, MPIJobSpec, RunPolicy

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.backends.local import LocalBackend
+from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.manifests import build_ps_jobset
 from kubetrain.specs import JobMeta, PSJobSpec
 from kubetrain.specs.common import ReplicaSpec, RunPolicy, Workspace

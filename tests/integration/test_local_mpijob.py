@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.backends.local import LocalBackend
+from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.status import JobPhase
 from tests.integration.test_local_pytorchjob import _alive, _follow, _pids_of, _wait_for
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kubetrain.backends.base import JobRef
-from kubetrain.backends.local import LocalBackend
+from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.errors import BackendError, JobConflictError
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, JobStatus, parse_job_status
@@ -423,7 +423,7 @@ def test_resubmitting_with_the_same_run_labels_adopts_and_other_labels_conflict(
 
 SUPERVISOR = """
     import json, pathlib, sys, time
-    from kubetrain.backends.local import LocalBackend
+    from kubetrain.backends.local.backend import LocalBackend
     root, manifest = pathlib.Path(sys.argv[1]), json.loads(sys.argv[2])
     backend = LocalBackend(root, max_grace_seconds=1.0)
     backend.submit(manifest)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kubetrain.backends.base import JobRef
-from kubetrain.backends.local import LocalBackend
+from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.data.download import download
 from kubetrain.status import JobPhase, parse_job_status
 from tests.integration.test_local_pytorchjob import CLAIM, _follow, _pids_of, _pytorchjob, _template, _wait_for

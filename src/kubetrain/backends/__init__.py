@@ -50,7 +50,7 @@ def open_backend(
         raise InvalidInputError(f"backend: got {kind!r}; expected one of {', '.join(BACKEND_KINDS)}")
     namespace = check_namespace(namespace)
     if kind == "local":
-        from kubetrain.backends.local import LocalBackend
+        from kubetrain.backends.local.backend import LocalBackend
 
         return LocalBackend(root=local_root, stream_logs=False, namespace=namespace or "default")
     from kubetrain.backends.kubernetes import KubernetesBackend

@@ -70,7 +70,7 @@ class WorkspaceView:
 
 def local_claim_dir(root: Path | None, claim: str) -> Path:
     """The local backend's directory for a PVC claim."""
-    from kubetrain.backends.local import claim_directory
+    from kubetrain.backends.local.backend import claim_directory
 
     return claim_directory(root, claim)
 

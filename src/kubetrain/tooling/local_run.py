@@ -219,7 +219,7 @@ def run_pipeline_locally(
     state: Literal["SUCCEEDED", "FAILED"] = (
         "SUCCEEDED" if tasks and all(t.state == "SUCCEEDED" for t in tasks) else "FAILED"
     )
-    from kubetrain.backends.local import claim_directory
+    from kubetrain.backends.local.backend import claim_directory
 
     return RunOutcome(
         pipeline=name,

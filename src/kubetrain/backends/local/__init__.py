@@ -1,4 +1,8 @@
-"""The local backend: runs PyTorchJob, MPIJob and JobSet manifests on this machine, as the operators would.
+"""The local backend (`backend.LocalBackend`): PyTorchJob, MPIJob and JobSet manifests run on this
+machine, as the operators would run them.
+
+The package imports nothing: its watchdog runs as `python -m kubetrain.backends.local.watchdog`
+and should start without loading the backend.
 
 Every replica ("pod") is one process in its own session, with its own loopback address
 (127.x.y.z, one block per job, see `addresses`), the environment its operator injects, its
@@ -51,7 +55,3 @@ names, a Job's podFailurePolicy and backoffLimitPerIndex, JobSet's BlockingRecre
 InPlaceRestart (both act as Recreate). Restart back-off and probe periods are scaled down
 (`restart_backoff_seconds`, `probe_period_seconds`) so local runs take seconds.
 """
-
-from kubetrain.backends.local.backend import LocalBackend, claim_directory, default_root
-
-__all__ = ["LocalBackend", "claim_directory", "default_root"]
