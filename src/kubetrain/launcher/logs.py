@@ -72,8 +72,11 @@ def capture_failure_tails(backend: Backend, ref: JobRef, pods: Iterable[PodInfo]
 class LogFollower(threading.Thread):
     """Follows the primary pod's log into the sink until the pod ends or the launcher stops it.
 
-    `job_done` asks it to finish what it is reading and return; `stop` asks it to return at the
-    next line. It never raises: a log that cannot be read is a line in the sink, not a failed job.
+    It waits for news rather than for a clock: the launcher calls :meth:`notify` whenever the job's
+    status changes (a pod started, the job ended), and `poll_seconds` only bounds the wait for
+    changes nobody reports (a pod that restarts while the job stays Running). `job_done` asks it to
+    read what is left of the log once more, without following, and return; `stop` asks it to return
+    at the next line. It never raises: a log that cannot be read is a line in the sink, not a failed job.
     """
 
     def __init__(
@@ -97,7 +100,12 @@ class LogFollower(threading.Thread):
         self._hint = kubectl_hint
         self._emitted: dict[tuple[str, int], int] = {}  # (pod, restart count) -> lines written
         self._done: set[tuple[str, int]] = set()  # container instances read to their end
+        self._news = threading.Event()
         self.lines = 0
+
+    def notify(self) -> None:
+        """Something changed (the job's status, its end, a stop request): look at the pods again now."""
+        self._news.set()
 
     def run(self) -> None:
         """Thread body: follow, and report (not raise) whatever goes wrong."""
@@ -107,21 +115,26 @@ class LogFollower(threading.Thread):
             self._sink(f"log streaming stopped: {e}")
 
     def _wait(self) -> bool:
-        """Sleep one poll interval; False when the follower should return."""
-        if self._job_done.is_set() or self._stop_event.is_set():
+        """Wait for news (or one poll interval); False when the follower should return."""
+        if self._stop_event.is_set():
             return False
-        return not self._stop_event.wait(self._poll)
+        self._news.wait(self._poll)
+        return not self._stop_event.is_set()
 
     def _follow(self) -> None:
         announced: str | None = None
         while not self._stop_event.is_set():
+            # Cleared before looking, so news that arrives while we look cuts the next wait short.
+            self._news.clear()
+            # The job has ended: this pass reads what is left of the log, and is the last.
+            final = self._job_done.is_set()
             try:
                 pod = primary_pod(self._ref, self._backend.pods(self._ref))
             except BackendError as e:
                 logger.debug("listing pods for logs failed: %s", e)
                 pod = None
             if pod is None or (pod.phase == "Pending" and pod.restart_count == 0):
-                if not self._wait():
+                if final or not self._wait():
                     return
                 continue
             if announced != pod.name:
@@ -136,12 +149,12 @@ class LogFollower(threading.Thread):
                 self._read(pod, instance=(pod.name, pod.restart_count - 1), previous=True, follow=False)
             current = (pod.name, pod.restart_count)
             if current in self._done or pod.phase == "Pending":
-                if pod.phase in TERMINAL_POD_PHASES or not self._wait():
+                if final or pod.phase in TERMINAL_POD_PHASES or not self._wait():
                     return
                 continue
-            follow = pod.phase not in TERMINAL_POD_PHASES
+            follow = pod.phase not in TERMINAL_POD_PHASES and not final
             new_lines = self._read(pod, instance=current, previous=False, follow=follow)
-            if not follow and current in self._done:
+            if final or (not follow and current in self._done):
                 return
             if new_lines == 0 and not self._wait():
                 return

@@ -146,6 +146,9 @@ class _Await:
                     for obj in stream:
                         status = parse_job_status(obj)
                         changed = progress.job(status)
+                        if self.follower is not None:
+                            # Replica counts move as pods start and end: the follower looks now.
+                            self.follower.notify()
                         if self.on_status is not None:
                             self.on_status(status)
                         if status.phase.terminal:
@@ -280,10 +283,12 @@ class _Await:
         follower = self.follower
         if follower is None:
             return
+        follower.notify()
         if drain:
             # The primary pod has ended: its log stream ends by itself; give it time to flush.
             follower.join(self.opts.tuning.log_drain_seconds)
         self.stop_logs.set()
+        follower.notify()
         if follower.is_alive():
             follower.join(1.0)
         if follower.is_alive():

@@ -106,6 +106,7 @@ class LocalPod:
                 prefix=self.plan.prefix,
                 sink=self.ctx.sink,
                 registry=self.ctx.registry,
+                on_output_closed=self.ctx.wake,
             )
         except PodStartError as e:
             self._cannot_run(str(e))

@@ -174,6 +174,7 @@ class ReplicaProcess:
         prefix: str,
         sink: LineSink | None,
         registry: SessionRegistry | None = None,
+        on_output_closed: Callable[[], None] | None = None,
     ) -> None:
         command = list(argv)
         if _SETPRIV is not None:
@@ -181,6 +182,9 @@ class ReplicaProcess:
         self._log = log
         self._prefix = prefix
         self._sink = sink
+        # Output closes when the container's processes exit: the supervisor looks at once rather
+        # than at its next poll (which stays as the backstop for a child that keeps the pipe open).
+        self._on_output_closed = on_output_closed
         self._popen = subprocess.Popen(
             command,
             env=dict(env),
@@ -212,6 +216,10 @@ class ReplicaProcess:
         finally:
             out.close()
             self._log.close()
+            if self._on_output_closed is not None:
+                # Output ends as the main process exits; reaped first, so the supervisor sees the code.
+                self._popen.wait()
+                self._on_output_closed()
 
     @property
     def log(self) -> LogStream:
