@@ -21,7 +21,7 @@ from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
 from kubetrain.kfp_runtime.requests import JobPlan, TrainingRequest
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
-from kubetrain.launcher import AwaitOptions, run_job
+from kubetrain.launcher import AwaitOptions, run_job, timestamped_stderr_sink
 from kubetrain.manifests import build_manifest
 from kubetrain.names import derive_job_name
 from kubetrain.status import JobResult
@@ -103,6 +103,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
             manifest,
             backend=backend,
             options=AwaitOptions(timeout_seconds=request.timeout_seconds, delete_after=request.delete_policy),
+            log_sink=timestamped_stderr_sink,
         )
     finally:
         backend.close()

@@ -14,7 +14,7 @@ from kubetrain.launcher.options import (
     OnTimeout,
     Tuning,
 )
-from kubetrain.launcher.progress import LogSink, stderr_sink
+from kubetrain.launcher.progress import LogSink, stderr_sink, timestamped_stderr_sink
 
 __all__ = [
     "DELETE_AFTER_CHOICES",
@@ -26,4 +26,5 @@ __all__ = [
     "Tuning",
     "run_job",
     "stderr_sink",
+    "timestamped_stderr_sink",
 ]

@@ -23,6 +23,12 @@ def stderr_sink(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def timestamped_stderr_sink(line: str) -> None:
+    """One line to stderr behind the wall-clock time (a KFP step's log has no timestamps of its own)."""
+    now = datetime.now().astimezone()
+    print(f"{now:%H:%M:%S}.{now.microsecond // 1000:03d} {line}", file=sys.stderr, flush=True)
+
+
 WallClock = Callable[[], datetime]
 
 
