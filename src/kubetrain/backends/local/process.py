@@ -4,7 +4,10 @@ A container's processes all die with it; a local replica imitates that by runnin
 session (`start_new_session=True`, so the replica is a session *and* process-group leader) and
 by killing every process of that session when the replica is stopped or its main process exits.
 The session, not the process group, is the unit: Open MPI's `mpirun` puts each local rank in a
-process group of its own, but all of them stay in the launcher's session.
+process group of its own, but all of them stay in the launcher's session. A process can still
+leave the session (`setsid`, a daemon's double fork); it keeps its environment, though, so every
+container's processes also carry a marker variable (:data:`CONTAINER_ENV`) with the container's
+own token, and a process with that marker counts as the container's wherever it went.
 
 If the Python process that supervises the replicas dies without cleaning up (SIGKILL, OOM), each
 replica's main process still receives SIGTERM through the parent-death signal (`setpriv
@@ -20,21 +23,43 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 LineSink = Callable[[str], None]
 
 
+CONTAINER_ENV = "KUBETRAIN_LOCAL_CONTAINER"
+
+
+@dataclass(frozen=True)
+class ContainerId:
+    """What makes a process one container's: its session, or the container's environment marker."""
+
+    sid: int
+    token: str
+
+    def __str__(self) -> str:
+        return f"{self.sid} {self.token}"
+
+    @classmethod
+    def parse(cls, text: str) -> ContainerId:
+        """The inverse of `str()`."""
+        sid, token = text.split()
+        return cls(sid=int(sid), token=token)
+
+
 class SessionRegistry(Protocol):
-    """Who must know which replica sessions are alive (`watchdog.Watchdog`)."""
+    """Who must know which replica containers are alive (`watchdog.Watchdog`)."""
 
-    def add(self, sid: int) -> None:
-        """A session started."""
+    def add(self, container: ContainerId) -> None:
+        """A container started."""
 
-    def remove(self, sid: int) -> None:
-        """A session is gone."""
+    def remove(self, container: ContainerId) -> None:
+        """A container is gone."""
 
 
 _SETPRIV = shutil.which("setpriv")
@@ -49,8 +74,17 @@ def container_exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes whose session id is `sid`, read from /proc."""
+def _has_marker(pid: str, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:  # exited meanwhile, or someone else's process
+        return False
+
+
+def container_members(container: ContainerId) -> list[int]:
+    """Live (non-zombie) processes of a container: its session, and whatever carries its marker."""
+    marker = f"{CONTAINER_ENV}={container.token}".encode()
     members = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -62,15 +96,17 @@ def session_members(sid: int) -> list[int]:
             continue
         # The command name is in parentheses and may contain anything: parse after the last ')'.
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and fields[0] != b"Z" and int(fields[3]) == sid:
+        if len(fields) <= 3 or fields[0] == b"Z":
+            continue
+        if int(fields[3]) == container.sid or _has_marker(entry.name, marker):
             members.append(int(entry.name))
     return members
 
 
-def signal_session(sid: int, sig: int) -> int:
-    """Send `sig` to every live process of session `sid`; the number signalled."""
+def signal_container(container: ContainerId, sig: int) -> int:
+    """Send `sig` to every live process of the container; the number signalled."""
     count = 0
-    for pid in session_members(sid):
+    for pid in container_members(container):
         try:
             os.kill(pid, sig)
             count += 1
@@ -185,9 +221,10 @@ class ReplicaProcess:
         # Output closes when the container's processes exit: the supervisor looks at once rather
         # than at its next poll (which stays as the backstop for a child that keeps the pipe open).
         self._on_output_closed = on_output_closed
+        token = uuid.uuid4().hex
         self._popen = subprocess.Popen(
             command,
-            env=dict(env),
+            env={**env, CONTAINER_ENV: token},
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -196,9 +233,10 @@ class ReplicaProcess:
             close_fds=True,
         )
         self.pid = self._popen.pid
+        self.container = ContainerId(sid=self.pid, token=token)
         self._registry = registry
         if registry is not None:
-            registry.add(self.pid)
+            registry.add(self.container)
         self.started_at = time.time()
         self._returncode: int | None = None
         self._reader = threading.Thread(target=self._pump, name=f"kubetrain-log-{prefix}", daemon=True)
@@ -227,7 +265,7 @@ class ReplicaProcess:
         return self._log
 
     def poll(self) -> int | None:
-        """The container exit code once the main process has exited (then its session is killed)."""
+        """The container exit code once the main process has exited (then the rest of it is killed)."""
         if self._returncode is not None:
             return container_exit_code(self._returncode)
         rc = self._popen.poll()
@@ -235,13 +273,13 @@ class ReplicaProcess:
             return None
         self._returncode = rc
         # Like a container: when the main process ends, whatever it left behind ends too.
-        signal_session(self.pid, signal.SIGKILL)
+        signal_container(self.container, signal.SIGKILL)
         self._unregister()
         return container_exit_code(rc)
 
     def _unregister(self) -> None:
         if self._registry is not None:
-            self._registry.remove(self.pid)
+            self._registry.remove(self.container)
             self._registry = None
 
     def stop(self, grace_seconds: float) -> int:
@@ -250,18 +288,18 @@ class ReplicaProcess:
         Returns the container exit code of the main process.
         """
         if self._returncode is None and self._popen.poll() is None:
-            signal_session(self.pid, signal.SIGTERM)
+            signal_container(self.container, signal.SIGTERM)
             deadline = time.monotonic() + grace_seconds
             while time.monotonic() < deadline:
-                if self._popen.poll() is not None and not session_members(self.pid):
+                if self._popen.poll() is not None and not container_members(self.container):
                     break
                 time.sleep(_EXIT_CHECK_SECONDS)
-        signal_session(self.pid, signal.SIGKILL)
+        signal_container(self.container, signal.SIGKILL)
         self._returncode = self._popen.wait()
         # SIGKILL is delivered asynchronously: return only once nothing of the session runs.
         deadline = time.monotonic() + _KILL_WAIT_SECONDS
-        while session_members(self.pid) and time.monotonic() < deadline:
-            signal_session(self.pid, signal.SIGKILL)
+        while container_members(self.container) and time.monotonic() < deadline:
+            signal_container(self.container, signal.SIGKILL)
             time.sleep(_EXIT_CHECK_SECONDS)
         self._unregister()
         # The pipe closes once every process of the session is gone; all of them were just killed.

@@ -4,9 +4,10 @@ The backend stops its replicas itself on every normal path (success, failure, de
 interpreter exit). A SIGKILL or the OOM killer leaves no such chance, and the parent-death signal
 of each replica (`process`) only reaches the replica's main process: `mpirun`, for one,
 exits on SIGTERM and leaves its ranks running. So each backend starts one small watchdog in its
-own session and tells it, over a pipe, which replica sessions are alive; when the pipe reaches
-end-of-file without a clean "bye" (the backend is gone), the watchdog SIGTERMs every process of
-those sessions, SIGKILLs what is left after a grace period, and exits.
+own session and tells it, over a pipe, which replica containers are alive (session and
+environment marker, `process.ContainerId`); when the pipe reaches end-of-file without a clean
+"bye" (the backend is gone), the watchdog SIGTERMs every process of those containers, SIGKILLs
+what is left after a grace period, and exits.
 
 Run as `python -m kubetrain.backends.local.watchdog GRACE_SECONDS`.
 """
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 
-from kubetrain.backends.local.process import session_members, signal_session
+from kubetrain.backends.local.process import ContainerId, container_members, signal_container
 
 
 class Watchdog:
@@ -47,13 +48,13 @@ class Watchdog:
             except BrokenPipeError:  # the watchdog is gone; the backend still cleans up itself
                 stdin.close()
 
-    def add(self, sid: int) -> None:
-        """A replica session started."""
-        self._send(f"add {sid}")
+    def add(self, container: ContainerId) -> None:
+        """A replica container started."""
+        self._send(f"add {container}")
 
-    def remove(self, sid: int) -> None:
-        """A replica session is gone."""
-        self._send(f"del {sid}")
+    def remove(self, container: ContainerId) -> None:
+        """A replica container is gone."""
+        self._send(f"del {container}")
 
     def close(self) -> None:
         """The backend has stopped everything itself: let the watchdog exit without acting."""
@@ -69,29 +70,29 @@ class Watchdog:
 
 
 def main(argv: list[str]) -> int:
-    """Read commands until end-of-file; then stop the sessions still registered (unless told 'bye')."""
+    """Read commands until end-of-file; then stop the containers still registered (unless told 'bye')."""
     grace = float(argv[0]) if argv else 3.0
     # The backend's process group may be signalled as a whole (Ctrl-C): the watchdog outlives it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sessions: set[int] = set()
+    containers: set[ContainerId] = set()
     clean = False
     for line in sys.stdin:
         op, _, value = line.strip().partition(" ")
         if op == "add":
-            sessions.add(int(value))
+            containers.add(ContainerId.parse(value))
         elif op == "del":
-            sessions.discard(int(value))
+            containers.discard(ContainerId.parse(value))
         elif op == "bye":
             clean = True
-    if clean or not sessions:
+    if clean or not containers:
         return 0
-    for sid in sessions:
-        signal_session(sid, signal.SIGTERM)
+    for container in containers:
+        signal_container(container, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(session_members(sid) for sid in sessions):
+    while time.monotonic() < deadline and any(container_members(c) for c in containers):
         time.sleep(0.05)
-    for sid in sessions:
-        signal_session(sid, signal.SIGKILL)
+    for container in containers:
+        signal_container(container, signal.SIGKILL)
     return 0
 
 
