@@ -68,4 +68,6 @@ def run(args: argparse.Namespace) -> int:
     print(describe(outcome), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:
         print(json.dumps(outcome.to_json()), flush=True)
+    if outcome.state == "CANCELLED":
+        return int(ExitCode.CANCELLED)
     return 0 if outcome.state == "SUCCEEDED" else int(ExitCode.JOB_FAILED)

@@ -18,15 +18,22 @@ from kubetrain.status import JobPhase, JobStatus
 LogSink = Callable[[str], None]
 
 
+def _write_line(text: str) -> None:
+    # One write per line: `print` writes the text and the newline separately, and the log
+    # follower thread's lines then land inside the main thread's.
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 def stderr_sink(line: str) -> None:
     """The default sink: one line to stderr, flushed (KFP shows the step's stderr live)."""
-    print(line, file=sys.stderr, flush=True)
+    _write_line(line)
 
 
 def timestamped_stderr_sink(line: str) -> None:
     """One line to stderr behind the wall-clock time (a KFP step's log has no timestamps of its own)."""
     now = datetime.now().astimezone()
-    print(f"{now:%H:%M:%S}.{now.microsecond // 1000:03d} {line}", file=sys.stderr, flush=True)
+    _write_line(f"{now:%H:%M:%S}.{now.microsecond // 1000:03d} {line}")
 
 
 WallClock = Callable[[], datetime]

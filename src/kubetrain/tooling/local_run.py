@@ -13,6 +13,8 @@ directory per run. Layout of a run directory::
 
 Afterwards each task's state is read back from kfp.local's output tree: a task directory with
 an `executor_output.json` succeeded, one without it failed, a task without a directory never ran.
+SIGTERM or SIGINT stops the run: its running step deletes its job, no further step starts, and
+the outcome says CANCELLED (:mod:`.cancel`).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from typing import Any, Literal
 
 from kubetrain.errors import BackendError
 from kubetrain.kfp_runtime.workspace import BACKEND_ENV, LOCAL_ROOT_ENV
+from kubetrain.tooling.cancel import RunCancelled, RunGuard
 from kubetrain.tooling.catalog import Entry
 
 TaskState = Literal["SUCCEEDED", "FAILED", "NOT_RUN"]
+RunState = Literal["SUCCEEDED", "FAILED", "CANCELLED"]
 EXECUTOR_OUTPUT = "executor_output.json"
 # Output artifact types copied to reports/ with the file extension a browser or editor expects.
 _REPORT_SUFFIXES = {"system.HTML": ".html", "system.Markdown": ".md"}
@@ -69,7 +73,7 @@ class RunOutcome:
     """A whole local run."""
 
     pipeline: str
-    state: Literal["SUCCEEDED", "FAILED"]
+    state: RunState
     run_dir: Path
     claims_dir: Path  # one directory per PersistentVolumeClaim (the workspace claim among them)
     wall_seconds: float
@@ -190,7 +194,10 @@ def run_pipeline_locally(
     runs_dir: Path,
     logs_to_stderr: bool = False,
 ) -> RunOutcome:
-    """Run any KFP pipeline of lightweight components here; returns its outcome (FAILED, no raise, on failure)."""
+    """Run any KFP pipeline of lightweight components here; returns its outcome (FAILED, no raise, on failure).
+
+    A SIGTERM or SIGINT stops the running step (its job is deleted) and ends the run CANCELLED.
+    """
     from kfp import local
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
@@ -201,24 +208,31 @@ def run_pipeline_locally(
     env = {BACKEND_ENV: "local", LOCAL_ROOT_ENV: str(local_root), "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
     out_stream = sys.stderr if logs_to_stderr else sys.stdout
-    with _environment(env), contextlib.redirect_stdout(out_stream), warnings.catch_warnings():
+    guard = RunGuard()
+    with guard, _environment({**env, **guard.environment}), contextlib.redirect_stdout(out_stream), \
+            warnings.catch_warnings():  # fmt: skip
         # The launcher image's name has no "python" in it, which kfp.local warns about; the
         # steps do run in this Python, with kubetrain installed, as intended.
         warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_root), raise_on_error=False)
         try:
-            pipeline(**arguments)
+            with guard.running_steps():
+                pipeline(**arguments)
+        except RunCancelled as c:
+            print(f"kubetrain run: cancelled ({c.signal_name}); the running step stopped its job", flush=True)
         except (RuntimeError, ValueError) as e:
             raise BackendError(f"kfp.local could not run {name}: {e}") from e
     wall = time.monotonic() - start
     roots = [p for p in kfp_root.iterdir() if p.is_dir()]
+    if guard.cancelled and not roots:
+        roots = [kfp_root]  # stopped before kfp.local made its run directory: no task ran
     if len(roots) != 1:
         raise BackendError(f"{kfp_root}: expected one pipeline run directory from kfp.local, found {len(roots)}")
     reports = run_dir / "reports"
     tasks = tuple(_collect(name, comp, outs, roots[0], reports) for name, comp, outs in _dag_tasks(pipeline))
-    state: Literal["SUCCEEDED", "FAILED"] = (
-        "SUCCEEDED" if tasks and all(t.state == "SUCCEEDED" for t in tasks) else "FAILED"
-    )
+    state: RunState = "SUCCEEDED" if tasks and all(t.state == "SUCCEEDED" for t in tasks) else "FAILED"
+    if guard.cancelled:
+        state = "CANCELLED"
     from kubetrain.backends.local.backend import claim_directory
 
     return RunOutcome(

@@ -14,13 +14,14 @@ Run as `python -m kubetrain.backends.local.watchdog GRACE_SECONDS`.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 
-from kubetrain.backends.local.process import ContainerId, container_members, signal_container
+from kubetrain.backends.local.process import CONTAINER_ENV, ContainerId, container_members, signal_container
 
 
 class Watchdog:
@@ -28,8 +29,12 @@ class Watchdog:
 
     def __init__(self, grace_seconds: float) -> None:
         self._lock = threading.Lock()
+        # Not a member of any container around this process (a step of `kubetrain run`): whoever
+        # stops that container's processes must not stop the one process that cleans up after them.
+        env = {k: v for k, v in os.environ.items() if k != CONTAINER_ENV}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "kubetrain.backends.local.watchdog", str(grace_seconds)],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,  # neither a terminal's Ctrl-C nor our death signals reach it

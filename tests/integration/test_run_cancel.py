@@ -1,0 +1,113 @@
+"""`kubetrain run` stops when told to: its jobs are deleted, nothing is left running, exit 5.
+
+The run is a real `kubetrain run mnist_pytorch` (kfp.local, the local backend, two DDP replicas)
+long enough to be stopped while it trains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubetrain.errors import ExitCode
+from tests.integration.test_local_pytorchjob import _wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+KUBETRAIN = str(Path(sys.executable).parent / "kubetrain")
+
+
+def _leftovers(root: Path) -> list[str]:
+    """Live processes that belong to the run: their command line or environment names its directory."""
+    needle = str(root).encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes()
+        except OSError:
+            continue
+        if state != "Z" and (needle in cmdline or needle in environ):
+            command = cmdline.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{entry.name}: {command[:120]}")
+    return found
+
+
+class Run:
+    """A `kubetrain run ... --json` in the background, with its stderr collected as it comes."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            [KUBETRAIN, "run", "mnist_pytorch", "--param", "epochs=200", "--json"],
+            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.stderr: list[str] = []
+        self.running = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            if "Created → Running" in line:
+                self.running.set()
+
+    def wait_until_training(self) -> None:
+        assert self.running.wait(120), "the training job never reached Running:\n" + "".join(self.stderr[-30:])
+
+    def finish(self, timeout: float = 90) -> tuple[int, str]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        self._reader.join(10)
+        return self.proc.returncode, out
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Run]:
+    started = Run(tmp_path)
+    yield started
+    if started.proc.poll() is None:
+        started.proc.kill()
+        started.proc.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_run_deletes_its_job_and_exits_cancelled(run: Run, tmp_path: Path, sig: signal.Signals) -> None:
+    run.wait_until_training()
+    run.proc.send_signal(sig)
+    code, out = run.finish()
+    assert code == ExitCode.CANCELLED, "".join(run.stderr[-20:])
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["state"] == "CANCELLED"
+    assert outcome["tasks"]["download-dataset"]["state"] == "SUCCEEDED"
+    assert outcome["tasks"]["pytorch-train"]["state"] == "FAILED"
+    assert "Traceback" not in "".join(run.stderr)
+    _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the run to end")
+
+
+def test_more_signals_while_cancelling_change_nothing(run: Run, tmp_path: Path) -> None:
+    run.wait_until_training()
+    for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):
+        run.proc.send_signal(sig)
+    code, out = run.finish()
+    assert code == ExitCode.CANCELLED, "".join(run.stderr[-20:])
+    assert json.loads(out.strip().splitlines()[-1])["state"] == "CANCELLED"
+    _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the run to end")
+
+
+def test_a_sigkilled_run_leaves_nothing_behind(run: Run, tmp_path: Path) -> None:
+    run.wait_until_training()
+    run.proc.send_signal(signal.SIGKILL)  # no handler runs: only the run's watchdog can act
+    run.proc.wait(10)
+    _wait_for(lambda: not _leftovers(tmp_path), timeout=45, what="the run's steps and jobs to end after SIGKILL")
