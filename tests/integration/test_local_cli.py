@@ -182,3 +182,33 @@ def test_sigterm_to_launch_stops_every_replica_within_five_seconds(tmp_path: Pat
             launch.kill()
             launch.wait()
     assert _pids_of(tmp_path) == []
+
+
+def test_repeated_signals_while_cancelling_keep_exit_5_and_the_json(tmp_path: Path) -> None:
+    """Signals that kept coming while the launcher cancelled used to kill it with 143 and no JSON."""
+    root = tmp_path / "root"
+    manifest = _write(tmp_path, _pytorchjob("again", _sleeper(tmp_path), workers=1))
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "kubetrain", "launch", "-f", str(manifest), "--local", "--local-root", str(root),
+         "--json"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: len(_pids_of(tmp_path)) == 3, timeout=60, what="the launcher and two replicas")
+        # A storm, as from an impatient user or a supervisor repeating itself: SIGTERM and SIGINT
+        # every few milliseconds until the launcher has exited, so that every stage of the
+        # cancellation and of the clean-up after it receives some.
+        signals = (signal.SIGTERM, signal.SIGINT)
+        sent = 0
+        while launch.poll() is None and sent < 5000:
+            launch.send_signal(signals[sent % 2])
+            sent += 1
+            time.sleep(0.005)
+        out, _ = launch.communicate(timeout=30)
+        assert launch.returncode == ExitCode.CANCELLED
+        assert json.loads(out.strip().splitlines()[-1])["exit_code"] == ExitCode.CANCELLED
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.wait()
+    _wait_for(lambda: _pids_of(tmp_path) == [], timeout=10, what="every replica to go")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,6 +21,7 @@ from kubetrain.backends import check_namespace, open_backend
 from kubetrain.backends.base import Backend
 from kubetrain.errors import InvalidInputError, KubetrainError, ManifestError
 from kubetrain.launcher import DELETE_AFTER_CHOICES, ON_TIMEOUT_CHOICES, AwaitOptions, DeleteAfter, OnTimeout, run_job
+from kubetrain.launcher.signals import hold_signals, ignore_signals
 from kubetrain.manifests.kinds import kind_of
 
 DEFAULT_TIMEOUT_SECONDS = 24 * 3600
@@ -139,30 +141,39 @@ def dry_run(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Launch the manifest and return the exit code."""
+    cancel = hold_signals()
     try:
-        manifest = apply_namespace(load_manifest(args.filename), args.namespace)
-        kind_of(manifest)
-        if args.dry_run:
-            return dry_run(args, manifest)
-        backend = make_backend(args)
-        try:
-            result = run_job(
-                manifest,
-                backend=backend,
-                options=AwaitOptions(
-                    timeout_seconds=args.timeout,
-                    delete_after=cast(DeleteAfter, args.delete_after),
-                    on_timeout=cast(OnTimeout, args.on_timeout),
-                    stream_logs=not args.no_logs,
-                    start_timeout_seconds=args.start_timeout,
-                ),
-            )
-        finally:
-            backend.close()
+        return _launch(args, cancel)
     except KubetrainError as e:
         if args.json:
             print(json.dumps({"error": str(e), "error_type": type(e).__name__, "exit_code": int(e.exit_code)}))
         raise
+    finally:
+        # The outcome is decided; the CLI prints it next and exits. A late signal must not turn it into 143.
+        ignore_signals()
+
+
+def _launch(args: argparse.Namespace, cancel: threading.Event) -> int:
+    manifest = apply_namespace(load_manifest(args.filename), args.namespace)
+    kind_of(manifest)
+    if args.dry_run:
+        return dry_run(args, manifest)
+    backend = make_backend(args)
+    try:
+        result = run_job(
+            manifest,
+            backend=backend,
+            options=AwaitOptions(
+                timeout_seconds=args.timeout,
+                delete_after=cast(DeleteAfter, args.delete_after),
+                on_timeout=cast(OnTimeout, args.on_timeout),
+                stream_logs=not args.no_logs,
+                start_timeout_seconds=args.start_timeout,
+            ),
+            cancel=cancel,
+        )
+    finally:
+        backend.close()
     if args.json:
         print(json.dumps(result.to_json()))
     return 0

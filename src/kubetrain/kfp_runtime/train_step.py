@@ -22,6 +22,7 @@ from kubetrain.kfp_runtime.requests import JobPlan, TrainingRequest
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
 from kubetrain.launcher import AwaitOptions, run_job, timestamped_stderr_sink
+from kubetrain.launcher.signals import hold_signals
 from kubetrain.manifests import build_manifest
 from kubetrain.names import derive_job_name
 from kubetrain.status import JobResult
@@ -104,6 +105,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
             backend=backend,
             options=AwaitOptions(timeout_seconds=request.timeout_seconds, delete_after=request.delete_policy),
             log_sink=timestamped_stderr_sink,
+            cancel=hold_signals(),  # KFP's SIGTERM (a cancelled run) deletes the job, however late it comes
         )
     finally:
         backend.close()

@@ -63,6 +63,8 @@ def run_job(
     started = time.monotonic()
     guard = CancelGuard(cancel or threading.Event())
     with guard:
+        if guard.event.is_set():
+            raise JobCancelledError("cancelled before the job was submitted; nothing was submitted")
         # Not interruptible: a signal during create is acted on once the job is known.
         ref = backend.submit(manifest)
         log_sink(f"{ref.kind.kind} {ref.namespace}/{ref.name} submitted ({backend.name})")

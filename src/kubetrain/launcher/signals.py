@@ -8,6 +8,12 @@ never created behind the launcher's back or half-deleted.
 
 Handlers are installed only in the main thread (Python allows no other) and the previous ones are
 restored on exit. Callers in other threads cancel through the shared event instead.
+
+A command that ends in `run_job` (`kubetrain launch`, a KFP step) holds the signals for its whole
+life with :func:`hold_signals`: a signal before the launcher's guard is up only sets the event (the
+launcher then submits nothing), and one after it (while the command reports the cancellation)
+changes nothing, where the default action would have killed it with 143 and no report; once the
+outcome is printed, :func:`ignore_signals` keeps it so through the interpreter's shutdown.
 """
 
 from __future__ import annotations
@@ -20,6 +26,34 @@ from types import FrameType, TracebackType
 from typing import Any
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def hold_signals() -> threading.Event:
+    """For the rest of a command's life: SIGTERM and SIGINT only set the returned event.
+
+    Pass the event to `run_job` as `cancel`. Installed only from the main thread (elsewhere the
+    event is returned unconnected); meant for a command's entry point, which exits soon after.
+    """
+    event = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+
+        def record(signum: int, frame: FrameType | None) -> None:
+            event.set()
+
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, record)
+    return event
+
+
+def ignore_signals() -> None:
+    """The command's outcome is decided: from now on SIGTERM and SIGINT are ignored by the OS.
+
+    A Python-level handler is not enough at the very end: the interpreter restores the default
+    action while it shuts down (but keeps an "ignore"), and a signal then ends the process with 143.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for sig in HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 # BaseException, so that no `except Exception` between the signal and the launcher swallows it.
