@@ -142,6 +142,9 @@ def test_exit_codes_of_launch(tmp_path: Path) -> None:
     done = _launch(failing, root)
     assert done.returncode == ExitCode.JOB_FAILED, done.stderr[-2000:]
     assert "exited with code 3" in done.stderr
+    # No cluster here: the hint points at the logs the local backend kept, not at kubectl.
+    assert "kubectl" not in done.stderr
+    assert f"its pods' logs are in {root}/jobs/default/fails-" in done.stderr
 
     broken = _pytorchjob("broken", ["python", "-c", "pass"])
     del broken["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"]
@@ -212,3 +215,26 @@ def test_repeated_signals_while_cancelling_keep_exit_5_and_the_json(tmp_path: Pa
             launch.kill()
             launch.wait()
     _wait_for(lambda: _pids_of(tmp_path) == [], timeout=10, what="every replica to go")
+
+
+def test_unreadable_inputs_of_launch_are_one_line_errors(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    listed = tmp_path / "list.yaml"
+    listed.write_text(yaml.safe_dump([_pytorchjob("a", ["python", "-c", "pass"])]))
+    done = _launch(listed, root)
+    assert done.returncode == ExitCode.INVALID_INPUT
+    assert "expected one job object (a mapping with apiVersion, kind, ...), found a list" in done.stderr
+
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(b"kind: \xff\xfe\n")
+    done = _launch(latin, root)
+    assert done.returncode == ExitCode.INVALID_INPUT
+    assert "not UTF-8 text" in done.stderr and "Traceback" not in done.stderr
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    good = _write(tmp_path, _pytorchjob("good", ["python", "-c", "pass"], workers=0))
+    done = _launch(good, a_file)
+    assert done.returncode == ExitCode.INVALID_INPUT
+    assert "Traceback" not in done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["error"].startswith(f"local root {a_file}: cannot be used")

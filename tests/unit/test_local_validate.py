@@ -92,13 +92,13 @@ JS = ["spec", "replicatedJobs"]
         (_mpi, _set(["spec", "mpiReplicaSpecs", "Launcher", "restartPolicy"], "ExitCode"), "Launcher.restartPolicy"),
         (_mpi, _set(["spec", "mpiReplicaSpecs", "Launcher", "replicas"], 2), "Launcher.replicas"),
         (_mpi, _set(["spec", "slotsPerWorker"], 0), "spec.slotsPerWorker"),
-        (_ps, _set([*JS, 1, "dependsOn"], [{"name": "worker", "status": "Ready"}]), "dependsOn[0].name"),
+        (_ps, _set([*JS, 1, "dependsOn"], [{"name": "worker", "status": "Ready"}]), "replicatedJobs[ps].dependsOn"),
         (_ps, _set([*JS, 1, "dependsOn"], [{"name": "master", "status": "Started"}]), "dependsOn[0].status"),
         (_ps, _set(["spec", "startupPolicy"], {"startupPolicyOrder": "InOrder"}), "spec.startupPolicy"),
         (_ps, _set(["spec", "successPolicy", "targetReplicatedJobs"], ["chief"]), "targetReplicatedJobs"),
         (_ps, _set(["spec", "failurePolicy", "rules"], [{"action": "Explode"}]), "rules[0].action"),
         (_ps, _set([*JS, 2, "template", "spec", "template", "spec", "restartPolicy"], "Always"), "restartPolicy"),
-        (_ps, _set([*JS, 0, "name"], "ps"), "spec.replicatedJobs[1].name"),
+        (_ps, _set([*JS, 0, "name"], "ps"), "spec.replicatedJobs[ps].name"),
     ],
 )
 def test_broken_manifests_name_the_field(
@@ -114,3 +114,45 @@ def test_broken_manifests_name_the_field(
 def test_other_kinds_are_refused() -> None:
     with pytest.raises(ManifestError, match="TFJob"):
         validate_manifest({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "t"}, "spec": {}})
+
+
+def _with_volume(volume: dict[str, Any], mount: dict[str, Any]) -> dict[str, Any]:
+    manifest = _pytorch()
+    spec = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    spec["volumes"] = [{"name": "data", **volume}]
+    spec["containers"][0]["volumeMounts"] = [{"name": "data", **mount}]
+    return manifest
+
+
+@pytest.mark.parametrize(
+    ("volume", "mount", "message"),
+    [
+        (
+            {"persistentVolumeClaim": {"claimName": "../../../../tmp/x"}},
+            {"mountPath": "/data"},
+            "persistentVolumeClaim.claimName: Invalid value: '../../../../tmp/x': a lowercase RFC 1123 subdomain",
+        ),
+        ({"emptyDir": {}}, {"mountPath": "/d", "subPath": "../../x"}, "subPath: Invalid value: '../../x': must not contain"),
+        ({"emptyDir": {}}, {"mountPath": "/d", "subPath": "/etc"}, "subPath: Invalid value: '/etc': must be a relative path"),
+        ({"emptyDir": {}}, {"mountPath": "/"}, 'mountPath: Invalid value: "/": a volume cannot be mounted over the root'),
+        (
+            {"secret": {"secretName": "s", "items": [{"key": "k", "path": "../k"}]}},
+            {"mountPath": "/s"},
+            "secret.items[0].path: Invalid value: '../k': must not contain '..'",
+        ),
+    ],
+)
+def test_paths_that_would_leave_the_local_root_are_refused_as_the_api_server_does(
+    volume: dict[str, Any], mount: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ManifestError) as refused:
+        validate_manifest(_with_volume(volume, mount))
+    assert message in str(refused.value)
+
+
+def test_local_runs_follow_the_clusters_name_rule() -> None:
+    """A 63-character name fits DNS-1035 but not the operator's `<name>-master-0`: refused here too."""
+    manifest = _pytorch()
+    manifest["metadata"]["name"] = "a" * 63
+    with pytest.raises(ManifestError, match=r"too long: the operator derives 'a{63}-master-0'"):
+        validate_manifest(manifest)

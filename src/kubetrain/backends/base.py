@@ -112,5 +112,9 @@ class Backend(abc.ABC):
     def suspend(self, ref: JobRef) -> None:
         """Suspend the job (`runPolicy.suspend` / `spec.suspend`): pods go, the object stays."""
 
+    def debug_hint(self, ref: JobRef) -> str:
+        """Where a person looks at a job this backend kept (a failed job with --delete-after success)."""
+        return f"{ref.kind.kind} {ref.namespace}/{ref.name}"
+
     def close(self) -> None:  # noqa: B027 - optional hook with a do-nothing default
         """Release resources (threads, connections, processes). Idempotent."""

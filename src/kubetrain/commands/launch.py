@@ -86,12 +86,17 @@ def load_manifest(source: str) -> dict[str, Any]:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except OSError as e:
         raise InvalidInputError(f"cannot read manifest {source}: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ManifestError(source, f"not UTF-8 text (byte {e.start}: {e.reason}); save the manifest as UTF-8") from e
     try:
         documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as e:
         raise ManifestError(source, f"not valid YAML/JSON: {e}") from e
-    if len(documents) != 1 or not isinstance(documents[0], dict):
-        raise ManifestError(source, f"expected exactly one job object, found {len(documents)} documents")
+    if len(documents) != 1:
+        raise ManifestError(source, f"expected exactly one job object, found {len(documents)} YAML documents")
+    if not isinstance(documents[0], dict):
+        found = "a list" if isinstance(documents[0], list) else type(documents[0]).__name__
+        raise ManifestError(source, f"expected one job object (a mapping with apiVersion, kind, ...), found {found}")
     return cast(dict[str, Any], documents[0])
 
 

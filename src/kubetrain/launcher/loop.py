@@ -242,8 +242,7 @@ class _Await:
         if self.opts.delete_after == "always":
             self._delete("it failed and --delete-after is always")
         else:
-            parts.append(f"the job was kept for debugging: kubectl -n {self.ref.namespace} describe "
-                         f"{self.ref.kind.plural} {self.ref.name}")  # fmt: skip
+            parts.append(f"the job was kept for debugging: {self.backend.debug_hint(self.ref)}")
         return JobFailedError("\n".join(parts), reason=status.reason, log_tails=tails)
 
     def _timed_out(self, limit: _Deadline) -> JobTimeoutError:

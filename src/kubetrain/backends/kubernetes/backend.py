@@ -360,6 +360,10 @@ class KubernetesBackend(Backend):
 
     # -- change ----------------------------------------------------------------------------------
 
+    def debug_hint(self, ref: JobRef) -> str:
+        """The kubectl command that shows the job."""
+        return f"kubectl -n {ref.namespace} describe {ref.kind.plural} {ref.name}"
+
     def delete(self, ref: JobRef) -> None:
         """Delete the job, its pods first (foreground). A job already gone is fine."""
         kind = ref.kind

@@ -9,6 +9,7 @@ import copy
 import logging
 import os
 import queue
+import shutil
 import sys
 import threading
 import time
@@ -31,7 +32,7 @@ from kubetrain.backends.local.process import LineSink, read_log
 from kubetrain.backends.local.record import JobRecord, stop_all
 from kubetrain.backends.local.validate import validate_manifest
 from kubetrain.backends.local.watchdog import Watchdog
-from kubetrain.errors import BackendError, JobConflictError, ManifestError
+from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 
@@ -100,6 +101,12 @@ class LocalBackend(Backend):
         """
         # Absolute: rewritten paths must mean the same to a replica whatever its working directory.
         self.root = (Path(root) if root is not None else default_root()).absolute()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InvalidInputError(
+                f"local root {self.root}: cannot be used as a directory ({e.strerror}); choose a directory"
+            ) from e
         self._sink = log_sink if log_sink is not None else (_print_line if stream_logs else None)
         self._namespace = namespace
         self._grace = max_grace_seconds
@@ -142,6 +149,13 @@ class LocalBackend(Backend):
         return self._record(ref).controller.ctx.pods.job_dir
 
     # --- Backend ----------------------------------------------------------------------------------
+    def debug_hint(self, ref: JobRef) -> str:
+        """The job's directory: its pods' logs, one file per container start."""
+        try:
+            return f"its pods' logs are in {self.job_dir(ref) / 'logs'}"
+        except BackendError:
+            return f"{ref.kind.kind} {ref.namespace}/{ref.name} is gone"
+
     def submit(self, manifest: Mapping[str, Any]) -> JobRef:
         """Validate the manifest, start its supervisor and return at once (or adopt a running twin)."""
         obj: JobObject = copy.deepcopy(dict(manifest))
@@ -217,8 +231,11 @@ class LocalBackend(Backend):
         try:
             ctx = JobContext(ref.name, ref.namespace, ref.uid, pod_ctx, block, self._backoff)
             controller = _CONTROLLERS[ref.kind.kind](obj, ctx)
-        except ValueError as e:  # more pods than one address block holds
+        except (ValueError, ManifestError) as e:  # more pods than one address block holds, or a bad spec
             block.release()
+            shutil.rmtree(job_dir, ignore_errors=True)  # nothing ran: leave nothing behind
+            if isinstance(e, ManifestError):
+                raise
             raise ManifestError("spec", str(e)) from e
         hosts.update(controller.hosts())
         record = JobRecord(ref=ref, obj=obj, controller=controller, block=block, wake=wake)

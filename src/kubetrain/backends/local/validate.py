@@ -5,6 +5,12 @@ JobSets), so it checks what the API server, the admission webhooks and the contr
 reject, and what it needs to run one: replica keys and counts, containers with an image,
 restart policies each controller accepts, volume mounts that name a volume, start-up order and
 policy references. A problem raises ManifestError naming the field path, before anything runs.
+It applies the same rules as `kubetrain render` and the Kubernetes path first
+(:func:`kubetrain.manifests.validate.validate_manifest`: names that leave room for what the
+operator derives, the operators' container and replica rules), then what only a local run needs.
+Paths a pod names (claims, sub-paths, item paths) are refused where the API server refuses them,
+in its words, since locally they become directories on this machine and could point outside the
+backend's root.
 """
 
 from __future__ import annotations
@@ -13,8 +19,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubetrain.errors import ManifestError
-from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind, kind_of
-from kubetrain.names import is_dns1035_label
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
+from kubetrain.manifests.validate import validate_manifest as validate_for_cluster
+from kubetrain.names import is_dns1035_label, is_dns1123_subdomain
+
+# The API server's own words (k8s.io/apimachinery validation messages).
+_SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com')"
+)
 
 _JOBSET_ACTIONS = (
     "FailJobSet",
@@ -50,6 +63,8 @@ def check_pod_template(template: object, path: str, *, restart_policies: tuple[s
     if not containers:
         raise ManifestError(f"{path}.spec.containers", "at least one container is required")
     volumes = {str(_mapping(v, f"{path}.spec.volumes[]").get("name")) for v in spec.get("volumes") or []}
+    for i, raw_volume in enumerate(spec.get("volumes") or []):
+        _check_volume_paths(_mapping(raw_volume, f"{path}.spec.volumes[{i}]"), f"{path}.spec.volumes[{i}]")
     for i, raw in enumerate(containers):
         cpath = f"{path}.spec.containers[{i}]"
         container = _mapping(raw, cpath)
@@ -65,8 +80,16 @@ def check_pod_template(template: object, path: str, *, restart_policies: tuple[s
             mount = _mapping(raw_mount, mpath)
             if str(mount.get("name")) not in volumes:
                 raise ManifestError(f"{mpath}.name", f"volume {mount.get('name')!r} is not in {path}.spec.volumes")
-            if not str(mount.get("mountPath") or "").startswith("/"):
-                raise ManifestError(f"{mpath}.mountPath", f"expected an absolute path, got {mount.get('mountPath')!r}")
+            mount_path = str(mount.get("mountPath") or "")
+            if not mount_path.startswith("/"):
+                raise ManifestError(f"{mpath}.mountPath", f"expected an absolute path, got {mount_path!r}")
+            if mount_path.rstrip("/") == "":
+                raise ManifestError(
+                    f"{mpath}.mountPath", 'Invalid value: "/": a volume cannot be mounted over the root directory'
+                )
+            _check_no_backsteps(mount_path, f"{mpath}.mountPath")
+            if mount.get("subPath"):
+                _check_descending(str(mount["subPath"]), f"{mpath}.subPath")
         for j, env in enumerate(container.get("env") or []):
             if not _mapping(env, f"{cpath}.env[{j}]").get("name"):
                 raise ManifestError(f"{cpath}.env[{j}].name", "every env entry needs a name")
@@ -75,6 +98,33 @@ def check_pod_template(template: object, path: str, *, restart_policies: tuple[s
         raise ManifestError(
             f"{path}.spec.restartPolicy", f"expected one of {', '.join(restart_policies)}, got {policy!r}"
         )
+
+
+def _check_no_backsteps(value: str, path: str) -> None:
+    if ".." in value.split("/"):
+        raise ManifestError(path, f"Invalid value: {value!r}: must not contain '..'")
+
+
+def _check_descending(value: str, path: str) -> None:
+    """A path that must stay inside its volume (subPath, items[].path), as the API server checks it."""
+    if value.startswith("/"):
+        raise ManifestError(path, f"Invalid value: {value!r}: must be a relative path")
+    _check_no_backsteps(value, path)
+
+
+def _check_volume_paths(volume: Mapping[str, Any], path: str) -> None:
+    claim = volume.get("persistentVolumeClaim")
+    if claim is not None:
+        name = str(_mapping(claim, f"{path}.persistentVolumeClaim").get("claimName") or "")
+        if not is_dns1123_subdomain(name):
+            field = f"{path}.persistentVolumeClaim.claimName"
+            raise ManifestError(field, f"Invalid value: {name!r}: {_SUBDOMAIN_RULE}")
+    for key in ("configMap", "secret"):
+        source = volume.get(key)
+        if source is not None:
+            for j, item in enumerate(_mapping(source, f"{path}.{key}").get("items") or []):
+                _check_descending(str(_mapping(item, f"{path}.{key}.items[{j}]").get("path") or ""),
+                                  f"{path}.{key}.items[{j}].path")  # fmt: skip
 
 
 def _check_run_policy(run_policy: object, path: str) -> None:
@@ -213,7 +263,7 @@ def _check_jobset(spec: Mapping[str, Any]) -> None:
 def validate_manifest(manifest: object) -> JobKind:
     """The manifest's kind, after checking everything the local backend needs; ManifestError otherwise."""
     obj = _mapping(manifest, "manifest")
-    kind = kind_of(obj)
+    kind = validate_for_cluster(obj)
     meta = _mapping(obj.get("metadata"), "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not is_dns1035_label(name):
