@@ -181,7 +181,8 @@ def parse_job_status(obj: Mapping[str, Any]) -> JobStatus:
     status: Mapping[str, Any] = obj.get("status") or {}
     conditions = _conditions(status)
     if kind is JOBSET:
-        return _parse_jobset(status, conditions)
+        created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+        return _parse_jobset(status, conditions, created=created)
     replicas = {
         rtype: ReplicaCounts(
             active=int(counts.get("active") or 0),
@@ -204,7 +205,9 @@ def parse_job_status(obj: Mapping[str, Any]) -> JobStatus:
     )
 
 
-def _parse_jobset(status: Mapping[str, Any], conditions: tuple[Condition, ...]) -> JobStatus:
+def _parse_jobset(
+    status: Mapping[str, Any], conditions: tuple[Condition, ...], *, created: datetime | None
+) -> JobStatus:
     replicas = {
         str(item.get("name")): ReplicaCounts(
             active=int(item.get("active") or 0),
@@ -233,7 +236,8 @@ def _parse_jobset(status: Mapping[str, Any], conditions: tuple[Condition, ...]) 
         message=message,
         replicas=replicas,
         restarts=int(status.get("restarts") or 0),
-        start_time=parse_time(status.get("startTime")) or (min(times) if times else None),
+        # A JobSet has no startTime and only its terminal condition: it started when it was created.
+        start_time=parse_time(status.get("startTime")) or created or (min(times) if times else None),
         completion_time=completion,
         conditions=conditions,
     )

@@ -57,3 +57,12 @@ def test_jobset_completed_failed_and_running() -> None:
         _obj("JobSet", api, {"replicatedJobsStatus": [{"name": "master", "ready": 1, "active": 1}]})
     )
     assert running.phase is JobPhase.RUNNING and running.replicas["master"].ready == 1
+
+
+def test_jobset_duration_runs_from_its_creation() -> None:
+    """A JobSet has no startTime and only its terminal condition: its duration used to be 0.0 s."""
+    obj = _obj("JobSet", "jobset.x-k8s.io/v1alpha2", {"conditions": [_cond("Completed", reason="AllJobsCompleted")]})
+    obj["metadata"]["creationTimestamp"] = "2025-12-31T23:58:30Z"
+    status = parse_job_status(obj)
+    assert status.start_time is not None and status.completion_time is not None
+    assert (status.completion_time - status.start_time).total_seconds() == 90.0
