@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kubetrain.backends.local.addresses import allocate_block, loopback_address
-from kubetrain.backends.local.process import LogStream, ReplicaProcess, container_exit_code, read_log
+from kubetrain.backends.local.logfile import LogStream, read_log
+from kubetrain.backends.local.process import ReplicaProcess, container_exit_code
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,12 +23,13 @@ from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodIn
 from kubetrain.backends.local.addresses import allocate_block
 from kubetrain.backends.local.conditions import rfc3339
 from kubetrain.backends.local.env import ensure_python_shims, inherited_environment, search_path
+from kubetrain.backends.local.logfile import DEFAULT_MAX_LOG_BYTES, read_log
 from kubetrain.backends.local.operators.controller import Controller, JobContext
 from kubetrain.backends.local.operators.jobset import JobSetController
 from kubetrain.backends.local.operators.mpijob import MPIJobController
 from kubetrain.backends.local.operators.pytorchjob import PyTorchJobController
 from kubetrain.backends.local.podspec import PodContext
-from kubetrain.backends.local.process import LineSink, read_log
+from kubetrain.backends.local.process import LineSink
 from kubetrain.backends.local.record import JobRecord, stop_all
 from kubetrain.backends.local.validate import validate_manifest
 from kubetrain.backends.local.watchdog import Watchdog
@@ -91,6 +92,7 @@ class LocalBackend(Backend):
         secrets: Mapping[str, Mapping[str, str]] | None = None,
         config_maps: Mapping[str, Mapping[str, str]] | None = None,
         lock_dir: Path | None = None,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     ) -> None:
         """`stream_logs` prints every replica's lines as `[master-0] ...` (or hands them to `log_sink`).
 
@@ -98,6 +100,7 @@ class LocalBackend(Backend):
         cluster) so that stopping a job takes seconds; `restart_backoff_seconds` scales the
         kubelet's restart back-off (10 s, 20 s, ... on a cluster). `secrets` and `config_maps`
         (name → key → value) supply what secretKeyRef/configMapKeyRef env and volumes read.
+        `max_log_bytes` caps each container's log file, as the kubelet's containerLogMaxSize does.
         """
         # Absolute: rewritten paths must mean the same to a replica whatever its working directory.
         self.root = (Path(root) if root is not None else default_root()).absolute()
@@ -116,6 +119,7 @@ class LocalBackend(Backend):
         self._secrets = {k: dict(v) for k, v in (secrets or {}).items()}
         self._config_maps = {k: dict(v) for k, v in (config_maps or {}).items()}
         self._lock_dir = lock_dir
+        self._max_log_bytes = max_log_bytes
         self._cwd = Path.cwd()
         self._records: dict[tuple[str, str, str], JobRecord] = {}
         self._lock = threading.Lock()
@@ -226,6 +230,7 @@ class LocalBackend(Backend):
             event=event,
             wake=wake.set,
             registry=self._ensure_watchdog(),
+            max_log_bytes=self._max_log_bytes,
         )
         block = allocate_block(self._lock_dir)
         try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kubetrain.backends.base import PodInfo
 from kubetrain.backends.local.env import expand_references, resolve_command
+from kubetrain.backends.local.logfile import LogStream
 from kubetrain.backends.local.podspec import (
     ContainerTranslator,
     PodContext,
@@ -23,7 +24,7 @@ from kubetrain.backends.local.podspec import (
     main_container,
 )
 from kubetrain.backends.local.probe import ProbeLoop, build_check
-from kubetrain.backends.local.process import LogStream, ReplicaProcess
+from kubetrain.backends.local.process import ReplicaProcess
 
 DEFAULT_GRACE_SECONDS = 30.0
 
@@ -95,7 +96,7 @@ class LocalPod:
         self.restart_at = None
         try:
             argv, env, cwd = self._translator.launch()
-            log = LogStream(self.ctx.next_log_path(self.plan.name))
+            log = LogStream(self.ctx.next_log_path(self.plan.name), max_bytes=self.ctx.max_log_bytes)
             self._logs.append(log.path)
             self._streams.append(log)
             self._process = ReplicaProcess(

@@ -23,6 +23,7 @@ from kubetrain.backends.local.env import (
     resolve_field_ref,
     resource_field_value,
 )
+from kubetrain.backends.local.logfile import DEFAULT_MAX_LOG_BYTES
 from kubetrain.backends.local.process import LineSink, SessionRegistry
 from kubetrain.errors import BackendError
 
@@ -57,6 +58,7 @@ class PodContext:
     event: EventSink
     wake: Callable[[], None]
     registry: SessionRegistry | None = None
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     log_seq: dict[str, int] = field(default_factory=dict)
 
     def next_log_path(self, pod_name: str) -> Path:

@@ -24,10 +24,12 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from kubetrain.backends.local.logfile import LogStream
 
 LineSink = Callable[[str], None]
 
@@ -113,88 +115,6 @@ def signal_container(container: ContainerId, sig: int) -> int:
         except ProcessLookupError:
             continue
     return count
-
-
-class LogStream:
-    """One container attempt's output: appended to a file, followable while it grows."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._file = path.open("ab")
-        self._cond = threading.Condition()
-        self._version = 0
-        self._closed = False
-
-    def write(self, data: bytes) -> None:
-        """Append bytes and wake followers."""
-        with self._cond:
-            self._file.write(data)
-            self._file.flush()
-            self._version += 1
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        """No more output will come (the process and every holder of its pipe are gone)."""
-        with self._cond:
-            if not self._closed:
-                self._file.close()
-                self._closed = True
-            self._cond.notify_all()
-
-    @property
-    def closed(self) -> bool:
-        """Whether the stream has ended."""
-        return self._closed
-
-    @property
-    def version(self) -> int:
-        """A counter that changes with every write."""
-        return self._version
-
-    def wait_for_change(self, seen: int, timeout: float) -> None:
-        """Block until something was written after `seen`, the stream closed, or `timeout`."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._version != seen or self._closed, timeout=timeout)
-
-
-def read_log(path: Path, *, stream: LogStream | None, follow: bool, tail_lines: int | None = None) -> Iterator[str]:
-    """Lines of a log file (without newlines); with `follow`, keep reading until `stream` closes."""
-    if not path.exists():
-        return
-    with path.open("rb") as f:
-        if tail_lines is not None:
-            lines = f.read().splitlines()
-            for raw in lines[-tail_lines:] if tail_lines > 0 else []:
-                yield raw.decode("utf-8", "replace")
-        else:
-            partial = b""
-            for raw in f:
-                if raw.endswith(b"\n") or not follow:
-                    yield (partial + raw).decode("utf-8", "replace").rstrip("\n")
-                    partial = b""
-                else:
-                    partial = raw
-            if not follow and partial:
-                yield partial.decode("utf-8", "replace")
-        if not follow or stream is None:
-            return
-        partial = b""
-        while True:
-            seen = stream.version
-            closed = stream.closed
-            raw = f.readline()
-            if raw.endswith(b"\n"):
-                yield (partial + raw).decode("utf-8", "replace").rstrip("\n")
-                partial = b""
-                continue
-            partial += raw
-            if closed:
-                # Everything was written before the close: what is left is a final unterminated line.
-                if partial:
-                    yield partial.decode("utf-8", "replace")
-                return
-            stream.wait_for_change(seen, timeout=1.0)
 
 
 class ReplicaProcess:
