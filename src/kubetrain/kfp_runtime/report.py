@@ -64,6 +64,12 @@ def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, floa
     return loss, accuracy
 
 
+def load_plotting() -> None:
+    """Import the plotting library now (about half a second), so that a report later does not wait for it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    from matplotlib.figure import Figure  # noqa: F401
+
+
 def curves_png(history: Sequence[Mapping[str, Any]], *, title: str) -> bytes | None:
     """A PNG with the loss curve (left) and the test-accuracy curve (right); None without data."""
     loss, accuracy = curves(history)

@@ -10,6 +10,7 @@ artifacts and write the HTML report.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,8 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     manifest = build_manifest(request.to_spec(plan))
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
     backend = open_backend(kind, namespace=request.job_namespace, local_root=local_root())
+    # The report's plotting library loads while the job runs, not after it, when the step should end.
+    threading.Thread(target=report.load_plotting, name="kubetrain-load-plotting", daemon=True).start()
     started = time.monotonic()
     try:
         result = run_job(
