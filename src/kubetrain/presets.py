@@ -24,10 +24,12 @@ from kubetrain.specs import (
     Resources,
     RunPolicy,
     Toleration,
+    TrainJobSpec,
     Volume,
     VolumeMount,
     Workspace,
 )
+from kubetrain.specs.trainjob import LAUNCHER_JOB, NODE_JOB
 
 IMAGE_REGISTRY = "ghcr.io/kubetrain"
 IMAGE_TAG = __version__
@@ -297,4 +299,85 @@ def ps_job_spec(
         checkpoint_dir=checkpoint_dir,
         run_policy=run_policy or RunPolicy(),
         workspace=_workspace(workspace_pvc),
+    )
+
+
+# Kubeflow Trainer v2: the runtime Trainer ships for torch, and kubetrain's own for MPI (deploy/runtimes/).
+TORCH_RUNTIME = "torch-distributed"
+MPI_RUNTIME = "kubetrain-mpi"
+
+
+def pytorch_trainjob_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 0,
+    image: str = PYTORCH_IMAGE,
+    backend: Literal["gloo", "nccl"] = "gloo",
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    active_deadline_seconds: int | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+    program: tuple[str, ...] = TORCH_PROGRAM,
+    runtime: str = TORCH_RUNTIME,
+) -> TrainJobSpec:
+    """DDP training as a TrainJob on the `torch-distributed` runtime: 1 + `workers` nodes.
+
+    The Trainer injects the rendezvous as `PET_*` variables, which torchrun reads, so the program
+    runs under torchrun (one process per node on CPUs, one per GPU) and must be a Python program.
+    """
+    pod = pod or PodOptions()
+    if len(program) < 2 or not program[0].startswith("python"):
+        raise SpecError("command", " ".join(program), "'python SCRIPT' or 'python -m MODULE': torchrun runs it")
+    trainer = pod.replica(
+        image=image,
+        replicas=1 + workers,
+        command=("python", "-m", "torch.distributed.run", *program[1:]),
+        args=(*params.program_args(), "--backend", backend),
+    )
+    return TrainJobSpec(
+        meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
+        runtime=runtime,
+        trainer=trainer,
+        # Explicit: the runtime's "auto" would start one process per CPU of a CPU-only node.
+        num_proc_per_node=max(1, pod.resources.gpus),
+        workspace=_workspace(workspace_pvc),
+        active_deadline_seconds=active_deadline_seconds,
+    )
+
+
+def mpi_trainjob_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 2,
+    slots_per_worker: int = 1,
+    image: str = CHAINERMN_IMAGE,
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    active_deadline_seconds: int | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+    program: tuple[str, ...] = CHAINERMN_PROGRAM,
+    runtime: str = MPI_RUNTIME,
+) -> TrainJobSpec:
+    """ChainerMN training as a TrainJob on kubetrain's MPI runtime: the launcher runs mpirun over
+    `workers` nodes × `slots_per_worker` ranks (the Trainer writes the hostfile)."""
+    pod = pod or PodOptions()
+    launcher_cmd = (
+        "mpirun", "-n", str(workers * slots_per_worker), "--bind-to", "none",
+        "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION", "-x", "PYTHONUNBUFFERED", *program,
+    )  # fmt: skip
+    trainer = pod.replica(image=image, replicas=workers, command=launcher_cmd, args=tuple(params.program_args()))
+    return TrainJobSpec(
+        meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
+        runtime=runtime,
+        trainer=trainer,
+        num_proc_per_node=slots_per_worker,
+        patched_jobs=(NODE_JOB, LAUNCHER_JOB),
+        workspace=_workspace(workspace_pvc),
+        active_deadline_seconds=active_deadline_seconds,
     )

@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from kubetrain.manifests.kinds import JOBSET, kind_of
+from kubetrain.manifests.kinds import JOBSET, TRAINJOB, kind_of
 
 
 class JobPhase(StrEnum):
@@ -163,6 +163,12 @@ _JOBSET_ORDER = (
     ("Suspended", JobPhase.SUSPENDED),
     ("RestartingJobSet", JobPhase.RESTARTING),
 )
+# A TrainJob copies its JobSet's end as Complete/Failed (metav1 conditions, Trainer v2.3).
+_TRAINJOB_ORDER = (
+    ("Failed", JobPhase.FAILED),
+    ("Complete", JobPhase.SUCCEEDED),
+    ("Suspended", JobPhase.SUSPENDED),
+)
 
 
 def _decide(
@@ -183,6 +189,9 @@ def parse_job_status(obj: Mapping[str, Any]) -> JobStatus:
     if kind is JOBSET:
         created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
         return _parse_jobset(status, conditions, created=created)
+    if kind is TRAINJOB:
+        created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+        return _parse_jobset(status, conditions, created=created, order=_TRAINJOB_ORDER, replicas_key="jobsStatus")
     replicas = {
         rtype: ReplicaCounts(
             active=int(counts.get("active") or 0),
@@ -206,8 +215,14 @@ def parse_job_status(obj: Mapping[str, Any]) -> JobStatus:
 
 
 def _parse_jobset(
-    status: Mapping[str, Any], conditions: tuple[Condition, ...], *, created: datetime | None
+    status: Mapping[str, Any],
+    conditions: tuple[Condition, ...],
+    *,
+    created: datetime | None,
+    order: tuple[tuple[str, JobPhase], ...] = _JOBSET_ORDER,
+    replicas_key: str = "replicatedJobsStatus",
 ) -> JobStatus:
+    """A JobSet's status, or a TrainJob's (the same shape: conditions and per-replicated-job counts)."""
     replicas = {
         str(item.get("name")): ReplicaCounts(
             active=int(item.get("active") or 0),
@@ -215,9 +230,9 @@ def _parse_jobset(
             failed=int(item.get("failed") or 0),
             ready=int(item.get("ready") or 0),
         )
-        for item in status.get("replicatedJobsStatus") or ()
+        for item in status.get(replicas_key) or ()
     }
-    decided = _decide(conditions, _JOBSET_ORDER)
+    decided = _decide(conditions, order)
     if decided:
         phase, cond = decided
         reason, message = cond.reason, cond.message

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from kubetrain.cli import main
-from tests.crd_schema import validate_strict
+from kubetrain.manifests.runtimes import kubetrain_mpi_runtime
+from kubetrain.presets import CHAINERMN_IMAGE
+from tests.crd_schema import strict_errors, validate_strict
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "manifests"
 UPDATE = os.environ.get("KUBETRAIN_UPDATE_GOLDEN") == "1"
@@ -27,6 +29,11 @@ CASES = {
                                    "--workspace-pvc", "kubetrain-workspace"],
     "pytorch-gpu-workspace": ["pytorchjob", "--name", "gpu", "--workers", "1", "--gpus", "1", "--backend", "nccl",
                               "--cpu", "4", "--memory", "16Gi", "--workspace-pvc", "kubetrain-workspace"],
+    # Kubeflow Trainer v2 (issue 13).
+    "trainjob-pytorch-2-nodes": ["trainjob", "--name", "mnist-tj", "--workers", "1",
+                                 "--workspace-pvc", "kubetrain-workspace"],
+    "trainjob-chainermn-2-nodes": ["trainjob", "--framework", "chainermn", "--name", "mnist-tj-mpi", "--workers", "2",
+                                   "--workspace-pvc", "kubetrain-workspace"],
 }  # fmt: skip
 
 
@@ -47,3 +54,17 @@ def test_render_matches_golden_and_validates(case: str, capsys: pytest.CaptureFi
 def test_no_stale_golden_files() -> None:
     on_disk = {p.stem for p in GOLDEN.glob("*.yaml")}
     assert on_disk == set(CASES), f"golden files without a case: {sorted(on_disk - set(CASES))}"
+
+
+RUNTIME_FILE = Path(__file__).resolve().parents[2] / "deploy" / "runtimes" / "kubetrain-mpi.yaml"
+
+
+def test_the_shipped_mpi_runtime_is_the_builders_and_valid() -> None:
+    """deploy/runtimes/kubetrain-mpi.yaml is `kubetrain_mpi_runtime()` (refreshed by `make golden`)."""
+    expected = kubetrain_mpi_runtime(CHAINERMN_IMAGE)
+    assert strict_errors(expected) == []
+    header = "".join(line for line in RUNTIME_FILE.read_text().splitlines(keepends=True) if line.startswith("#"))
+    text = header + yaml.safe_dump(expected, sort_keys=False)
+    if UPDATE:
+        RUNTIME_FILE.write_text(text)
+    assert RUNTIME_FILE.read_text() == text, f"{RUNTIME_FILE} differs from kubetrain_mpi_runtime(); `make golden`"

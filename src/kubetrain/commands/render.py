@@ -19,8 +19,10 @@ from kubetrain.presets import (
     PodOptions,
     TrainingParams,
     mpi_job_spec,
+    mpi_trainjob_spec,
     ps_job_spec,
     pytorch_job_spec,
+    pytorch_trainjob_spec,
 )
 from kubetrain.specs import JobSpec, Resources
 
@@ -47,12 +49,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p = subparsers.add_parser(
         "render",
         help="print the job manifest a training component would submit",
-        description="Print the PyTorchJob, MPIJob or parameter-server JobSet exactly as the components submit it.",
+        description="Print the PyTorchJob, MPIJob, parameter-server JobSet or Trainer v2 TrainJob exactly as the "
+        "components submit it.",
     )
-    p.add_argument("kind", choices=("pytorchjob", "mpijob", "psjob"))
+    p.add_argument("kind", choices=("pytorchjob", "mpijob", "psjob", "trainjob"))
+    p.add_argument(
+        "--framework",
+        choices=("pytorch", "chainermn"),
+        default="pytorch",
+        help="trainjob: PyTorch DDP on torch-distributed, or ChainerMN over MPI on kubetrain-mpi",
+    )
     p.add_argument("--name", required=True, help="job name (DNS-1035; components derive it from the KFP run)")
     p.add_argument("--namespace", default=None)
-    p.add_argument("--workers", type=_count, default=None, help="worker replicas (pytorch: 0 = master only)")
+    p.add_argument(
+        "--workers",
+        type=_count,
+        default=None,
+        help="worker replicas (pytorch: 0 = master only; trainjob: nodes besides node 0, or MPI nodes)",
+    )
     p.add_argument("--ps", type=_count, default=2, help="parameter servers (psjob)")
     p.add_argument("--slots-per-worker", type=_count, default=1, help="MPI slots per worker (mpijob)")
     p.add_argument("--elastic", type=_elastic, default=None, metavar="MIN:MAX", help="elastic PyTorchJob bounds")
@@ -99,6 +113,20 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
         )
     if args.elastic is not None:
         raise SpecError("--elastic", args.elastic, "only with pytorchjob")
+    if args.kind == "trainjob" and args.framework == "pytorch":
+        return pytorch_trainjob_spec(
+            workers=args.workers if args.workers is not None else 0,
+            image=args.image or PYTORCH_IMAGE,
+            backend=args.backend,
+            **common,
+        )
+    if args.kind == "trainjob":
+        return mpi_trainjob_spec(
+            workers=args.workers if args.workers is not None else 2,
+            slots_per_worker=args.slots_per_worker,
+            image=args.image or CHAINERMN_IMAGE,
+            **common,
+        )
     if args.kind == "mpijob":
         return mpi_job_spec(
             workers=args.workers if args.workers is not None else 2,

@@ -6,7 +6,8 @@ from kubetrain.manifests.jobset import build_ps_jobset
 from kubetrain.manifests.mpijob import build_mpijob
 from kubetrain.manifests.pod import Manifest
 from kubetrain.manifests.pytorchjob import build_pytorchjob
-from kubetrain.specs import JobSpec, MPIJobSpec, PSJobSpec, PyTorchJobSpec
+from kubetrain.manifests.trainjob import build_trainjob
+from kubetrain.specs import JobSpec, MPIJobSpec, PSJobSpec, PyTorchJobSpec, TrainJobSpec
 
 
 def build_manifest(spec: JobSpec) -> Manifest:
@@ -17,7 +18,9 @@ def build_manifest(spec: JobSpec) -> Manifest:
         return build_mpijob(spec)
     if isinstance(spec, PSJobSpec):
         return build_ps_jobset(spec)
+    if isinstance(spec, TrainJobSpec):
+        return build_trainjob(spec)
     raise TypeError(f"no manifest builder for {type(spec).__name__}")
 
 
-__all__ = ["Manifest", "build_manifest", "build_mpijob", "build_ps_jobset", "build_pytorchjob"]
+__all__ = ["Manifest", "build_manifest", "build_mpijob", "build_ps_jobset", "build_pytorchjob", "build_trainjob"]

@@ -63,12 +63,22 @@ JOBSET = JobKind(
     default_container=None,
     primary_replica=("master",),
 )
-KINDS: tuple[JobKind, ...] = (PYTORCHJOB, MPIJOB, JOBSET)
+TRAINJOB = JobKind(
+    kind="TrainJob",
+    api_version="trainer.kubeflow.org/v1alpha1",
+    plural="trainjobs",
+    replica_specs_key=None,
+    replica_types=(),
+    default_container="node",  # the Trainer puts the trainer into the container named `node`
+    primary_replica=("launcher", "node"),  # mpirun's launcher, else torch's node 0
+)
+KINDS: tuple[JobKind, ...] = (PYTORCHJOB, MPIJOB, JOBSET, TRAINJOB)
 
 # Container names the builders use (the PyTorch one is required by the training-operator).
 PYTORCH_CONTAINER = "pytorch"
 MPI_CONTAINER = "mpi"
 PS_CONTAINER = "ps"
+TRAINJOB_CONTAINER = "node"
 
 
 def kind_of(manifest: Mapping[str, Any]) -> JobKind:

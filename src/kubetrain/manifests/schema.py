@@ -29,6 +29,10 @@ CRD_FILES: Mapping[tuple[str, str], str] = {
     ("kubeflow.org/v1", "PyTorchJob"): "training-operator-v1/kubeflow.org_pytorchjobs.yaml",
     ("kubeflow.org/v2beta1", "MPIJob"): "mpi-operator-v2beta1/kubeflow.org_mpijobs.yaml",
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset/jobset.x-k8s.io_jobsets.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer-v2/trainer.kubeflow.org_trainjobs.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): (
+        "trainer-v2/trainer.kubeflow.org_clustertrainingruntimes.yaml"
+    ),
 }
 
 

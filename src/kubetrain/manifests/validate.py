@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import ManifestError
-from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCH_CONTAINER, PYTORCHJOB, JobKind, kind_of
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCH_CONTAINER, PYTORCHJOB, TRAINJOB, JobKind, kind_of
 from kubetrain.manifests.schema import crd_dir_from_env, validate_against_crd
 from kubetrain.names import DNS1035_MAX, is_dns1035_label
 
@@ -200,7 +200,39 @@ def _validate_jobset(manifest: Mapping[str, Any]) -> None:
     _check_name_room(name, derived)
 
 
-_VALIDATORS = {PYTORCHJOB.kind: _validate_pytorchjob, MPIJOB.kind: _validate_mpijob, JOBSET.kind: _validate_jobset}
+# What the Trainer's torch plugin sets itself; its webhook refuses a TrainJob that sets them.
+_TRAINER_OWNED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+
+
+def _validate_trainjob(manifest: Mapping[str, Any]) -> None:
+    """The Trainer's CEL rules and webhook (v2.3), and room for the pod names its JobSet derives."""
+    spec = _dict(manifest.get("spec"), "spec")
+    ref = _dict(spec.get("runtimeRef"), "spec.runtimeRef")
+    if not ref.get("name"):
+        _fail("spec.runtimeRef.name", "names the (Cluster)TrainingRuntime to run on; it is required")
+    if ref.get("kind", "ClusterTrainingRuntime") not in ("ClusterTrainingRuntime", "TrainingRuntime"):
+        _fail("spec.runtimeRef.kind", f"{ref.get('kind')!r}: expected ClusterTrainingRuntime or TrainingRuntime")
+    trainer = _dict(spec.get("trainer") or {}, "spec.trainer")
+    owned = sorted({str(e.get("name")) for e in trainer.get("env") or ()} & set(_TRAINER_OWNED_ENV))
+    if owned:
+        _fail("spec.trainer.env", f"{', '.join(owned)} are set by the Trainer; remove them")
+    nodes = trainer.get("numNodes", 1)
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        _fail("spec.trainer.numNodes", f"{nodes!r}: expected an integer >= 1")
+    managers = [str(p.get("manager")) for p in spec.get("runtimePatches") or ()]
+    if len(set(managers)) != len(managers):
+        _fail("spec.runtimePatches", "each manager may own one patch")
+    name = str(_dict(manifest.get("metadata"), "metadata").get("name", ""))
+    # The JobSet's pods: <name>-<replicated job>-<job index>-<pod index>-<suffix>; `node` is the longest.
+    _check_name_room(name, [f"{name}-node-0-{max(int(nodes) - 1, 0)}" + "x" * JOB_POD_SUFFIX])
+
+
+_VALIDATORS = {
+    PYTORCHJOB.kind: _validate_pytorchjob,
+    MPIJOB.kind: _validate_mpijob,
+    JOBSET.kind: _validate_jobset,
+    TRAINJOB.kind: _validate_trainjob,
+}
 
 
 def validate_manifest(manifest: Mapping[str, Any], *, crd_dir: Path | None = None) -> JobKind:

@@ -13,8 +13,9 @@ from kubetrain.specs.common import (
     Workspace,
 )
 from kubetrain.specs.jobs import ElasticPolicy, JobMeta, MPIJobSpec, PSJobSpec, PyTorchJobSpec
+from kubetrain.specs.trainjob import TrainJobSpec
 
-JobSpec = PyTorchJobSpec | MPIJobSpec | PSJobSpec
+JobSpec = PyTorchJobSpec | MPIJobSpec | PSJobSpec | TrainJobSpec
 
 __all__ = [
     "ElasticPolicy",
@@ -30,6 +31,7 @@ __all__ = [
     "Resources",
     "RunPolicy",
     "Toleration",
+    "TrainJobSpec",
     "Volume",
     "VolumeMount",
     "Workspace",

@@ -34,7 +34,7 @@ def _check_port(value: int, field_name: str) -> None:
         raise SpecError(field_name, value, "a TCP port between 1 and 65535")
 
 
-def _check_derived_names(job_name: str, derived: list[str], field_name: str) -> None:
+def check_derived_names(job_name: str, derived: list[str], field_name: str) -> None:
     """The operator names pods and services after the job; each must still be a DNS-1035 label."""
     if not is_dns1035_label(job_name):
         raise SpecError(
@@ -166,7 +166,7 @@ class PyTorchJobSpec:
         derived = [f"{self.meta.name}-master-0"]
         if max_workers:
             derived.append(f"{self.meta.name}-worker-{max_workers - 1}")
-        _check_derived_names(self.meta.name, derived, "name")
+        check_derived_names(self.meta.name, derived, "name")
 
     def _extra_volume_names(self) -> tuple[str, ...]:
         names = [SHM_VOLUME] if self.shm_size else []
@@ -220,7 +220,7 @@ class MPIJobSpec:
             f"{self.meta.name}-worker-{self.worker.replicas - 1}",
             f"{self.meta.name}-config",
         ]
-        _check_derived_names(self.meta.name, derived, "name")
+        check_derived_names(self.meta.name, derived, "name")
 
     @property
     def total_slots(self) -> int:
@@ -275,4 +275,4 @@ class PSJobSpec:
             f"{self.meta.name}-ps-{self.ps.replicas - 1}-0{pad}",
             f"{self.meta.name}-worker-0-{self.worker.replicas - 1}{pad}",
         ]
-        _check_derived_names(self.meta.name, derived, "name")
+        check_derived_names(self.meta.name, derived, "name")

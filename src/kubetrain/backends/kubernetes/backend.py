@@ -32,7 +32,7 @@ from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_in
 from kubetrain.backends.kubernetes.retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, is_transient
 from kubetrain.backends.kubernetes.stream import WatchState, json_lines, stream_lines
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
-from kubetrain.manifests.kinds import JOBSET, JobKind, kind_of
+from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, parse_job_status
 
@@ -382,7 +382,8 @@ class KubernetesBackend(Backend):
     def suspend(self, ref: JobRef) -> None:
         """Suspend the job by merge patch: the operator deletes its pods and keeps the object."""
         kind = ref.kind
-        patch = {"spec": {"suspend": True}} if kind is JOBSET else {"spec": {"runPolicy": {"suspend": True}}}
+        top_level = kind in (JOBSET, TRAINJOB)
+        patch = {"spec": {"suspend": True}} if top_level else {"spec": {"runPolicy": {"suspend": True}}}
         what = f"suspend {kind.kind} {ref.namespace}/{ref.name}"
         try:
             self._retry.call(

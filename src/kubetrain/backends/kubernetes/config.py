@@ -17,7 +17,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from kubetrain.errors import BackendError, InvalidInputError
-from kubetrain.manifests.kinds import JOBSET, KINDS, MPIJOB, PYTORCHJOB, JobKind
+from kubetrain.manifests.kinds import JOBSET, KINDS, MPIJOB, PYTORCHJOB, TRAINJOB, JobKind
 from kubetrain.names import derive_job_name
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -35,7 +35,7 @@ POD_NAMESPACE_ENV = "POD_NAMESPACE"
 # batch Job `<job>-launcher` (its name is a label value); JobSet pods
 # `<js>-<replicatedJob>-<jobIndex>-<podIndex>` plus the 5-character suffix the JobSet webhook
 # reserves, with our longest replicated-job name ("worker") and 4-digit indexes.
-JOB_NAME_MAX_LENGTH: Mapping[str, int] = {PYTORCHJOB.kind: 50, MPIJOB.kind: 50, JOBSET.kind: 40}
+JOB_NAME_MAX_LENGTH: Mapping[str, int] = {PYTORCHJOB.kind: 50, MPIJOB.kind: 50, JOBSET.kind: 40, TRAINJOB.kind: 40}
 
 
 def job_name_for_task(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubetrain.backends.base import EventInfo, JobRef, PodInfo
-from kubetrain.manifests.kinds import JOBSET, MPI_CONTAINER, PS_CONTAINER, PYTORCH_CONTAINER, JobKind
+from kubetrain.manifests.kinds import JOBSET, MPI_CONTAINER, PS_CONTAINER, PYTORCH_CONTAINER, TRAINJOB, JobKind
 from kubetrain.status import parse_time
 
 KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"
@@ -29,7 +29,8 @@ SIDECARS = frozenset({"istio-proxy", "linkerd-proxy"})
 
 def pod_selector(ref: JobRef) -> str:
     """The label selector of the job's pods."""
-    key = JOBSET_NAME if ref.kind is JOBSET else KUBEFLOW_JOB_NAME
+    # A TrainJob's pods are its JobSet's, and the JobSet carries the TrainJob's name.
+    key = JOBSET_NAME if ref.kind in (JOBSET, TRAINJOB) else KUBEFLOW_JOB_NAME
     return f"{key}={ref.name}"
 
 
@@ -44,7 +45,7 @@ def _replica(kind: JobKind, pod: Mapping[str, Any]) -> tuple[str, int]:
     meta = pod.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
-    if kind is JOBSET:
+    if kind in (JOBSET, TRAINJOB):
         rtype = labels.get(JOBSET_REPLICATED_JOB, "")
         job_index = _int(labels.get(JOBSET_JOB_INDEX))
         pod_index = _int(labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX)))
