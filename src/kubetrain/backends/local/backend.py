@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,17 @@ from kubetrain.backends.local.operators.controller import Controller, JobContext
 from kubetrain.backends.local.operators.jobset import JobSetController
 from kubetrain.backends.local.operators.mpijob import MPIJobController
 from kubetrain.backends.local.operators.pytorchjob import PyTorchJobController
+from kubetrain.backends.local.operators.trainjob import TrainJobController, runtime_key
 from kubetrain.backends.local.podspec import PodContext
 from kubetrain.backends.local.process import LineSink
 from kubetrain.backends.local.record import JobRecord, stop_all
 from kubetrain.backends.local.validate import validate_manifest
 from kubetrain.backends.local.watchdog import Watchdog
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
-from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, TRAINJOB
+from kubetrain.manifests.runtimes import kubetrain_mpi_runtime, torch_distributed_runtime
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
+from kubetrain.presets import CHAINERMN_IMAGE
 
 log = logging.getLogger(__name__)
 ROOT_ENV = "KUBETRAIN_LOCAL_ROOT"
@@ -93,6 +96,7 @@ class LocalBackend(Backend):
         config_maps: Mapping[str, Mapping[str, str]] | None = None,
         lock_dir: Path | None = None,
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        runtimes: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         """`stream_logs` prints every replica's lines as `[master-0] ...` (or hands them to `log_sink`).
 
@@ -101,6 +105,8 @@ class LocalBackend(Backend):
         kubelet's restart back-off (10 s, 20 s, ... on a cluster). `secrets` and `config_maps`
         (name → key → value) supply what secretKeyRef/configMapKeyRef env and volumes read.
         `max_log_bytes` caps each container's log file, as the kubelet's containerLogMaxSize does.
+        `runtimes` are the (Cluster)TrainingRuntimes TrainJobs can name (default: Trainer's
+        `torch-distributed` and kubetrain's `kubetrain-mpi`).
         """
         # Absolute: rewritten paths must mean the same to a replica whatever its working directory.
         self.root = (Path(root) if root is not None else default_root()).absolute()
@@ -120,6 +126,9 @@ class LocalBackend(Backend):
         self._config_maps = {k: dict(v) for k, v in (config_maps or {}).items()}
         self._lock_dir = lock_dir
         self._max_log_bytes = max_log_bytes
+        if runtimes is None:
+            runtimes = [torch_distributed_runtime(), kubetrain_mpi_runtime(CHAINERMN_IMAGE)]
+        self._runtimes = {runtime_key(r): dict(r) for r in runtimes}
         self._cwd = Path.cwd()
         self._records: dict[tuple[str, str, str], JobRecord] = {}
         self._lock = threading.Lock()
@@ -235,7 +244,10 @@ class LocalBackend(Backend):
         block = allocate_block(self._lock_dir)
         try:
             ctx = JobContext(ref.name, ref.namespace, ref.uid, pod_ctx, block, self._backoff)
-            controller = _CONTROLLERS[ref.kind.kind](obj, ctx)
+            if ref.kind is TRAINJOB:
+                controller: Controller = TrainJobController(obj, ctx, self._runtimes)
+            else:
+                controller = _CONTROLLERS[ref.kind.kind](obj, ctx)
         except (ValueError, ManifestError) as e:  # more pods than one address block holds, or a bad spec
             block.release()
             shutil.rmtree(job_dir, ignore_errors=True)  # nothing ran: leave nothing behind
