@@ -1,0 +1,80 @@
+"""TrainJobs on the local backend: the runtime resolved as the Trainer does, run as local processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kubetrain.backends.local.backend import LocalBackend
+from kubetrain.data.download import download
+from kubetrain.errors import ManifestError
+from kubetrain.manifests import build_manifest
+from kubetrain.presets import TrainingParams, mpi_trainjob_spec, pytorch_trainjob_spec
+from kubetrain.status import JobPhase
+from tests.integration.test_local_pytorchjob import _follow
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "digits"
+    download("builtin:digits", out, quiet=True)
+    return out
+
+
+def _params(digits: Path, out: Path, epochs: int = 2) -> TrainingParams:
+    return TrainingParams(data_dir=str(digits), output_dir=str(out), checkpoint_dir=None, epochs=epochs)
+
+
+def test_pytorch_and_chainermn_trainjobs_train_on_the_digits(tmp_path: Path, digits: Path) -> None:
+    backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0)
+    try:
+        for name, spec, world in (
+            ("tj-torch", pytorch_trainjob_spec(name="tj-torch", params=_params(digits, tmp_path / "t"), workers=1), 2),
+            ("tj-mpi", mpi_trainjob_spec(name="tj-mpi", params=_params(digits, tmp_path / "m"), workers=2), 2),
+        ):
+            ref = backend.submit(build_manifest(spec))
+            status, _ = _follow(backend, ref)
+            assert status.phase is JobPhase.SUCCEEDED, status
+            out = tmp_path / ("t" if name == "tj-torch" else "m")
+            metrics = json.loads((out / "metrics.json").read_text())
+            assert metrics["world_size"] == world
+            assert metrics["test_accuracy"] > 0.85
+            assert {p.replica_type for p in backend.pods(ref)} >= {"node"}
+    finally:
+        backend.close()
+
+
+def test_a_failing_trainer_fails_the_trainjob_and_the_deadline_is_enforced(tmp_path: Path) -> None:
+    fail, slow = tmp_path / "fail.py", tmp_path / "slow.py"
+    fail.write_text("raise SystemExit(3)\n")
+    slow.write_text("import time\ntime.sleep(120)\n")
+    # The runtime's Jobs keep the batch default of 6 retries: scale the kubelet's back-off down.
+    backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0, restart_backoff_seconds=0.05)
+    try:
+        failing = pytorch_trainjob_spec(name="tj-fail", params=TrainingParams(), program=("python", str(fail)))
+        status, _ = _follow(backend, backend.submit(build_manifest(failing)))
+        assert status.phase is JobPhase.FAILED
+        assert status.reason != "DeadlineExceeded"
+        waiting = pytorch_trainjob_spec(
+            name="tj-slow", params=TrainingParams(), active_deadline_seconds=2, program=("python", str(slow))
+        )
+        status, _ = _follow(backend, backend.submit(build_manifest(waiting)))
+        assert status.phase is JobPhase.FAILED
+        assert status.reason == "DeadlineExceeded"
+    finally:
+        backend.close()
+
+
+def test_an_unknown_runtime_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "root")
+    try:
+        manifest = build_manifest(pytorch_trainjob_spec(name="tj-x", params=TrainingParams(), runtime="nope"))
+        with pytest.raises(ManifestError, match="ClusterTrainingRuntime 'nope' is not known to the local backend"):
+            backend.submit(manifest)
+        assert not list((tmp_path / "root" / "jobs").glob("*/tj-x-*"))
+    finally:
+        backend.close()
