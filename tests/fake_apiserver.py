@@ -340,7 +340,7 @@ def make_pod(job: str, namespace: str, *, kind: JobKind, replica_type: str, inde
              exit_code: int | None = None, restarts: int = 0, last_exit_code: int | None = None,
              sidecar: bool = False, unschedulable: str | None = None, pod_name: str | None = None) -> Obj:  # fmt: skip
     """A pod as an operator (and the kubelet) would leave it, labelled for `kind`."""
-    if kind.plural == "jobsets":
+    if kind.plural in ("jobsets", "trainjobs"):  # a TrainJob's pods are its JobSet's
         labels = {"jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": replica_type,
                   "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": str(index)}  # fmt: skip
         name = pod_name or f"{job}-{replica_type}-0-{index}-abcde"

@@ -29,10 +29,10 @@ from kubetrain.errors import (
     ManifestError,
 )
 from kubetrain.launcher import AwaitOptions, DeleteAfter, OnTimeout, Tuning, run_job
-from kubetrain.manifests import build_mpijob, build_ps_jobset, build_pytorchjob
+from kubetrain.manifests import build_mpijob, build_ps_jobset, build_pytorchjob, build_trainjob
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
-from kubetrain.specs import MPIJobSpec, PSJobSpec, PyTorchJobSpec
+from kubetrain.specs import MPIJobSpec, PSJobSpec, PyTorchJobSpec, TrainJobSpec
 from kubetrain.specs.common import ReplicaSpec
 from kubetrain.specs.jobs import JobMeta
 from kubetrain.status import JobPhase, JobResult
@@ -70,6 +70,10 @@ def ps_manifest(name: str = "ps") -> dict[str, Any]:
             worker=ReplicaSpec(image=IMAGE, replicas=2),
         )
     )
+
+
+def trainjob_manifest(name: str = "tj") -> dict[str, Any]:
+    return build_trainjob(TrainJobSpec(meta=meta(name), runtime="torch-distributed", trainer=ReplicaSpec(image=IMAGE)))
 
 
 def cond(ctype: str, reason: str = "", message: str = "", status: str = "True") -> tuple[str, str, str, str]:

@@ -15,10 +15,18 @@ import pytest
 import yaml
 
 from kubetrain.errors import JobTimeoutError
-from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, TRAINJOB, JobKind
 from tests.conftest import REPO_ROOT
 from tests.fake_apiserver import FakeApiServer, make_pod
-from tests.integration.test_k8s_launcher import NS, Env, cond, mpi_manifest, ps_manifest, pytorch_manifest
+from tests.integration.test_k8s_launcher import (
+    NS,
+    Env,
+    cond,
+    mpi_manifest,
+    ps_manifest,
+    pytorch_manifest,
+    trainjob_manifest,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,6 +35,7 @@ CASES: list[tuple[JobKind, Any, str, tuple[str, int], str]] = [
     (PYTORCHJOB, pytorch_manifest, "train", ("Master", 0), "pytorch"),
     (MPIJOB, mpi_manifest, "mpi", ("Launcher", 0), "mpi"),
     (JOBSET, ps_manifest, "ps", ("master", 0), "ps"),
+    (TRAINJOB, trainjob_manifest, "tj", ("node", 0), "node"),
 ]
 
 
@@ -64,7 +73,8 @@ def exercise(env: Env, kind: JobKind, build: Any, name: str, primary: tuple[str,
         env.wait_line("hello")
         api.put_pod(make_pod(name, NS, kind=kind, replica_type=primary[0], index=primary[1], container=container,
                              phase="Succeeded"))  # fmt: skip
-        api.set_conditions(kind, NS, name, cond("Completed" if kind is JOBSET else "Succeeded"))
+        done = {JOBSET: "Completed", TRAINJOB: "Complete"}.get(kind, "Succeeded")
+        api.set_conditions(kind, NS, name, cond(done))
 
     env.launch(manifest, script, delete_after="always")
     # A second job of the kind that hits its deadline and is suspended.
