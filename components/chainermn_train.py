@@ -39,6 +39,8 @@ def chainermn_train(
     backoff_limit: int = 3,
     namespace: str = "",
     service_account: str = "",
+    job_api: str = "mpijob",
+    runtime: str = "",
 ) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
     """Train with ChainerMN in an MPIJob (kubeflow.org/v2beta1) and wait for it to finish.
 
@@ -73,6 +75,10 @@ def chainermn_train(
         backoff_limit: Launcher restarts allowed before the job fails.
         namespace: Namespace of the job; empty for the launcher pod's namespace.
         service_account: Service account of the training pods; empty for the namespace default.
+        job_api: mpijob (mpi-operator, kubeflow.org/v2beta1) or trainjob (Kubeflow Trainer v2: the
+            launcher and `workers` nodes of the kubetrain-mpi runtime in deploy/runtimes/).
+        runtime: With job_api=trainjob, the ClusterTrainingRuntime to run on; empty for
+            kubetrain-mpi.
 
     Returns:
         model: The model files and metrics.json; metadata has framework, job name and status.
@@ -90,5 +96,6 @@ def chainermn_train(
         slots_per_worker=slots_per_worker, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command,
         cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,
-        backoff_limit=backoff_limit, namespace=namespace, service_account=service_account,
+        backoff_limit=backoff_limit, namespace=namespace, service_account=service_account, job_api=job_api,
+        runtime=runtime,
     )  # fmt: skip

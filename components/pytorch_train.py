@@ -41,6 +41,8 @@ def pytorch_train(
     backoff_limit: int = 3,
     namespace: str = "",
     service_account: str = "",
+    job_api: str = "pytorchjob",
+    runtime: str = "",
 ) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
     """Train with PyTorch DDP in a PyTorchJob (kubeflow.org/v1) and wait for it to finish.
 
@@ -77,13 +79,17 @@ def pytorch_train(
         backoff_limit: Pod restarts the operator allows before the job fails.
         namespace: Namespace of the job; empty for the launcher pod's namespace.
         service_account: Service account of the training pods; empty for the namespace default.
+        job_api: pytorchjob (training-operator v1, kubeflow.org/v1) or trainjob (Kubeflow Trainer
+            v2, trainer.kubeflow.org/v1alpha1: 1 + workers nodes under torchrun; not elastic).
+        runtime: With job_api=trainjob, the ClusterTrainingRuntime to run on; empty for
+            torch-distributed, which Trainer ships.
 
     Returns:
         model: The model files and metrics.json; metadata has framework, job name and status.
         metrics: test_accuracy, test_loss, train_loss, samples_per_second, duration_seconds,
             job_seconds, world_size, epochs.
         report: HTML page with the final metrics and the loss and accuracy curves.
-        job_name: Name of the PyTorchJob.
+        job_name: Name of the PyTorchJob or TrainJob.
         status: Final status of the job (Succeeded).
     """
     from kubetrain.kfp_runtime.frameworks import train_pytorch
@@ -95,5 +101,5 @@ def pytorch_train(
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, backend=backend,
         seed=seed, image=image, command=command, cpu=cpu, memory=memory, gpus=gpus,
         timeout_seconds=timeout_seconds, delete_after=delete_after, backoff_limit=backoff_limit,
-        namespace=namespace, service_account=service_account,
+        namespace=namespace, service_account=service_account, job_api=job_api, runtime=runtime,
     )  # fmt: skip

@@ -19,6 +19,7 @@ def mnist_chainermn(
     learning_rate: float = 0.002,
     architecture: str = "mlp",
     timeout_seconds: int = 3600,
+    job_api: str = "mpijob",
 ) -> None:
     """Download a data set, then train on it with ChainerMN over MPI (an MPIJob: launcher + workers).
 
@@ -32,6 +33,7 @@ def mnist_chainermn(
         learning_rate: Adam learning rate.
         architecture: Model: mlp or cnn.
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
+        job_api: mpijob (mpi-operator) or trainjob (Kubeflow Trainer v2, the kubetrain-mpi runtime).
     """
     data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
     launcher_task(
@@ -47,6 +49,7 @@ def mnist_chainermn(
             learning_rate=learning_rate,
             architecture=architecture,
             timeout_seconds=timeout_seconds,
+            job_api=job_api,
         ),
         workspace_pvc=workspace_pvc,
     )

@@ -18,6 +18,7 @@ def mnist_pytorch(
     learning_rate: float = 0.002,
     architecture: str = "mlp",
     timeout_seconds: int = 3600,
+    job_api: str = "pytorchjob",
 ) -> None:
     """Download a data set, then train on it with PyTorch DDP (a PyTorchJob: master + workers).
 
@@ -30,6 +31,7 @@ def mnist_pytorch(
         learning_rate: Adam learning rate.
         architecture: Model: mlp or cnn.
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
+        job_api: pytorchjob (training-operator v1) or trainjob (Kubeflow Trainer v2, torch-distributed).
     """
     data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
     launcher_task(
@@ -44,6 +46,7 @@ def mnist_pytorch(
             learning_rate=learning_rate,
             architecture=architecture,
             timeout_seconds=timeout_seconds,
+            job_api=job_api,
         ),
         workspace_pvc=workspace_pvc,
     )

@@ -96,6 +96,20 @@ def test_single_framework_pipeline(tmp_path: Path, pipeline: str) -> None:
     check_clean(result)
 
 
+@pytest.mark.parametrize("pipeline", ["mnist_pytorch", "mnist_chainermn"])
+def test_pipelines_train_through_kubeflow_trainer_v2(tmp_path: Path, pipeline: str) -> None:
+    """job_api=trainjob: a TrainJob on torch-distributed / kubetrain-mpi, resolved as the Trainer does."""
+    proc, result = kubetrain(tmp_path, "run", pipeline, "--param", "job_api=trainjob")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert result["state"] == "SUCCEEDED"
+    task_name = list(result["tasks"])[1]
+    check_trainer(result, task_name)
+    model_meta = json.loads((Path(result["tasks"][task_name]["artifacts"]["model"]) / "metrics.json").read_text())
+    assert model_meta["world_size"] == 2
+    assert f"TrainJob default/{result['tasks'][task_name]['parameters']['job_name']} submitted" in proc.stderr
+    check_clean(result)
+
+
 def test_demo_compares_the_three_frameworks(tmp_path: Path) -> None:
     proc, result = kubetrain(tmp_path, "demo")
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -105,3 +105,20 @@ def test_bad_programs_and_bounds_are_refused_before_anything_is_built() -> None:
         PyTorchRequest(**IDS, backend="mpi")
     with pytest.raises(InvalidInputError, match="mode: got 'eventual'"):
         PSRequest(**IDS, mode="eventual")
+
+
+def test_job_api_picks_the_trainjob_and_its_runtime() -> None:
+    from kubetrain.specs import TrainJobSpec
+
+    spec = PyTorchRequest(**IDS, job_api="trainjob", workers=2, timeout_seconds=600).to_spec(PLAN)
+    assert isinstance(spec, TrainJobSpec)
+    assert (spec.runtime, spec.trainer.replicas, spec.active_deadline_seconds) == ("torch-distributed", 3, 600)
+    mpi = ChainerMNRequest(**IDS, job_api="trainjob", runtime="my-mpi").to_spec(PLAN)
+    assert isinstance(mpi, TrainJobSpec) and mpi.runtime == "my-mpi"
+    validate_strict(build_manifest(spec))
+    with pytest.raises(InvalidInputError, match="job_api: got 'tfjob'"):
+        PyTorchRequest(**IDS, job_api="tfjob")
+    with pytest.raises(InvalidInputError, match="a TrainJob is not elastic"):
+        PyTorchRequest(**IDS, job_api="trainjob", elastic_min_workers=1, elastic_max_workers=2)
+    with pytest.raises(InvalidInputError, match="runtime: got 'x'; a training runtime is only used with job_api"):
+        ChainerMNRequest(**IDS, runtime="x")

@@ -19,17 +19,22 @@ from typing import Any, ClassVar, Literal, Self, cast
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.launcher import DELETE_AFTER_CHOICES, DeleteAfter
+from kubetrain.names import is_dns1123_subdomain
 from kubetrain.presets import (
     CHAINERMN_IMAGE,
     CHAINERMN_PROGRAM,
+    MPI_RUNTIME,
     PS_IMAGE,
     PYTORCH_IMAGE,
     TORCH_PROGRAM,
+    TORCH_RUNTIME,
     PodOptions,
     TrainingParams,
     mpi_job_spec,
+    mpi_trainjob_spec,
     ps_job_spec,
     pytorch_job_spec,
+    pytorch_trainjob_spec,
 )
 from kubetrain.ps.model_names import MODEL_NAMES as PS_MODEL_NAMES
 from kubetrain.specs import JobSpec, RunPolicy
@@ -161,9 +166,23 @@ class TrainingRequest(abc.ABC):
             "kfp_task_id": self.task_id,
         }
 
+    def _trainjob_identity(self, plan: JobPlan) -> dict[str, Any]:
+        """The preset arguments of a TrainJob: no run policy, the timeout as its own deadline."""
+        identity = self._job_identity(plan)
+        del identity["run_policy"]  # restarts are the runtime's (its JobSet failure policy)
+        identity["active_deadline_seconds"] = max(1, int(self.timeout_seconds))
+        return identity
+
     @abc.abstractmethod
     def to_spec(self, plan: JobPlan) -> JobSpec:
         """The job spec this request makes, for the job named and placed by `plan`."""
+
+
+def _check_runtime(job_api: str, runtime: str) -> None:
+    if runtime and job_api != "trainjob":
+        raise InvalidInputError(f"runtime: got {runtime!r}; a training runtime is only used with job_api=trainjob")
+    if runtime and not is_dns1123_subdomain(runtime):
+        raise InvalidInputError(f"runtime: got {runtime!r}; expected the name of a ClusterTrainingRuntime")
 
 
 def parse_command(command: str) -> tuple[str, ...]:
@@ -187,10 +206,19 @@ class PyTorchRequest(TrainingRequest):
     elastic_max_workers: int = 0
     backend: str = "gloo"
     command: str = ""
+    job_api: str = "pytorchjob"
+    runtime: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _choice("backend", self.backend, ("gloo", "nccl"))
+        _choice("job_api", self.job_api, ("pytorchjob", "trainjob"))
+        _check_runtime(self.job_api, self.runtime)
+        if self.job_api == "trainjob" and (self.elastic_min_workers or self.elastic_max_workers):
+            raise InvalidInputError(
+                "elastic_min_workers/elastic_max_workers: a TrainJob is not elastic in Trainer v2.3; "
+                "use job_api=pytorchjob for an elastic job, or leave both 0"
+            )
         elastic = self.elastic  # raises on bad bounds, now rather than when the spec is built
         program = parse_command(self.command)
         if elastic is not None and program and not program[0].startswith("python"):
@@ -213,7 +241,15 @@ class PyTorchRequest(TrainingRequest):
         return (low, high)
 
     def to_spec(self, plan: JobPlan) -> JobSpec:
-        """The PyTorchJob spec."""
+        """The PyTorchJob spec, or the TrainJob spec with job_api=trainjob."""
+        if self.job_api == "trainjob":
+            return pytorch_trainjob_spec(
+                **self._trainjob_identity(plan),
+                workers=self.workers,
+                backend=cast(Literal["gloo", "nccl"], self.backend),
+                program=parse_command(self.command) or TORCH_PROGRAM,
+                runtime=self.runtime or TORCH_RUNTIME,
+            )
         return pytorch_job_spec(
             **self._job_identity(plan),
             workers=self.workers,
@@ -234,13 +270,25 @@ class ChainerMNRequest(TrainingRequest):
     workers: int = 2
     slots_per_worker: int = 1
     command: str = ""
+    job_api: str = "mpijob"
+    runtime: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         parse_command(self.command)
+        _choice("job_api", self.job_api, ("mpijob", "trainjob"))
+        _check_runtime(self.job_api, self.runtime)
 
     def to_spec(self, plan: JobPlan) -> JobSpec:
-        """The MPIJob spec."""
+        """The MPIJob spec, or the TrainJob spec with job_api=trainjob."""
+        if self.job_api == "trainjob":
+            return mpi_trainjob_spec(
+                **self._trainjob_identity(plan),
+                workers=self.workers,
+                slots_per_worker=self.slots_per_worker,
+                program=parse_command(self.command) or CHAINERMN_PROGRAM,
+                runtime=self.runtime or MPI_RUNTIME,
+            )
         return mpi_job_spec(
             **self._job_identity(plan),
             workers=self.workers,
