@@ -100,3 +100,18 @@ def test_mpi_world_from_open_mpi_and_hydra_env() -> None:
 def test_mpi_rank_out_of_range_is_an_error() -> None:
     with pytest.raises(SpecError, match="MPI rank"):
         mpi_world_from_env({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "2"})
+
+
+def test_nccl_with_more_processes_than_gpus_is_refused_before_nccl_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on an H100: two torchrun processes with nccl on one GPU fail in NCCL ("Duplicate GPU detected")."""
+    import torch
+
+    from kubetrain.train.torch_dist import select_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+           "TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
+    with pytest.raises(InvalidInputError, match=r"needs one GPU per process: this node runs 2 processes but sees 1"):
+        select_device("nccl", torch_topology_from_env(env))

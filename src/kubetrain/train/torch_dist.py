@@ -17,6 +17,7 @@ and peers learn those addresses through the job's store.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from collections.abc import Sequence
@@ -43,7 +44,17 @@ def resolve_backend(flag: str, *, cuda: bool) -> str:
 def select_device(backend: str, topo: TorchTopology) -> torch.device:
     """The GPU of this process's local rank for nccl (or CUDA single process), else the CPU."""
     if torch.cuda.is_available() and backend == "nccl":
-        index = topo.local_rank % torch.cuda.device_count()
+        gpus = torch.cuda.device_count()
+        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        if local_processes > gpus:
+            # NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), but only once every
+            # rank has started: say it now, with what to change.
+            raise InvalidInputError(
+                f"--backend nccl needs one GPU per process: this node runs {local_processes} processes but sees "
+                f"{gpus} GPU(s); run at most {gpus} per node (torchrun --nproc-per-node, a TrainJob's "
+                "numProcPerNode) or use gloo"
+            )
+        index = topo.local_rank % gpus
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device("cpu")
