@@ -1,4 +1,4 @@
-"""Shared test fixtures: repository paths and the upstream CRDs beside the checkout."""
+"""Shared test fixtures: repository paths and the upstream CRDs of the pinned operator modules."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.crds import crd_dir as _pinned_crd_dir
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The upstream CRD schemas live beside the checkout (../shared/crds); they are never copied in.
-CRD_DIR = REPO_ROOT.parent / "shared" / "crds"
+# The upstream CRD schemas, from the operator modules pinned in tools/crds (see tests/crds.py);
+# never copied into the repository. Fetched once at collection; a failure is a broken set-up,
+# not a reason to skip, and it names what is missing.
+CRD_DIR = _pinned_crd_dir()
 
 
 @pytest.fixture(scope="session")
 def crd_dir() -> Path:
-    """The directory of upstream CRDs; a missing one is a broken checkout, not a reason to skip."""
-    if not (CRD_DIR / "training-operator-v1").is_dir():
-        pytest.fail(f"upstream CRDs not found at {CRD_DIR}; the tests need ../shared/crds beside the checkout")
+    """The directory of upstream CRDs."""
     return CRD_DIR
 
 

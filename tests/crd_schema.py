@@ -1,4 +1,4 @@
-"""Strict validation of manifests against the upstream CRDs in ../shared/crds, for tests.
+"""Strict validation of manifests against the upstream CRDs (the pinned operator modules, tests/crds.py).
 
 Undeclared fields count as errors (what `fieldValidation=Strict` rejects and what the API server
 would otherwise prune), and the webhook/controller rules of operator-contracts.md apply too.

@@ -8,7 +8,7 @@ REST API for the official `kubernetes` client to run against it unchanged:
   (container, previous, tailLines, follow) and events (field selectors);
 - the watch protocol: chunked JSON lines of {type, object}, ADDED/MODIFIED/DELETED, BOOKMARK,
   resourceVersion resumption, server-side timeoutSeconds, and 410 Gone for compacted versions;
-- create validates the body against the upstream CRD schema in ../shared/crds (never copied) and,
+- create validates the body against the upstream CRD schema (tests/crds.py: the pinned modules) and,
   with fieldValidation=Strict, rejects unknown fields with 400 and their paths like the real
   server's strict decoder; other schema violations are 422;
 - faults on demand: 409/404/500/429 (with Retry-After), connections closed without a response,
@@ -48,7 +48,7 @@ def now_rfc3339() -> str:
 
 def strict_decoding_errors(manifest: Mapping[str, Any], crd_dir: Path | None = None) -> tuple[list[str], list[str]]:
     """(unknown field paths, other schema violations) of a manifest against its upstream CRD."""
-    del crd_dir  # the CRDs live at ../shared/crds (tests.conftest.CRD_DIR)
+    del crd_dir  # the pinned CRDs (tests.conftest.CRD_DIR)
     unknown: list[str] = []
     other: list[str] = []
     for error in strict_errors(manifest):
