@@ -32,6 +32,7 @@ from kubetrain.backends.local.operators.trainjob import TrainJobController, runt
 from kubetrain.backends.local.podspec import PodContext
 from kubetrain.backends.local.process import LineSink
 from kubetrain.backends.local.record import JobRecord, stop_all
+from kubetrain.backends.local.supervisor import supervise
 from kubetrain.backends.local.validate import validate_manifest
 from kubetrain.backends.local.watchdog import Watchdog
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
@@ -262,7 +263,11 @@ class LocalBackend(Backend):
         )
         record.publish()
         thread = threading.Thread(
-            target=self._supervise, args=(record,), name=f"kubetrain-local-{ref.name}", daemon=True
+            target=supervise,
+            args=(record,),
+            kwargs={"poll_seconds": self._poll, "forget": self._forget},
+            name=f"kubetrain-local-{ref.name}",
+            daemon=True,
         )
         thread.start()
         return record
@@ -275,54 +280,6 @@ class LocalBackend(Backend):
                 log.warning("no watchdog for local replicas (they may outlive a SIGKILLed kubetrain): %s", e)
                 return None
         return self._watchdog[0]
-
-    def _supervise(self, record: JobRecord) -> None:
-        controller = record.controller
-        completed = False
-        try:
-            while not record.delete_requested.is_set():
-                controller.reconcile(time.time())
-                record.snapshot_pods()
-                record.publish()
-                if controller.finished:
-                    break
-                record.wake.wait(self._poll)
-                record.wake.clear()
-            completed = True
-        finally:
-            self._wind_up(record, completed=completed)
-        ttl = self._ttl(record.obj)
-        if not record.delete_requested.is_set() and ttl is not None and not record.delete_requested.wait(ttl):
-            self._forget(record)
-
-    @staticmethod
-    def _wind_up(record: JobRecord, *, completed: bool) -> None:
-        """Stop the processes and release the job's resources, however the supervisor ended.
-
-        Every step runs even if one before it raised, and `done` is always set, so `delete`,
-        `close` and watchers never wait on a supervisor that died of a bug (whose traceback the
-        thread prints); such a job then reads as broken (BackendError).
-        """
-        deleted = record.delete_requested.is_set()
-        try:
-            record.controller.shutdown("the job was deleted" if deleted else "the job finished")
-        finally:
-            record.block.release()
-            if not completed:
-                record.broken = "the local supervisor of this job stopped unexpectedly (see the traceback in the log)"
-            try:
-                record.snapshot_pods()
-                record.publish()
-            finally:
-                record.done.set()
-                if not completed:
-                    record.end_watches()
-
-    @staticmethod
-    def _ttl(obj: JobObject) -> int | None:
-        spec = obj.get("spec") or {}
-        value = spec.get("ttlSecondsAfterFinished", (spec.get("runPolicy") or {}).get("ttlSecondsAfterFinished"))
-        return None if value is None else int(value)
 
     def _forget(self, record: JobRecord) -> None:
         ref = record.ref
