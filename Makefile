@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 LINT_PATHS := $(wildcard src tests bench components pipelines)
 
-.PHONY: setup demo test test-fast lint typecheck compile golden bench clean
+.PHONY: setup demo test test-fast lint typecheck compile golden bench clean controlplane cluster-up cluster-down e2e
 
 setup: $(STAMP)
 
@@ -36,10 +36,10 @@ demo: setup
 test: setup
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/cluster $(PYTEST_ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" --ignore=tests/cluster $(PYTEST_ARGS)
 
 lint: setup
 	$(PY) -m ruff check $(LINT_PATHS)
@@ -59,3 +59,17 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+
+# The real control plane (tests/cluster): binaries built from the Go module proxy, cached by their
+# pins under ~/.cache/kubetrain/controlplane; kwokctl runs them as host processes.
+controlplane:
+	bash tools/controlplane/build.sh
+
+cluster-up: setup
+	$(PY) -m tests.cluster.controlplane up
+
+cluster-down: setup
+	$(PY) -m tests.cluster.controlplane down
+
+e2e: setup
+	$(PY) -m pytest tests/cluster $(PYTEST_ARGS)

@@ -1,0 +1,185 @@
+"""A real Kubernetes control plane on this machine, without a container engine: `make cluster-up`.
+
+kwokctl's `binary` runtime runs etcd, kube-apiserver (RBAC authorization, admission plugins,
+an audit log), kube-controller-manager and kube-scheduler as host processes, built from the Go
+module proxy by tools/controlplane/build.sh (cached by their pins); kwok plays the nodes, so pods
+are scheduled and admitted for real but never run. On top: the upstream CRDs of the pinned
+operators (tests/crds.py), a namespace labelled for the `restricted` Pod Security level, and a
+non-admin user `kubetrain-launcher` bound only to the Role in deploy/rbac.yaml.
+
+Files under `.cluster/`: `kubeconfig` (admin), `launcher.kubeconfig` (the launcher user),
+`kwok/` (kwokctl's working directory: logs, certificates, the audit log), `bin` (a link to the
+binaries). `python -m tests.cluster.controlplane up|down`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.crds import SOURCES, crd_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STATE = REPO_ROOT / ".cluster"
+NAME = "kubetrain"
+NAMESPACE = "kubetrain-e2e"
+LAUNCHER_USER = "kubetrain-launcher"
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+rules:
+  - level: Metadata
+    users: ["kubetrain-launcher"]
+  - level: None
+"""
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or started; the message says what and where the logs are."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running control plane and the files to reach it."""
+
+    bin_dir: Path
+    kubeconfig: Path
+    launcher_kubeconfig: Path
+    workdir: Path
+
+    @property
+    def audit_log(self) -> Path:
+        """The kube-apiserver's audit log (the launcher user's requests, metadata level)."""
+        return self.workdir / "clusters" / NAME / "logs" / "audit.log"
+
+    def kubectl(self, *args: str, as_launcher: bool = False, stdin: str | None = None) -> str:
+        """Run the pinned kubectl; its stdout, or ControlPlaneError with its stderr."""
+        config = self.launcher_kubeconfig if as_launcher else self.kubeconfig
+        done = subprocess.run(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(config), *args],
+            input=stdin, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: {done.stderr.strip()[-2000:]}")
+        return done.stdout
+
+
+def build() -> Path:
+    """The directory of the pinned binaries, built first if missing (tools/controlplane/build.sh)."""
+    script = REPO_ROOT / "tools" / "controlplane" / "build.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"{script} failed:\n{done.stderr[-4000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def _env(bin_dir: Path) -> dict[str, str]:
+    # kwokctl keeps everything under .cluster/kwok and uses our kubectl: it downloads nothing.
+    return {**os.environ, "KWOK_WORKDIR": str(STATE / "kwok"), "KWOK_KUBECTL_BINARY": str(bin_dir / "kubectl")}
+
+
+def _kwokctl(bin_dir: Path, *args: str, timeout: float = 300) -> str:
+    done = subprocess.run(
+        [str(bin_dir / "kwokctl"), *args], env=_env(bin_dir), capture_output=True, text=True, check=False,
+        timeout=timeout,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise ControlPlaneError(f"kwokctl {' '.join(args)}:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def _running(bin_dir: Path) -> bool:
+    try:
+        return NAME in _kwokctl(bin_dir, "get", "clusters", timeout=60).split()
+    except ControlPlaneError:
+        return False
+
+
+def up() -> Cluster:
+    """Start the control plane (or find it running) and prepare CRDs, the namespace and the users."""
+    bin_dir = build()
+    STATE.mkdir(exist_ok=True)
+    policy = STATE / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    if not _running(bin_dir):
+        _kwokctl(
+            bin_dir, "create", "cluster", "--name", NAME, "--runtime", "binary",
+            "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
+            "--kube-controller-manager-binary", str(bin_dir / "kube-controller-manager"),
+            "--kube-scheduler-binary", str(bin_dir / "kube-scheduler"),
+            "--kwok-controller-binary", str(bin_dir / "kwok"),
+            "--etcd-binary", str(bin_dir / "etcd"),
+            "--kube-authorization", "--kube-admission", "--kube-audit-policy", str(policy),
+            "--wait", "3m",
+        )  # fmt: skip
+    cluster = Cluster(
+        bin_dir=bin_dir,
+        kubeconfig=STATE / "kubeconfig",
+        launcher_kubeconfig=STATE / "launcher.kubeconfig",
+        workdir=STATE / "kwok",
+    )
+    cluster.kubeconfig.write_text(_kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME))
+    cluster.launcher_kubeconfig.write_text(
+        _kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER)
+    )
+    for relative in sorted(SOURCES):
+        cluster.kubectl("apply", "--server-side", "-f", str(crd_dir() / relative))
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_namespace())
+    cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
+    cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", "-", stdin=_user_binding())
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    link = STATE / "bin"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(bin_dir)
+    return cluster
+
+
+def _namespace() -> str:
+    labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": labels}})
+
+
+def _user_binding() -> str:
+    """The Role of deploy/rbac.yaml bound to the test's launcher user (the file binds service accounts)."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "kubetrain-launcher-e2e-user"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kubetrain-launcher"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": LAUNCHER_USER}],
+        }
+    )
+
+
+def down() -> None:
+    """Stop every process of the control plane and remove .cluster/."""
+    link = STATE / "bin"
+    if link.exists():
+        _kwokctl(link.resolve(), "delete", "cluster", "--name", NAME)
+    shutil.rmtree(STATE, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`up` or `down`; up prints the two kubeconfig paths."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("action", choices=("up", "down"))
+    args = parser.parse_args(argv)
+    if args.action == "down":
+        down()
+        return 0
+    cluster = up()
+    print(f"admin kubeconfig:    {cluster.kubeconfig}")
+    print(f"launcher kubeconfig: {cluster.launcher_kubeconfig}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

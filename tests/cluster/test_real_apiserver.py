@@ -1,0 +1,163 @@
+"""kubetrain against a real kube-apiserver: strict schemas, RBAC, Pod Security admission, the launcher.
+
+The API server, its admission (PodSecurity), its RBAC authorizer, etcd and the garbage collector
+are real (tests/cluster/controlplane.py); kwok plays the nodes. No training operator runs in this
+module: where an operator would write a job's status, the test writes it through the status
+subresource as the admin, which is what the launcher reads.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubetrain.backends.kubernetes import KubernetesBackend
+from kubetrain.backends.local.operators.trainer_runtime import resolve
+from kubetrain.errors import ExitCode, ManifestError
+from kubetrain.manifests import build_manifest
+from kubetrain.manifests.runtimes import kubetrain_mpi_runtime, torch_distributed_runtime
+from kubetrain.presets import CHAINERMN_IMAGE, TrainingParams, pytorch_job_spec
+from tests.cluster.controlplane import LAUNCHER_USER, NAMESPACE, Cluster
+
+pytestmark = [pytest.mark.timeout(600)]
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "manifests"
+CASES = sorted(p.stem for p in GOLDEN.glob("*.yaml"))
+
+
+def _golden(case: str) -> dict[str, Any]:
+    manifest: dict[str, Any] = yaml.safe_load((GOLDEN / f"{case}.yaml").read_text())
+    manifest["metadata"]["namespace"] = NAMESPACE
+    return manifest
+
+
+def _launcher(cluster: Cluster) -> KubernetesBackend:
+    return KubernetesBackend(namespace=NAMESPACE, kubeconfig=str(cluster.launcher_kubeconfig))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_rendered_manifests_pass_the_real_servers_strict_validation(cluster: Cluster, case: str) -> None:
+    """Server-side dry run with fieldValidation=Strict, as the non-admin launcher user."""
+    backend = _launcher(cluster)
+    try:
+        stored = backend.dry_run(_golden(case))
+    finally:
+        backend.close()
+    assert stored["metadata"]["name"] == _golden(case)["metadata"]["name"]
+    assert stored["spec"]  # nothing pruned to emptiness
+
+
+def test_a_misplaced_field_is_refused_by_the_real_server_naming_it(cluster: Cluster) -> None:
+    manifest = _golden("pytorch-master-only")
+    manifest["spec"]["cleanPodPolicy"] = "All"  # the old launchers' mistake: it belongs under runPolicy
+    backend = _launcher(cluster)
+    try:
+        with pytest.raises(ManifestError, match="cleanPodPolicy"):
+            backend.dry_run(manifest)
+    finally:
+        backend.close()
+
+
+def _pod_templates(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    kind, spec = manifest["kind"], manifest["spec"]
+    if kind == "PyTorchJob":
+        return [r["template"] for r in spec["pytorchReplicaSpecs"].values()]
+    if kind == "MPIJob":
+        return [r["template"] for r in spec["mpiReplicaSpecs"].values()]
+    if kind == "TrainJob":
+        runtime = torch_distributed_runtime() if spec["runtimeRef"]["name"] == "torch-distributed" else (
+            kubetrain_mpi_runtime(CHAINERMN_IMAGE))  # fmt: skip
+        return _pod_templates(resolve(manifest, runtime))
+    return [r["template"]["spec"]["template"] for r in spec["replicatedJobs"]]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_pod_kubetrain_makes_is_admitted_under_restricted(cluster: Cluster, case: str) -> None:
+    """The namespace enforces the "restricted" Pod Security Standard; each pod is a server-side dry run."""
+    for i, template in enumerate(_pod_templates(_golden(case))):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"pss-{i}", "namespace": NAMESPACE, "labels": template["metadata"].get("labels", {})},
+            "spec": {**template["spec"], "restartPolicy": template["spec"].get("restartPolicy", "Never")},
+        }
+        done = subprocess.run(
+            [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "create", "--dry-run=server",
+             "-f", "-"],
+            input=json.dumps(pod), capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{case} pod {i}: {done.stderr}"
+        assert "PodSecurity" not in done.stderr, f"{case} pod {i}: {done.stderr}"
+
+
+def _can(cluster: Cluster, verb: str, resource: str) -> bool:
+    done = subprocess.run(
+        [str(cluster.bin_dir / "kubectl"), "--kubeconfig", str(cluster.launcher_kubeconfig), "auth", "can-i", verb,
+         resource, "-n", NAMESPACE],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    return done.stdout.strip() == "yes"
+
+
+def test_the_real_authorizer_grants_the_launcher_exactly_the_role(cluster: Cluster) -> None:
+    role = next(d for d in yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml").read_text())
+                if d and d["kind"] == "Role")  # fmt: skip
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                name = f"{resource}.{group}" if group else resource
+                for verb in rule["verbs"]:
+                    assert _can(cluster, verb, name), f"{LAUNCHER_USER} may not {verb} {name}"
+    for verb, name in (("update", "pytorchjobs.kubeflow.org/status"), ("delete", "pods"), ("get", "secrets"),
+                       ("create", "pods"), ("patch", "trainjobs.trainer.kubeflow.org/status"), ("list", "secrets")):  # fmt: skip
+        assert not _can(cluster, verb, name), f"{LAUNCHER_USER} may {verb} {name}, which deploy/rbac.yaml must not grant"
+
+
+def _status(cluster: Cluster, name: str, *conditions: str) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    body = {"status": {"conditions": [{"type": c, "status": "True", "reason": f"PyTorchJob{c}", "message": c,
+                                       "lastUpdateTime": now, "lastTransitionTime": now} for c in conditions],
+                       "replicaStatuses": {}}}  # fmt: skip
+    cluster.kubectl("patch", "pytorchjob", name, "-n", NAMESPACE, "--subresource=status", "--type=merge", "-p",
+                    json.dumps(body))  # fmt: skip
+
+
+def _exists(cluster: Cluster, name: str) -> bool:
+    return bool(cluster.kubectl("get", "pytorchjobs", "-n", NAMESPACE, "--field-selector", f"metadata.name={name}",
+                                "-o", "name").strip())  # fmt: skip
+
+
+def test_the_launcher_follows_a_job_on_the_real_server_and_deletes_it(cluster: Cluster, tmp_path: Path) -> None:
+    name = f"e2e-{int(time.time()) % 100000}"
+    spec = pytorch_job_spec(name=name, params=TrainingParams(), namespace=NAMESPACE, kfp_run_id="run", kfp_task_id=name)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(build_manifest(spec)))
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "kubetrain", "launch", "-f", str(path), "--kubeconfig", str(cluster.launcher_kubeconfig),
+         "--timeout", "120", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _exists(cluster, name):
+            assert time.monotonic() < deadline, "the launcher never created the job"
+            time.sleep(0.2)  # polling the API server from the test, standing in for the operator
+        _status(cluster, name, "Created", "Running")
+        _status(cluster, name, "Created", "Running", "Succeeded")
+        out, err = launch.communicate(timeout=60)
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+    assert launch.returncode == ExitCode.SUCCESS, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["phase"] == "Succeeded"
+    deadline = time.monotonic() + 60
+    while _exists(cluster, name):  # foreground deletion finishes once the garbage collector is done
+        assert time.monotonic() < deadline, "the job was not deleted"
+        time.sleep(0.2)
