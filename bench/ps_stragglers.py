@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.data.download import download
-from kubetrain.ps.localrun import LocalPSJob
+from kubetrain.ps.harness.localrun import LocalPSJob
 
 SIDES = ("dynamic", "static")
 

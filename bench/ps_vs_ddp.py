@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.data.download import download
-from kubetrain.ps.localrun import LocalPSJob
+from kubetrain.ps.harness.localrun import LocalPSJob
 from kubetrain.train.topology import pytorchjob_env
 
 SIDES = ("ps-async", "ps-sync", "ddp")

@@ -14,10 +14,10 @@ import pytest
 
 from kubetrain.data.dataset_format import write_dataset
 from kubetrain.errors import ExitCode
-from kubetrain.ps.localrun import LocalPSJob, free_port
+from kubetrain.ps.common.rpc import wait_serving
+from kubetrain.ps.harness.localrun import LocalPSJob, free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.rpc import wait_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 HOST = "127.0.0.1"

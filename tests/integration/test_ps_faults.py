@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kubetrain.data.download import download
-from kubetrain.ps.localrun import LocalPSJob, wait_until
+from kubetrain.ps.harness.localrun import LocalPSJob, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

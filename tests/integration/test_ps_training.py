@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from kubetrain.data.download import download
-from kubetrain.ps.baseline import train_baseline
-from kubetrain.ps.click_data import write_click_dataset
-from kubetrain.ps.localrun import LocalPSJob
+from kubetrain.ps.harness.baseline import train_baseline
+from kubetrain.ps.harness.click_data import write_click_dataset
+from kubetrain.ps.harness.localrun import LocalPSJob
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

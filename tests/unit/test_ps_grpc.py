@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kubetrain.ps.embedding import TableConfig
-from kubetrain.ps.errors import PSConfigError, PSUnavailableError
-from kubetrain.ps.localrun import free_port
-from kubetrain.ps.optimizers import OptimizerSpec
+from kubetrain.ps.common.embedding import TableConfig
+from kubetrain.ps.common.errors import PSConfigError, PSUnavailableError
+from kubetrain.ps.common.optimizers import OptimizerSpec
+from kubetrain.ps.common.rpc import HealthReporter, bind, make_server, parse_addrs, wait_serving
+from kubetrain.ps.harness.localrun import free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.ps_client import PSClient
-from kubetrain.ps.rpc import HealthReporter, bind, make_server, parse_addrs, wait_serving
-from kubetrain.ps.server import SERVICE, ParameterServerServicer, _Checkpointer
-from kubetrain.ps.shard import ParameterShard, ShardConfig
+from kubetrain.ps.server.main import SERVICE, ParameterServerServicer, _Checkpointer
+from kubetrain.ps.server.store import ParameterShard, ShardConfig
+from kubetrain.ps.worker.client import PSClient
 
 HOST = "127.0.0.1"
 

@@ -11,10 +11,10 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from kubetrain.data.dataset_format import load_split, read_dataset_info
-from kubetrain.ps.accounting import audit
-from kubetrain.ps.click_data import make_click_data, write_click_dataset
-from kubetrain.ps.evaluation import roc_auc
-from kubetrain.ps.models import build_model
+from kubetrain.ps.common.evaluation import roc_auc
+from kubetrain.ps.harness.accounting import audit
+from kubetrain.ps.harness.click_data import make_click_data, write_click_dataset
+from kubetrain.ps.worker.models import build_model
 
 
 def test_roc_auc_matches_sklearn_including_ties() -> None:

@@ -8,9 +8,8 @@ import grpc
 import pytest
 
 from kubetrain.errors import ExitCode
-from kubetrain.ps.errors import CheckpointError, JobEndedError, PSUnavailableError
-from kubetrain.ps.localrun import free_port
-from kubetrain.ps.outcome import (
+from kubetrain.ps.common.errors import CheckpointError, JobEndedError, PSUnavailableError
+from kubetrain.ps.common.outcome import (
     OUTCOME_FILE,
     STATE_DIR_ENV,
     JobOutcome,
@@ -20,9 +19,10 @@ from kubetrain.ps.outcome import (
     stop_if_ended,
     write_outcome,
 )
+from kubetrain.ps.common.rpc import call_with_retry, make_channel
+from kubetrain.ps.harness.localrun import free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.rpc import call_with_retry, make_channel
 
 pytestmark = pytest.mark.timeout(60)
 

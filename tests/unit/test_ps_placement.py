@@ -8,14 +8,14 @@ import sys
 
 import numpy as np
 
-from kubetrain.ps.placement import dense_owner, partition_dense, split_ids, stable_hash
-from kubetrain.ps.tensors import from_rows, from_tensor, to_rows, to_tensor
+from kubetrain.ps.common.placement import dense_owner, partition_dense, split_ids, stable_hash
+from kubetrain.ps.common.tensors import from_rows, from_tensor, to_rows, to_tensor
 
 NAMES = [f"layer{i}.{kind}" for i in range(6) for kind in ("weight", "bias")]
 
 
 def test_placement_is_the_same_in_processes_with_different_hash_seeds() -> None:
-    code = f"from kubetrain.ps.placement import partition_dense;print(partition_dense({NAMES!r}, 3))"
+    code = f"from kubetrain.ps.common.placement import partition_dense;print(partition_dense({NAMES!r}, 3))"
     outs = set()
     for seed in ("1", "2", "random"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

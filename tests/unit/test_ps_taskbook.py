@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubetrain.ps.errors import PSConfigError, StaleStateError
-from kubetrain.ps.evaluation import EvalResult
-from kubetrain.ps.master_state import StateStore, book_from_json, book_to_json
-from kubetrain.ps.taskbook import FAILED, FINAL_EVAL, FINISHING, TaskBook
-from kubetrain.ps.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split
+from kubetrain.ps.common.errors import PSConfigError, StaleStateError
+from kubetrain.ps.common.evaluation import EvalResult
+from kubetrain.ps.common.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split
+from kubetrain.ps.master.state import StateStore, book_from_json, book_to_json
+from kubetrain.ps.master.taskbook import FAILED, FINAL_EVAL, FINISHING, TaskBook
 
 
 def _config(**kw: Any) -> BookConfig:

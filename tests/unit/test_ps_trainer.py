@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubetrain.ps.trainer import StragglerPacer, TaskProgress
+from kubetrain.ps.worker.trainer import StragglerPacer, TaskProgress
 
 
 def test_straggler_pacer_stretches_then_holds_a_fixed_pace() -> None:

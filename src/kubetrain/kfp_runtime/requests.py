@@ -36,7 +36,7 @@ from kubetrain.presets import (
     pytorch_job_spec,
     pytorch_trainjob_spec,
 )
-from kubetrain.ps.model_names import MODEL_NAMES as PS_MODEL_NAMES
+from kubetrain.ps.common.model_names import MODEL_NAMES as PS_MODEL_NAMES
 from kubetrain.specs import JobSpec, RunPolicy
 from kubetrain.train.common import MODEL_NAMES as DDP_MODEL_NAMES
 

@@ -8,5 +8,7 @@ Processes (each a `python -m` entry point, run by the PS JobSet or locally):
   id modulo the shard count), with the optimizer, async or sync updates and checkpoints.
 - `kubetrain.ps.worker`: get task, read, pull, forward/backward in PyTorch, push, report.
 
-The protocol is `proto/kubetrain_ps.proto`.
+The protocol is `proto/kubetrain_ps.proto`. The packages: `master/`, `server/`, `worker/` (one per
+process), `common/` (what they share), `proto/` (the protocol and its generated stubs) and
+`harness/` (local runs, the baseline and data generators for tests and benchmarks; not part of a job).
 """

@@ -12,10 +12,9 @@ import json
 import math
 import os
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -25,6 +24,7 @@ import numpy.typing as npt
 
 from kubetrain.data.dataset_format import DatasetInfo, load_split, read_dataset_info
 from kubetrain.errors import ExitCode, SpecError
+from kubetrain.fileio import atomic_write
 
 __all__ = [
     "METRICS_JSON",
@@ -198,31 +198,6 @@ def load_data(data_dir: Path, *, splits: Sequence[str] = ("train", "test")) -> L
     train = load_split(data_dir, "train") if "train" in splits else (empty_x, empty_y)
     test = load_split(data_dir, "test") if "test" in splits else (empty_x, empty_y)
     return LoadedData(info=info, x_train=train[0], y_train=train[1], x_test=test[0], y_test=test[1])
-
-
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write `path` through `write(f)` so readers see the old file or the whole new one, never half.
-
-    The data goes to a temporary file in the same directory, is fsynced, then renamed over `path`
-    (rename is atomic within one file system, which is what a restarted reader relies on).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    # The rename itself must reach the disk too, or a crash can bring the old name back.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def final_metrics(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import logging
@@ -13,19 +12,20 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.errors import KubetrainError
-from kubetrain.ps.checkpoint import atomic_write_bytes
-from kubetrain.ps.master_service import JobSettings, MasterCore
+from kubetrain.ps.common.checkpoint import atomic_write_bytes
+from kubetrain.ps.common.tensors import from_rows, from_tensor
+from kubetrain.ps.master.config import MasterConfig
+from kubetrain.ps.master.service import JobSettings, MasterCore
+from kubetrain.ps.master.shard_clients import ShardStubs
+from kubetrain.ps.master.taskbook import FAILED
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
-from kubetrain.ps.shards import ShardStubs
-from kubetrain.ps.taskbook import FAILED
-from kubetrain.ps.tensors import from_rows, from_tensor
 
 __all__ = ["metrics", "write_model", "write_outputs"]
 
 log = logging.getLogger("kubetrain.ps.master")
 
 
-def write_model(shards: ShardStubs, settings: JobSettings, args: argparse.Namespace, *, deadline_s: float) -> int:
+def write_model(shards: ShardStubs, settings: JobSettings, config: MasterConfig, *, deadline_s: float) -> int:
     """Gather every shard's parameters into `model.npz` (+ `model.json`); returns the version."""
     dumps = shards.all_with_retry(
         "DumpModel",
@@ -49,7 +49,7 @@ def write_model(shards: ShardStubs, settings: JobSettings, args: argparse.Namesp
             arrays[f"embedding/{table}/{key}"] = arrays[f"embedding/{table}/{key}"][order]
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    atomic_write_bytes(args.output / "model.npz", buf.getvalue())
+    atomic_write_bytes(config.output / "model.npz", buf.getvalue())
     version = max((int(d.state.version) for d in dumps), default=0)
     desc = {
         "format": "kubetrain-ps-model/1",
@@ -60,11 +60,11 @@ def write_model(shards: ShardStubs, settings: JobSettings, args: argparse.Namesp
         "dense": sorted(k.removeprefix("dense/") for k in arrays if k.startswith("dense/")),
         "tables": tables,
     }
-    atomic_write_bytes(args.output / "model.json", (json.dumps(desc, indent=2) + "\n").encode())
+    atomic_write_bytes(config.output / "model.json", (json.dumps(desc, indent=2) + "\n").encode())
     return version
 
 
-def metrics(core: MasterCore, settings: JobSettings, args: argparse.Namespace) -> dict[str, Any]:
+def metrics(core: MasterCore, settings: JobSettings, config: MasterConfig) -> dict[str, Any]:
     """The metrics.json content from the book and the recorded times."""
     book, times = core.book, core.times
     now = time.time()
@@ -111,19 +111,19 @@ def write_outputs(
     core: MasterCore,
     shards: ShardStubs,
     settings: JobSettings,
-    args: argparse.Namespace,
+    config: MasterConfig,
     *,
     failed: bool = False,
 ) -> None:
     """Write the model (unless the job failed and the shards are gone) and metrics.json."""
     try:
         # A failed job may have lost its shards: do not wait long for them.
-        write_model(shards, settings, args, deadline_s=10.0 if failed else args.ps_deadline)
+        write_model(shards, settings, config, deadline_s=10.0 if failed else config.ps_deadline)
     except KubetrainError as e:
         if not failed:
             raise
         log.warning("no final model: %s", e)
     with core.lock:
-        data = metrics(core, settings, args)
-    atomic_write_bytes(args.output / "metrics.json", (json.dumps(data, indent=2) + "\n").encode())
-    log.info("wrote %s", args.output / "metrics.json")
+        data = metrics(core, settings, config)
+    atomic_write_bytes(config.output / "metrics.json", (json.dumps(data, indent=2) + "\n").encode())
+    log.info("wrote %s", config.output / "metrics.json")

@@ -19,17 +19,17 @@ import io
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.ps.embedding import TableConfig
-from kubetrain.ps.errors import CheckpointError
-from kubetrain.ps.placement import dense_owner
-from kubetrain.ps.shard import ShardSnapshot
+from kubetrain.fileio import atomic_write_bytes
+from kubetrain.ps.common.embedding import TableConfig
+from kubetrain.ps.common.errors import CheckpointError
+from kubetrain.ps.common.placement import dense_owner
+from kubetrain.ps.server.store import ShardSnapshot
 
 __all__ = [
     "atomic_write_bytes",
@@ -48,21 +48,6 @@ GENERATIONS = "generations.json"
 def shard_dir(root: str | os.PathLike[str], shard_index: int, num_shards: int) -> Path:
     """The checkpoint sub-dir of one shard."""
     return Path(root) / f"shard-{shard_index:05d}-of-{num_shards:05d}"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so readers see the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_snapshot(directory: Path, snap: ShardSnapshot, *, keep: int = 3) -> Path:

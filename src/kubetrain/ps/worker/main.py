@@ -26,16 +26,16 @@ import grpc
 import torch
 
 from kubetrain.errors import ExitCode, KubetrainError
-from kubetrain.ps.errors import JobAbortedError, JobEndedError, PSConfigError, PSUnavailableError
-from kubetrain.ps.models import build_model
-from kubetrain.ps.outcome import state_dir_from, stop_if_ended
-from kubetrain.ps.procs import setup_logging, stop_on_signals, worker_id_default
+from kubetrain.ps.common.errors import JobAbortedError, JobEndedError, PSConfigError, PSUnavailableError
+from kubetrain.ps.common.outcome import state_dir_from, stop_if_ended
+from kubetrain.ps.common.procs import setup_logging, stop_on_signals, worker_id_default
+from kubetrain.ps.common.rpc import call_with_retry, make_channel, parse_addr, parse_addrs
+from kubetrain.ps.common.tasks import EVAL, TRAIN, TaskRange
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.ps_client import PSClient
-from kubetrain.ps.rpc import call_with_retry, make_channel, parse_addr, parse_addrs
-from kubetrain.ps.tasks import EVAL, TRAIN, TaskRange
-from kubetrain.ps.trainer import ShardCache, TaskAbandoned, TaskProgress, Trainer
+from kubetrain.ps.worker.client import PSClient
+from kubetrain.ps.worker.models import build_model
+from kubetrain.ps.worker.trainer import ShardCache, TaskAbandoned, TaskProgress, Trainer
 
 __all__ = ["build_parser", "main"]
 

@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.errors import SpecError
-from kubetrain.ps.optimizers import OptimizerSpec, SlotArrays, new_slots
-from kubetrain.ps.placement import stable_hash
+from kubetrain.ps.common.optimizers import OptimizerSpec, SlotArrays, new_slots
+from kubetrain.ps.common.placement import stable_hash
 
 __all__ = ["EmbeddingTable", "TableConfig", "initial_rows"]
 

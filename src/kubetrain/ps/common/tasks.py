@@ -16,6 +16,7 @@ from typing import Any
 from kubetrain.errors import SpecError
 
 __all__ = [
+    "MODES",
     "BookConfig",
     "Directive",
     "DoneEntry",
@@ -28,6 +29,8 @@ __all__ = [
     "task_from_id",
 ]
 
+# How the shards apply gradients: as they come (async) or once per round of every worker (sync).
+MODES = ("async", "sync")
 TRAIN = "train"
 EVAL = "eval"
 

@@ -21,16 +21,17 @@ import grpc
 import numpy as np
 
 from kubetrain.errors import KubetrainError
-from kubetrain.ps import checkpoint as ckpt
-from kubetrain.ps.embedding import TableConfig
-from kubetrain.ps.errors import PSConfigError
-from kubetrain.ps.optimizers import OPTIMIZERS, OptimizerSpec
-from kubetrain.ps.procs import default_bind, env_int, setup_logging, stop_on_signals
+from kubetrain.ps.common import checkpoint as ckpt
+from kubetrain.ps.common.embedding import TableConfig
+from kubetrain.ps.common.errors import PSConfigError
+from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
+from kubetrain.ps.common.procs import default_bind, env_int, setup_logging, stop_on_signals
+from kubetrain.ps.common.rpc import HealthReporter, bind, make_server
+from kubetrain.ps.common.tasks import MODES
+from kubetrain.ps.common.tensors import from_rows, from_tensor, to_rows, to_tensor
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.rpc import HealthReporter, bind, make_server
-from kubetrain.ps.shard import MODES, ParameterShard, ShardConfig, ShardSnapshot
-from kubetrain.ps.tensors import from_rows, from_tensor, to_rows, to_tensor
+from kubetrain.ps.server.store import ParameterShard, ShardConfig, ShardSnapshot
 
 __all__ = ["ParameterServerServicer", "build_parser", "main"]
 

@@ -18,12 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.errors import TrainingError
-from kubetrain.ps.embedding import TableConfig
-from kubetrain.ps.placement import partition_dense, row_owner
+from kubetrain.ps.common.embedding import TableConfig
+from kubetrain.ps.common.placement import partition_dense, row_owner
+from kubetrain.ps.common.rpc import call_with_retry, make_channel
+from kubetrain.ps.common.tensors import from_rows, from_tensor, to_rows, to_tensor
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.rpc import call_with_retry, make_channel
-from kubetrain.ps.tensors import from_rows, from_tensor, to_rows, to_tensor
 
 __all__ = ["PSClient", "Pulled", "PushOutcome"]
 

@@ -11,7 +11,7 @@ with hidden per-id weights `w` (what the wide part can learn) and hidden per-id 
 (pairwise interactions, what the deep part must learn). The best achievable AUC, that of the
 true probabilities, is written into the dataset's `source` string.
 
-    python -m kubetrain.ps.click_data --out DIR [--train N] [--test N] [--shards S] [--seed S]
+    python -m kubetrain.ps.harness.click_data --out DIR [--train N] [--test N] [--shards S] [--seed S]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from kubetrain.data.dataset_format import DatasetInfo, write_dataset
 from kubetrain.errors import KubetrainError, SpecError
-from kubetrain.ps.evaluation import roc_auc
+from kubetrain.ps.common.evaluation import roc_auc
 
 __all__ = ["ClickData", "make_click_data", "write_click_dataset"]
 
@@ -118,7 +118,7 @@ def write_click_dataset(
 
 def main(argv: list[str] | None = None) -> int:
     """Write the click data set to --out."""
-    p = argparse.ArgumentParser(prog="python -m kubetrain.ps.click_data", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m kubetrain.ps.harness.click_data", description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--train", type=int, default=20000)
     p.add_argument("--test", type=int, default=5000)

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubetrain.ps.tasks import DoneEntry, task_from_id
+from kubetrain.ps.common.tasks import DoneEntry, task_from_id
 
 __all__ = ["Ledger"]
 

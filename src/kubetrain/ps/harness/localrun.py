@@ -26,10 +26,10 @@ from types import TracebackType
 from typing import Any
 
 from kubetrain.data.dataset_format import read_dataset_info
-from kubetrain.ps.accounting import Audit, audit, read_generations
-from kubetrain.ps.errors import PSUnavailableError
-from kubetrain.ps.outcome import STATE_DIR_ENV
-from kubetrain.ps.rpc import wait_serving
+from kubetrain.ps.common.errors import PSUnavailableError
+from kubetrain.ps.common.outcome import STATE_DIR_ENV
+from kubetrain.ps.common.rpc import wait_serving
+from kubetrain.ps.harness.accounting import Audit, audit, read_generations
 
 __all__ = ["LocalPSJob", "free_port", "wait_until"]
 

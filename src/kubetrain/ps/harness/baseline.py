@@ -4,7 +4,7 @@ The model's tables become local `nn.Embedding(sparse=True)` tables initialised e
 initialises rows, trained with `torch.optim.SparseAdam` (lazy Adam, as on the PS), the dense
 layers with `torch.optim.Adam`; one process, no staleness. (`sgd` uses plain SGD for both.)
 
-    python -m kubetrain.ps.baseline --data DIR --model wide_deep --epochs 3 --lr 0.01
+    python -m kubetrain.ps.harness.baseline --data DIR --model wide_deep --epochs 3 --lr 0.01
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from torch import nn
 
 from kubetrain.data.dataset_format import load_split, read_dataset_info
 from kubetrain.errors import KubetrainError
-from kubetrain.ps.embedding import initial_rows
-from kubetrain.ps.evaluation import roc_auc
-from kubetrain.ps.models import MODEL_NAMES, PSModel, build_model
+from kubetrain.ps.common.embedding import initial_rows
+from kubetrain.ps.common.evaluation import roc_auc
+from kubetrain.ps.worker.models import MODEL_NAMES, PSModel, build_model
 
 __all__ = ["train_baseline"]
 
@@ -104,7 +104,7 @@ def train_baseline(
 
 def main(argv: list[str] | None = None) -> int:
     """Train the baseline and print its metrics as JSON."""
-    p = argparse.ArgumentParser(prog="python -m kubetrain.ps.baseline", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m kubetrain.ps.harness.baseline", description=__doc__)
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--model", choices=MODEL_NAMES, default="wide_deep")
     p.add_argument("--model-args", default="{}")

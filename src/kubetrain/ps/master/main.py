@@ -22,22 +22,21 @@ from pathlib import Path
 
 import grpc
 
-from kubetrain.data.dataset_format import read_dataset_info
 from kubetrain.errors import ExitCode, KubetrainError
-from kubetrain.ps.errors import CheckpointError, JobAbortedError, PSConfigError
-from kubetrain.ps.master_outputs import write_outputs
-from kubetrain.ps.master_service import JobSettings, MasterCore, MasterServicer
-from kubetrain.ps.master_state import StateStore, book_from_json
-from kubetrain.ps.model_names import MODEL_NAMES
-from kubetrain.ps.outcome import JobOutcome, clear_outcome, write_outcome
-from kubetrain.ps.procs import default_bind, setup_logging, stop_on_signals
+from kubetrain.ps.common.errors import CheckpointError, JobAbortedError
+from kubetrain.ps.common.model_names import MODEL_NAMES
+from kubetrain.ps.common.outcome import JobOutcome, clear_outcome, write_outcome
+from kubetrain.ps.common.procs import default_bind, setup_logging, stop_on_signals
+from kubetrain.ps.common.rpc import HealthReporter, bind, make_server
+from kubetrain.ps.common.tasks import MODES
+from kubetrain.ps.master.config import MasterConfig
+from kubetrain.ps.master.outputs import write_outputs
+from kubetrain.ps.master.service import JobSettings, MasterCore, MasterServicer
+from kubetrain.ps.master.shard_clients import ShardStubs
+from kubetrain.ps.master.state import StateStore, book_from_json
+from kubetrain.ps.master.taskbook import DONE, FAILED, FINISHING, TRAINING, TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.rpc import HealthReporter, bind, make_server, parse_addrs
-from kubetrain.ps.shard import MODES
-from kubetrain.ps.shards import ShardStubs
-from kubetrain.ps.taskbook import DONE, FAILED, FINISHING, TRAINING, TaskBook
-from kubetrain.ps.tasks import BookConfig
 
 __all__ = ["build_parser", "main"]
 
@@ -80,54 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _book_config(args: argparse.Namespace) -> BookConfig:
-    info = read_dataset_info(args.data)
-    if args.sharding == "static" and args.num_workers < 1:
-        raise PSConfigError("--sharding static needs --num-workers N (the fixed worker slots)")
-    return BookConfig(
-        epochs=args.epochs,
-        records_per_task=args.records_per_task,
-        train_shards=tuple(s.records for s in info.shards("train")),
-        test_shards=tuple(s.records for s in info.shards("test")),
-        eval_records_per_task=args.eval_records_per_task,
-        seed=args.seed,
-        max_task_failures=args.max_task_failures,
-        max_dropped_fraction=args.max_dropped_fraction,
-        static_slots=args.num_workers if args.sharding == "static" else 0,
-        heartbeat_timeout_s=args.heartbeat_timeout,
-        min_task_timeout_s=args.min_task_timeout,
-    )
-
-
-def _settings(args: argparse.Namespace) -> JobSettings:
-    try:
-        model_args = json.loads(args.model_args)
-    except ValueError as e:
-        raise PSConfigError(f"--model-args: not JSON ({e}): {args.model_args!r}") from e
-    if not isinstance(model_args, dict):
-        raise PSConfigError(f"--model-args: got {args.model_args!r}; expected a JSON object")
-    if args.batch_size < 1:
-        raise PSConfigError(f"--batch-size: got {args.batch_size}; expected >= 1")
-    return JobSettings(
-        model=args.model,
-        model_args_json=json.dumps(model_args),
-        batch_size=args.batch_size,
-        mode=args.mode,
-        num_ps=args.num_ps,
-        seed=args.seed,
-        heartbeat_interval_s=args.heartbeat_interval,
-        sync_retries=args.sync_retries,
-    )
-
-
 class _Loop:
     """The monitor loop: timers, PS following, eval rounds and the end of the job."""
 
-    def __init__(self, core: MasterCore, args: argparse.Namespace, settings: JobSettings) -> None:
+    def __init__(self, core: MasterCore, config: MasterConfig, settings: JobSettings) -> None:
         self.core = core
-        self.args = args
+        self.config = config
         self.settings = settings
-        self.shards = ShardStubs(parse_addrs(args.ps_addrs))
+        self.shards = ShardStubs(config.ps_addrs)
         self._last_poll = 0.0
 
     def _poll_ps(self, *, required: bool) -> None:
@@ -135,7 +94,7 @@ class _Loop:
             states = self.shards.all_with_retry(
                 "GetState",
                 lambda s: s.GetState(pb.GetStateRequest(), timeout=5),
-                deadline_s=self.args.ps_deadline,
+                deadline_s=self.config.ps_deadline,
             )
         else:
             states = [s for s in self.shards.poll_states() if s is not None]
@@ -163,7 +122,7 @@ class _Loop:
         if now - self._last_poll >= POLL_S:
             self._last_poll = now
             self._poll_ps(required=False)
-        every = self.args.eval_every
+        every = self.config.eval_every
         if (
             every > 0
             and book.phase == TRAINING
@@ -174,7 +133,7 @@ class _Loop:
         if book.phase == TRAINING and book.training_complete():
             self._finish_training()
         if book.phase == FINISHING:
-            write_outputs(core, self.shards, self.settings, self.args)
+            write_outputs(core, self.shards, self.settings, self.config)
             core.mutate(lambda b: setattr(b, "phase", DONE), always_save=True)
             log.info("job done: %s", json.dumps(book.final_metrics))
         return book.phase in (DONE, FAILED)
@@ -182,7 +141,7 @@ class _Loop:
     def _finish_training(self) -> None:
         # Sync mode may hold a partly filled aggregate: apply it before the final evaluation.
         self.shards.all_with_retry(
-            "Flush", lambda s: s.Flush(pb.FlushRequest(), timeout=30), deadline_s=self.args.ps_deadline
+            "Flush", lambda s: s.Flush(pb.FlushRequest(), timeout=30), deadline_s=self.config.ps_deadline
         )
         self._poll_ps(required=True)  # a shard restart may have put finished tasks back
         with self.core.lock:
@@ -195,7 +154,7 @@ class _Loop:
 
     def shutdown(self, stop: threading.Event) -> None:
         """Wait until live workers have heard the end (or the grace passes), stop the shards."""
-        deadline = time.monotonic() + self.args.shutdown_grace
+        deadline = time.monotonic() + self.config.shutdown_grace
         while time.monotonic() < deadline and not stop.is_set():
             with self.core.lock:
                 alive = {k for k, w in self.core.book.workers.items() if w.alive}
@@ -223,22 +182,20 @@ def _record_outcome(state_dir: Path, book: TaskBook) -> None:
         log.warning("%s", e)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(config: MasterConfig) -> int:
     """Run the master until the job ends; the exit code."""
-    settings = _settings(args)
-    config = _book_config(args)
-    if args.num_ps != len(parse_addrs(args.ps_addrs)):
-        raise PSConfigError(f"--num-ps {args.num_ps} but --ps-addrs lists {args.ps_addrs!r}")
-    args.output.mkdir(parents=True, exist_ok=True)
-    store = StateStore(args.state_dir)
-    args.state_dir.mkdir(parents=True, exist_ok=True)
+    settings = config.job_settings()
+    book_config = config.book_config()
+    config.output.mkdir(parents=True, exist_ok=True)
+    store = StateStore(config.state_dir)
+    config.state_dir.mkdir(parents=True, exist_ok=True)
     raw = store.claim()
     now = time.monotonic()
     if raw is None:
-        book = TaskBook(config=config)
+        book = TaskBook(config=book_config)
         times = {"started_at": time.time()}
     else:
-        book = book_from_json(config, raw["book"], now)
+        book = book_from_json(book_config, raw["book"], now)
         times = {k: float(v) for k, v in raw.get("times", {}).items()}
         log.info(
             "resumed state generation %d: phase %s, %d done, %d doing, %d todo",
@@ -249,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
             len(book.todo),
         )
     if book.phase not in (DONE, FAILED):
-        clear_outcome(args.state_dir)  # left by an earlier job in this dir: must not end this one
+        clear_outcome(config.state_dir)  # left by an earlier job in this dir: must not end this one
     core = MasterCore(book, store, times)
     with core.lock:
         core.save()
@@ -258,12 +215,12 @@ def run(args: argparse.Namespace) -> int:
     server = make_server()
     health = HealthReporter(server, [SERVICE])
     pb_grpc.add_MasterServicer_to_server(MasterServicer(core, settings), server)
-    host = args.bind or default_bind()
-    bind(server, host, args.port)
+    host = config.bind or default_bind()
+    bind(server, host, config.port)
     server.start()
     health.serving()
-    log.info("master serving on %s:%d (%s, %d epochs)", host, args.port, args.mode, args.epochs)
-    loop = _Loop(core, args, settings)
+    log.info("master serving on %s:%d (%s, %d epochs)", host, config.port, config.mode, config.epochs)
+    loop = _Loop(core, config, settings)
     try:
         while not stop.is_set():
             if core.fatal is not None:
@@ -274,9 +231,9 @@ def run(args: argparse.Namespace) -> int:
         if stop.is_set():
             log.info("stopped by signal; the state is saved and a restart resumes")
             return int(ExitCode.CANCELLED)
-        _record_outcome(args.state_dir, book)
+        _record_outcome(config.state_dir, book)
         if book.phase == FAILED:
-            write_outputs(core, loop.shards, settings, args, failed=True)
+            write_outputs(core, loop.shards, settings, config, failed=True)
         loop.shutdown(stop)
     finally:
         health.not_serving()
@@ -291,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging("master", args.log_level)
     try:
-        return run(args)
+        return run(MasterConfig.from_args(args))
     except KubetrainError as e:
         log.error("%s", e)
         return int(e.exit_code)

@@ -8,9 +8,9 @@ from typing import TypeVar
 
 import grpc
 
+from kubetrain.ps.common.rpc import call_with_retry, make_channel
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.rpc import call_with_retry, make_channel
 
 __all__ = ["ShardStubs"]
 

@@ -26,10 +26,10 @@ import torch
 
 from kubetrain.data.dataset_format import DatasetInfo, load_shard, read_dataset_info
 from kubetrain.errors import TrainingError
-from kubetrain.ps.evaluation import EvalResult
-from kubetrain.ps.models import PSModel
-from kubetrain.ps.ps_client import PSClient, Pulled
-from kubetrain.ps.tasks import TaskRange
+from kubetrain.ps.common.evaluation import EvalResult
+from kubetrain.ps.common.tasks import TaskRange
+from kubetrain.ps.worker.client import PSClient, Pulled
+from kubetrain.ps.worker.models import PSModel
 
 __all__ = ["ShardCache", "StragglerPacer", "TaskAbandoned", "TaskProgress", "TrainOutcome", "Trainer"]
 

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from kubetrain.errors import SpecError
-from kubetrain.ps.embedding import TableConfig
-from kubetrain.ps.model_names import MODEL_NAMES
+from kubetrain.ps.common.embedding import TableConfig
+from kubetrain.ps.common.model_names import MODEL_NAMES
 from kubetrain.train.model_shapes import HIDDEN
 
 __all__ = ["MLP", "MODEL_NAMES", "PSModel", "WideDeep", "build_model"]

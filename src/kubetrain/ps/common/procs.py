@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from kubetrain.ps.errors import PSConfigError
+from kubetrain.ps.common.errors import PSConfigError
 
 __all__ = [
     "BIND_ENV",

@@ -17,11 +17,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kubetrain.ps.checkpoint import atomic_write_bytes
-from kubetrain.ps.errors import CheckpointError, PSConfigError, StaleStateError
-from kubetrain.ps.evaluation import EvalBook
-from kubetrain.ps.taskbook import TaskBook
-from kubetrain.ps.tasks import BookConfig, Lease, Loss, TaskRange, WorkerInfo
+from kubetrain.ps.common.checkpoint import atomic_write_bytes
+from kubetrain.ps.common.errors import CheckpointError, PSConfigError, StaleStateError
+from kubetrain.ps.common.evaluation import EvalBook
+from kubetrain.ps.common.tasks import BookConfig, Lease, Loss, TaskRange, WorkerInfo
+from kubetrain.ps.master.taskbook import TaskBook
 
 __all__ = ["STATE_FILE", "StateStore", "book_from_json", "book_to_json"]
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.ps.errors import PSConfigError
+from kubetrain.ps.common.errors import PSConfigError
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 
 __all__ = ["from_rows", "from_tensor", "to_rows", "to_tensor", "to_tensors"]

@@ -21,7 +21,7 @@ from typing import TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from kubetrain.ps.errors import PSCallError, PSConfigError, PSUnavailableError
+from kubetrain.ps.common.errors import PSCallError, PSConfigError, PSUnavailableError
 
 __all__ = [
     "RETRYABLE",

@@ -19,12 +19,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.errors import SpecError
-from kubetrain.ps.embedding import EmbeddingTable, TableConfig
-from kubetrain.ps.optimizers import OptimizerSpec, SlotArrays, apply_dense, apply_rows, new_slots
+from kubetrain.ps.common.embedding import EmbeddingTable, TableConfig
+from kubetrain.ps.common.optimizers import OptimizerSpec, SlotArrays, apply_dense, apply_rows, new_slots
+from kubetrain.ps.common.tasks import MODES
 
-__all__ = ["MODES", "ParameterShard", "PushResult", "ShardConfig", "ShardSnapshot"]
+__all__ = ["ParameterShard", "PushResult", "ShardConfig", "ShardSnapshot"]
 
-MODES = ("async", "sync")
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]

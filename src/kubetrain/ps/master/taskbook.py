@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubetrain.ps.evaluation import EvalBook, EvalResult, EvalRound, history_entry
-from kubetrain.ps.ledger import Ledger
-from kubetrain.ps.tasks import (
+from kubetrain.ps.common.evaluation import EvalBook, EvalResult, EvalRound, history_entry
+from kubetrain.ps.common.tasks import (
     EVAL,
     TRAIN,
     BookConfig,
@@ -35,6 +34,7 @@ from kubetrain.ps.tasks import (
     cut_split,
     task_from_id,
 )
+from kubetrain.ps.master.ledger import Ledger
 
 __all__ = ["COUNTERS", "DONE", "FAILED", "FINAL_EVAL", "FINISHING", "TRAINING", "TaskBook"]
 

@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 import grpc
 
 from kubetrain.errors import KubetrainError
-from kubetrain.ps.evaluation import EvalResult
-from kubetrain.ps.master_state import StateStore, book_to_json
+from kubetrain.ps.common.evaluation import EvalResult
+from kubetrain.ps.common.tasks import EVAL, Directive, Lease
+from kubetrain.ps.master.state import StateStore, book_to_json
+from kubetrain.ps.master.taskbook import TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.taskbook import TaskBook
-from kubetrain.ps.tasks import EVAL, Directive, Lease
 
 __all__ = ["JobSettings", "MasterCore", "MasterServicer"]
 

@@ -1,0 +1,2 @@
+"""A parameter-server shard (`python -m kubetrain.ps.server`): the gRPC service (main) over its
+parameter store (store)."""
