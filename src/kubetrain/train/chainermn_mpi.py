@@ -23,7 +23,15 @@ import numpy.typing as npt
 
 from kubetrain.errors import KubetrainError
 from kubetrain.train import chainer_models, chainer_state
-from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature, require_visible
+from kubetrain.train.checkpoints import (
+    CheckpointDir,
+    Progress,
+    RunSignature,
+    choose_resume_step,
+    gather_epoch_loss,
+    require_visible,
+    resumed_progress,
+)
 from kubetrain.train.common import (
     TrainConfig,
     Watchdog,
@@ -79,22 +87,18 @@ def _resume(run: _Run) -> None:
     """Every rank loads the checkpoint rank 0 picked (the newest complete one)."""
     if run.ckdir is None:
         return
-    chosen = -1
-    if run.group.rank == 0:
-        run.ckdir.prepare()
-        found = run.ckdir.load_newest(chainer_state.load_checkpoint, warn=lambda m: log(run.group.rank, m))
-        chosen = -1 if found is None else found[0]
-    chosen = int(run.group.bcast_obj(chosen))
+    rank = run.group.rank
+    chosen = choose_resume_step(
+        run.ckdir, rank=rank, broadcast=lambda value: int(run.group.bcast_obj(value)),
+        load=chainer_state.load_checkpoint, warn=lambda m: log(rank, m),
+    )  # fmt: skip
     if chosen < 0:
         return
     require_visible(run.ckdir.file_for(chosen), run.group.rank)
     ckpt = chainer_state.load_checkpoint(run.ckdir.file_for(chosen))
     run.signature.check_resumable(ckpt.signature, ckpt.path)
     ckpt.restore(model=run.model, optimizer=run.optimizer)
-    progress = ckpt.progress
-    progress.batch_in_epoch = run.signature.remap_position(ckpt.signature, progress.batch_in_epoch)
-    if run.group.rank != 0:
-        progress.epoch_loss_sum, progress.epoch_loss_count = 0.0, 0  # kept once, by rank 0
+    progress = resumed_progress(ckpt.progress, saved=ckpt.signature, signature=run.signature, rank=rank)
     run.progress = progress
     run.resumed_from_step = progress.global_step
     log(run.group.rank, f"resumed from {ckpt.path} (epoch {progress.epoch}, step {chosen})")
@@ -104,8 +108,7 @@ def _checkpoint(run: _Run) -> None:
     if run.ckdir is None:
         return
     p = run.progress
-    total, count = run.group.allreduce_sum([p.epoch_loss_sum, p.epoch_loss_count])
-    p.epoch_loss_sum, p.epoch_loss_count = (total, int(count)) if run.group.rank == 0 else (0.0, 0)
+    gather_epoch_loss(p, rank=run.group.rank, allreduce_sum=run.group.allreduce_sum)
     if run.group.rank == 0:
         chainer_state.save_checkpoint(
             run.ckdir,

@@ -183,3 +183,47 @@ class RunSignature:
         old = int(saved["batch_size"]) * int(saved["world_size"])
         new = self.batch_size * self.world_size
         return batch_in_epoch if old == new else (batch_in_epoch * old) // new
+
+
+# What resuming and checkpointing need from a process group, whatever the framework.
+Broadcast = Callable[[int], int]  # rank 0's value on every rank
+AllreduceSum = Callable[[list[float]], list[float]]
+
+
+def choose_resume_step(
+    ckdir: CheckpointDir,
+    *,
+    rank: int,
+    broadcast: Broadcast,
+    load: Callable[[Path], object],
+    warn: Callable[[str], None],
+) -> int:
+    """The step of the newest complete checkpoint, as rank 0 sees it, on every rank (-1: none).
+
+    Rank 0 decides: a rank restarted earlier than rank 0 must not pick a file rank 0 skipped.
+    """
+    chosen = -1
+    if rank == 0:
+        ckdir.prepare()
+        found = ckdir.load_newest(load, warn=warn)
+        chosen = -1 if found is None else found[0]
+    return broadcast(chosen)
+
+
+def resumed_progress(
+    progress: Progress, *, saved: dict[str, Any], signature: RunSignature, rank: int
+) -> Progress:
+    """A checkpoint's progress for this run: the position remapped to its batches, the loss sums on rank 0 only.
+
+    The epoch's loss sums are global and kept by rank 0 alone, so they are counted once.
+    """
+    progress.batch_in_epoch = signature.remap_position(saved, progress.batch_in_epoch)
+    if rank != 0:
+        progress.epoch_loss_sum, progress.epoch_loss_count = 0.0, 0
+    return progress
+
+
+def gather_epoch_loss(progress: Progress, *, rank: int, allreduce_sum: AllreduceSum) -> None:
+    """Sum every rank's epoch loss into rank 0's progress (which the checkpoint carries)."""
+    total, count = allreduce_sum([progress.epoch_loss_sum, float(progress.epoch_loss_count)])
+    progress.epoch_loss_sum, progress.epoch_loss_count = (total, int(count)) if rank == 0 else (0.0, 0)

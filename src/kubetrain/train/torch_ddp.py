@@ -26,7 +26,15 @@ from torch.utils.data.distributed import DistributedSampler
 
 from kubetrain.errors import KubetrainError, TrainingError
 from kubetrain.train import torch_state
-from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature, require_visible
+from kubetrain.train.checkpoints import (
+    CheckpointDir,
+    Progress,
+    RunSignature,
+    choose_resume_step,
+    gather_epoch_loss,
+    require_visible,
+    resumed_progress,
+)
 from kubetrain.train.common import (
     LoadedData,
     TrainConfig,
@@ -70,13 +78,11 @@ def _resume(run: _Run) -> None:
     """Load the newest complete checkpoint on every rank, as chosen by rank 0."""
     if run.ckdir is None:
         return
-    chosen = -1
-    if run.group.rank == 0:
-        run.ckdir.prepare()
-        found = run.ckdir.load_newest(torch_state.load_checkpoint, warn=lambda m: log(run.group.rank, m))
-        chosen = -1 if found is None else found[0]
-    # Rank 0 decides: a rank restarted earlier than rank 0 must not pick a file rank 0 skipped.
-    chosen = run.group.broadcast_int(chosen)
+    rank = run.group.rank
+    chosen = choose_resume_step(
+        run.ckdir, rank=rank, broadcast=run.group.broadcast_int, load=torch_state.load_checkpoint,
+        warn=lambda m: log(rank, m),
+    )  # fmt: skip
     if chosen < 0:
         return
     path = run.ckdir.file_for(chosen)
@@ -87,11 +93,7 @@ def _resume(run: _Run) -> None:
     run.optimizer.load_state_dict(payload["optimizer"])
     torch_state.restore_rng(payload["rng"])
     progress = Progress.from_json(payload["progress"])
-    progress.batch_in_epoch = run.signature.remap_position(payload["signature"], progress.batch_in_epoch)
-    if run.group.rank != 0:
-        # The epoch's loss sums are global and kept by rank 0 only, so they are counted once.
-        progress.epoch_loss_sum, progress.epoch_loss_count = 0.0, 0
-    run.progress = progress
+    run.progress = resumed_progress(progress, saved=payload["signature"], signature=run.signature, rank=rank)
     run.resumed_from_step = progress.global_step
     log(run.group.rank, f"resumed from {path} (epoch {progress.epoch}, step {chosen})")
 
@@ -101,8 +103,7 @@ def _checkpoint(run: _Run) -> None:
     if run.ckdir is None:
         return
     p = run.progress
-    total, count = run.group.allreduce_sum([p.epoch_loss_sum, p.epoch_loss_count])
-    p.epoch_loss_sum, p.epoch_loss_count = (total, int(count)) if run.group.rank == 0 else (0.0, 0)
+    gather_epoch_loss(p, rank=run.group.rank, allreduce_sum=run.group.allreduce_sum)
     if run.group.rank == 0:
         torch_state.save_checkpoint(
             run.ckdir,
