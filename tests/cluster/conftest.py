@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from tests.cluster.controlplane import Cluster, up
+from tests.cluster.controlplane import Cluster, down, up
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Cluster:
-    """The control plane, started once (or found running from `make cluster-up`); `make cluster-down` stops it."""
-    return up()
+def cluster() -> Iterator[Cluster]:
+    """The control plane, started once; stopped at the end unless it was running before (`make cluster-up`)."""
+    started = up()
+    yield started
+    if started.started_here:
+        down()

@@ -52,6 +52,7 @@ class Cluster:
     kubeconfig: Path
     launcher_kubeconfig: Path
     workdir: Path
+    started_here: bool  # False when it was running already (`make cluster-up`)
 
     @property
     def audit_log(self) -> Path:
@@ -71,7 +72,13 @@ class Cluster:
 
 
 def build() -> Path:
-    """The directory of the pinned binaries, built first if missing (tools/controlplane/build.sh)."""
+    """The directory of the pinned binaries, built first if missing (tools/controlplane/build.sh).
+
+    `KUBETRAIN_CONTROLPLANE_BIN` names a directory of binaries to use as they are instead.
+    """
+    given = os.environ.get("KUBETRAIN_CONTROLPLANE_BIN")
+    if given:
+        return Path(given)
     script = REPO_ROOT / "tools" / "controlplane" / "build.sh"
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -107,7 +114,8 @@ def up() -> Cluster:
     STATE.mkdir(exist_ok=True)
     policy = STATE / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
-    if not _running(bin_dir):
+    started = not _running(bin_dir)
+    if started:
         _kwokctl(
             bin_dir, "create", "cluster", "--name", NAME, "--runtime", "binary",
             "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
@@ -123,14 +131,17 @@ def up() -> Cluster:
         kubeconfig=STATE / "kubeconfig",
         launcher_kubeconfig=STATE / "launcher.kubeconfig",
         workdir=STATE / "kwok",
+        started_here=started,
     )
     cluster.kubeconfig.write_text(_kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME))
     cluster.launcher_kubeconfig.write_text(
-        _kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER)
+        # Without --group kwokctl signs the user into system:masters, which RBAC never checks.
+        _kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER, "--group", "kubetrain-launchers")
     )
     for relative in sorted(SOURCES):
         cluster.kubectl("apply", "--server-side", "-f", str(crd_dir() / relative))
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_namespace())
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_node())
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", "-", stdin=_user_binding())
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
@@ -144,6 +155,25 @@ def up() -> Cluster:
 def _namespace() -> str:
     labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
     return yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": labels}})
+
+
+def _node() -> str:
+    """One fake node kwok keeps Ready, large enough for every test's pods."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "kwok-node-0",
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": "kwok-node-0", "type": "kwok"},
+            },
+            "status": {
+                "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "256"},
+                "capacity": {"cpu": "64", "memory": "256Gi", "pods": "256"},
+            },
+        }
+    )
 
 
 def _user_binding() -> str:
