@@ -43,7 +43,7 @@ def test_magic_checks() -> None:
 def test_dimension_checks() -> None:
     images, _ = mnist_arrays(4, seed=0, rows=3, cols=3)
     good = idx_bytes(images)
-    with pytest.raises(DataError, match=r"f: idx data truncated: dimensions \[4, 3, 3\] need 36"):
+    with pytest.raises(DataError, match=r"f: idx data truncated: magic 00000803, dimensions \[4, 3, 3\] need 36"):
         decode_idx(good[:-1], "f")
     with pytest.raises(DataError, match="trailing bytes"):
         decode_idx(good + b"\0", "f")

@@ -16,14 +16,23 @@ from pathlib import Path, PurePosixPath
 
 from kubetrain.errors import DataError
 
-__all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "safe_extract"]
+__all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "is_zip", "safe_extract"]
 
 MAX_UNPACKED_BYTES = 64 << 30  # 64 GiB: far above any data set here, far below a zip bomb
 
 
+ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or the end record of an empty zip
+
+
+def is_zip(path: Path) -> bool:
+    """Whether the file starts as a zip does (zipfile.is_zipfile also finds zips *inside* a tar)."""
+    with open(path, "rb") as f:
+        return f.read(4) in ZIP_SIGNATURES
+
+
 def archive_kind(path: Path) -> str | None:
-    """'zip', 'tar' or None. Checks the content, not the file name."""
-    if zipfile.is_zipfile(path):
+    """'zip', 'tar' or None, by the content's signature, not the file name."""
+    if is_zip(path):
         return "zip"
     try:
         return "tar" if tarfile.is_tarfile(path) else None
@@ -93,7 +102,7 @@ def safe_extract(path: Path, dest: Path, *, source: str) -> None:
     """
     dest = dest.resolve()
     try:
-        if zipfile.is_zipfile(path):
+        if is_zip(path):
             with zipfile.ZipFile(path) as zf:
                 _check_zip(source, zf)
                 zf.extractall(dest)

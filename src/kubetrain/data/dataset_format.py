@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kubetrain.data.errors import write_error
 from kubetrain.errors import DataError
 
 __all__ = [
@@ -249,8 +251,11 @@ def _load_shard(
         with np.load(path, allow_pickle=False) as npz:
             x = np.asarray(npz["x"])
             y = np.asarray(npz["y"])
-    except (OSError, KeyError, ValueError) as e:
-        raise DataError(f"{path}: cannot read shard: {e}") from e
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise DataError(
+            f"{path}: shard {shard.file} of split {split!r} is damaged ({type(e).__name__}: {e}); "
+            "download the data set again"
+        ) from e
     expected = (shard.records, *info.feature_shape)
     if x.shape != expected or x.dtype != np.float32:
         raise DataError(f"{path}: x is {x.dtype}{x.shape}; expected float32{expected}")
@@ -308,14 +313,40 @@ def _write_shards(
 
 
 def check_output_dir(out_dir: str | os.PathLike[str]) -> None:
-    """Raise DataError unless `out_dir` is absent, empty, or an earlier dataset (replaceable)."""
+    """Raise DataError unless `out_dir` is absent, empty, or an earlier kubetrain data set and nothing else.
+
+    A directory is replaced whole, so only one that is verifiably a data set this code wrote (its
+    `dataset.json` reads as one, and every other entry is a shard it lists) may be: a user's
+    directory that happens to hold a `dataset.json` keeps all its files.
+    """
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise DataError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / DATASET_JSON).is_file():
+    try:
+        if out.exists() and not out.is_dir():
+            raise DataError(f"{out}: exists and is not a directory")
+        entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    except OSError as e:
+        raise DataError(f"{out}: cannot be used as the output directory ({e.strerror}); choose another --out") from e
+    if not entries:
+        return
+    if DATASET_JSON not in entries:
         raise DataError(
             f"{out}: exists, is not empty and holds no {DATASET_JSON}; refusing to overwrite it "
             "(choose another --out or empty it)"
+        )
+    try:
+        info = read_dataset_info(out)
+    except DataError as e:
+        raise DataError(
+            f"{out}: its {DATASET_JSON} is not a kubetrain data set ({e}); refusing to replace the directory "
+            "(choose another --out)"
+        ) from e
+    listed = {DATASET_JSON} | {s.file for split in info.splits.values() for s in split}
+    stray = [name for name in entries if name not in listed]
+    if stray:
+        shown = ", ".join(stray[:10]) + (f" and {len(stray) - 10} more" if len(stray) > 10 else "")
+        raise DataError(
+            f"{out}: holds files that are not part of its data set ({shown}); refusing to replace the directory "
+            "and lose them (choose another --out, or move them away)"
         )
 
 
@@ -367,8 +398,11 @@ def write_dataset(
             f"shards: got {shards}; the train split has only {len(xtr)} records (expected at most one shard per record)"
         )
     out = Path(out_dir).absolute()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise write_error(out, e) from e
     try:
         info = DatasetInfo(
             name=name,
@@ -387,6 +421,9 @@ def write_dataset(
             f.write("\n")
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; other pods' users must read the dataset
         _replace_dir(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk keeps nothing half-written
+        raise write_error(out, e) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

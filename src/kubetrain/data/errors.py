@@ -8,9 +8,12 @@ may go away on their own (connection errors and 5xx/429 that outlast the retries
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 from kubetrain.errors import DataError, ExitCode
 
-__all__ = ["ChecksumError", "DataError", "DownloadUnavailableError", "HTTPStatusError"]
+__all__ = ["ChecksumError", "DataError", "DiskFullError", "DownloadUnavailableError", "HTTPStatusError", "write_error"]
 
 
 class HTTPStatusError(DataError):
@@ -39,3 +42,19 @@ class ChecksumError(DataError):
             f"{source}: sha256 mismatch: expected {expected}, got {actual}; "
             "the downloaded file was deleted (check the URL and the --sha256 value)"
         )
+
+
+class DiskFullError(DataError):
+    """The local disk (or quota) is full: the machine's problem, not the data's; nothing partial is kept."""
+
+    exit_code = ExitCode.INFRASTRUCTURE
+
+
+def write_error(target: Path, error: OSError) -> DataError:
+    """The error for a failed local write of `target`: a full disk, or a place that cannot be written."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(
+            f"{target}: no space left on the device ({error.strerror}); free space or choose another --out"
+        )
+    where = f" ({error.filename})" if error.filename else ""
+    return DataError(f"{target}: cannot be written: {error.strerror}{where}; choose another --out")

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.data.archives import archive_kind, safe_extract
+from kubetrain.data.archives import archive_kind, is_zip, safe_extract
 from kubetrain.data.idx import GZIP_MAGIC, looks_like_idx, read_idx
 from kubetrain.data.prepare import RawDataset
 from kubetrain.errors import DataError
@@ -60,7 +60,8 @@ def _head(path: Path, n: int = 512) -> bytes:
 
 
 def _is_npz(path: Path) -> bool:
-    if not zipfile.is_zipfile(path):
+    # By the signature at the start: a tar holding an .npz also "is a zipfile" to zipfile.
+    if not is_zip(path):
         return False
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()

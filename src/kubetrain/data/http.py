@@ -196,6 +196,13 @@ def _attempt(url: str, part: _Part, progress: Progress, timeout: float) -> bool:
                 return False
             if e.code >= 500 or e.code == 429:
                 raise _TransientError(f"HTTP {e.code} {e.reason}", _retry_after(e.headers)) from e
+            if 300 <= e.code < 400:
+                # urllib gives up on a redirect loop (or a redirect without a target): the server's
+                # fault, not the request's, so the network exit code rather than "invalid input".
+                raise DownloadUnavailableError(
+                    f"{url}: the server's redirects do not lead to the file (HTTP {e.code}: {e.reason}); "
+                    "check the URL in a browser, or download it elsewhere and give the file's URL"
+                ) from e
             raise HTTPStatusError(url, e.code, str(e.reason)) from e
     with resp:
         total: int | None = None

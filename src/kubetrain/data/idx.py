@@ -45,8 +45,8 @@ def decode_idx(data: bytes, name: str) -> npt.NDArray[np.generic]:
     """Parse idx bytes into an array (native byte order)."""
     if not looks_like_idx(data):
         raise DataError(
-            f"{name}: not an MNIST idx file (starts with {data[:4].hex() or 'nothing'}; expected "
-            "00000803 for images or 00000801 for labels)"
+            f"{name}: not an MNIST idx file: wrong magic number {data[:4].hex() or '(empty file)'}; expected "
+            "00000803 for images or 00000801 for labels"
         )
     dtype = np.dtype(IDX_TYPES[data[2]])
     ndim = data[3]
@@ -57,9 +57,19 @@ def decode_idx(data: bytes, name: str) -> npt.NDArray[np.generic]:
     count = int(np.prod(dims, dtype=np.int64))
     expected, actual = count * dtype.itemsize, len(data) - header
     if actual != expected:
+        magic = data[:4].hex()
+        if expected == 0 or expected > 16 * len(data) or actual > 16 * expected:
+            # Far off either way, beyond any truncation: the magic number's type or dimension count
+            # is wrong, so payload bytes were read as dimensions (or dimensions as payload).
+            raise DataError(
+                f"{name}: wrong idx magic number {magic} ({ndim} dimensions of {dtype.name}): it makes the data "
+                f"{list(dims)}, which does not fit the file's {len(data)} bytes; expected 00000803 for images or "
+                "00000801 for labels"
+            )
         problem = "truncated" if actual < expected else "has trailing bytes"
         raise DataError(
-            f"{name}: idx data {problem}: dimensions {list(dims)} need {expected} bytes, the file has {actual}"
+            f"{name}: idx data {problem}: magic {magic}, dimensions {list(dims)} need {expected} bytes, "
+            f"the file has {actual}"
         )
     array = np.frombuffer(data, dtype=dtype, count=count, offset=header).reshape(dims)
     return array.astype(dtype.newbyteorder("="), copy=False)

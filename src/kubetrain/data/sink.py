@@ -9,12 +9,14 @@ memory and avoids allocating per chunk.
 
 from __future__ import annotations
 
+import errno
 import queue
 import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kubetrain.data.errors import write_error
 from kubetrain.errors import DataError
 
 __all__ = ["CHUNK_SIZE", "HashingSink"]
@@ -79,8 +81,13 @@ class HashingSink:
             with memoryview(buf) as view:
                 self._file.write(view[:n])
         except OSError as e:
-            # A local disk problem, not a network one: never retried.
-            raise DataError(f"{self.path}: cannot write the download: {e}") from e
+            # A local disk problem, not a network one: never retried. A full disk keeps no partial
+            # file to resume from: there is no room for it to grow anyway.
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                self._file.close()
+                if self.path.is_file() and not self.path.is_symlink():  # our partial file, never a device
+                    self.path.unlink(missing_ok=True)
+            raise write_error(self.path, e) from e
         self.written += n
 
     def __exit__(

@@ -39,6 +39,7 @@ from kubetrain.train.common import (
     final_metrics,
     load_data,
     log,
+    prepare_output_dir,
     write_metrics,
 )
 from kubetrain.train.model_shapes import ModelShape
@@ -244,6 +245,8 @@ def _setup(cfg: TrainConfig, group: Group) -> _Run:
 
 def _run(cfg: TrainConfig, group: Group, started: float) -> int:
     log(group.rank, f"{'mpi' if group.communicator else 'single'}: rank {group.rank}/{group.size}")
+    if group.rank == 0:
+        prepare_output_dir(cfg.output)
     run = _setup(cfg, group)
     watchdog = Watchdog(limit_seconds=cfg.timeout_seconds, rank=group.rank, what="training")
     watchdog.start()

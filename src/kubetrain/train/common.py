@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.data.dataset_format import DatasetInfo, load_split, read_dataset_info
-from kubetrain.errors import ExitCode, SpecError
+from kubetrain.errors import ExitCode, InvalidInputError, SpecError
 from kubetrain.fileio import atomic_write
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "final_metrics",
     "load_data",
     "log",
+    "prepare_output_dir",
     "write_metrics",
 ]
 
@@ -198,6 +199,18 @@ def load_data(data_dir: Path, *, splits: Sequence[str] = ("train", "test")) -> L
     train = load_split(data_dir, "train") if "train" in splits else (empty_x, empty_y)
     test = load_split(data_dir, "test") if "test" in splits else (empty_x, empty_y)
     return LoadedData(info=info, x_train=train[0], y_train=train[1], x_test=test[0], y_test=test[1])
+
+
+def prepare_output_dir(path: Path) -> None:
+    """Create the output directory now, so that an unwritable one fails before training, not after it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK):
+            raise PermissionError(13, "Permission denied", str(path))
+    except OSError as e:
+        raise InvalidInputError(
+            f"--output {path}: cannot be created or written ({e.strerror}); choose a writable directory"
+        ) from e
 
 
 def final_metrics(

@@ -43,6 +43,7 @@ from kubetrain.train.common import (
     final_metrics,
     load_data,
     log,
+    prepare_output_dir,
     write_metrics,
 )
 from kubetrain.train.topology import torch_topology_from_env
@@ -199,6 +200,8 @@ def _last_train_loss(history: list[dict[str, Any]]) -> float:
 
 def _run(cfg: TrainConfig, started: float) -> int:
     topo = torch_topology_from_env(os.environ)
+    if topo.is_chief:
+        prepare_output_dir(cfg.output)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     backend = resolve_backend(cfg.backend, cuda=torch.cuda.is_available())
