@@ -41,5 +41,4 @@ def test_hash_matches_file_across_buffer_reuse_and_append(tmp_path: Path) -> Non
 def test_disk_full_is_a_data_error() -> None:
     with pytest.raises(DataError, match="/dev/full: no space left on the device"):
         _append(Path("/dev/full"), 0, hashlib.sha256(), [b"x" * 100], 100)
-
     assert Path("/dev/full").exists()  # a device is never taken for the partial file
