@@ -34,19 +34,12 @@ build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$(k8s_ldflags)"
 build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$(k8s_ldflags)"
 build etcd etcd kubetrain.local/etcd
 
-install() {  # install OUTPUT MODULE/PATH@VERSION: modules without replace directives, checked by the sum database
-  local out=$1 pkg=$2
-  if [ -x "$bin/$out" ]; then return; fi
-  echo "controlplane: building $out ($pkg)" >&2
-  local tmp; tmp=$(mktemp -d)
-  GOBIN="$tmp" GOFLAGS="-trimpath" go install -p "$jobs" -ldflags "-s -w" "$pkg"
-  mv "$tmp"/* "$bin/$out"
-  rmdir "$tmp"
-}
-
-install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-install kwokctl "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
-install training-operator "github.com/kubeflow/training-operator/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
-install mpi-operator "github.com/kubeflow/mpi-operator/cmd/mpi-operator@$MPI_OPERATOR_VERSION"
-install jobset-controller "sigs.k8s.io/jobset@$JOBSET_VERSION"
+# kwok and the operators: each from its own wrapper module (its go.mod requires the pinned release
+# and names the command with a `tool` directive; go.sum checksums everything). `go install pkg@v`
+# is not used: it asks the proxy for the module's version list, which the proxy refuses for some.
+build kwok kwok sigs.k8s.io/kwok/cmd/kwok
+build kwok kwokctl sigs.k8s.io/kwok/cmd/kwokctl
+build training-operator training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1
+build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
+build jobset jobset-controller sigs.k8s.io/jobset
 echo "$bin"
