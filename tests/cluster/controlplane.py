@@ -24,10 +24,13 @@ from pathlib import Path
 
 import yaml
 
+from tests.cluster import operators
 from tests.crds import SOURCES, crd_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE = REPO_ROOT / ".cluster"
+OPERATORS = STATE / "operators"
+GO_WRAPPERS = REPO_ROOT / "tools" / "controlplane"
 NAME = "kubetrain"
 NAMESPACE = "kubetrain-e2e"
 LAUNCHER_USER = "kubetrain-launcher"
@@ -114,6 +117,8 @@ def up() -> Cluster:
     STATE.mkdir(exist_ok=True)
     policy = STATE / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
+    stages = STATE / "kwok-stages.yaml"
+    stages.write_text(operators.stages_config(operators.module_dir(GO_WRAPPERS / "kwok", "sigs.k8s.io/kwok")))
     started = not _running(bin_dir)
     if started:
         _kwokctl(
@@ -124,6 +129,7 @@ def up() -> Cluster:
             "--kwok-controller-binary", str(bin_dir / "kwok"),
             "--etcd-binary", str(bin_dir / "etcd"),
             "--kube-authorization", "--kube-admission", "--kube-audit-policy", str(policy),
+            "--config", str(stages),
             "--wait", "3m",
         )  # fmt: skip
     cluster = Cluster(
@@ -136,7 +142,9 @@ def up() -> Cluster:
     cluster.kubeconfig.write_text(_kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME))
     cluster.launcher_kubeconfig.write_text(
         # Without --group kwokctl signs the user into system:masters, which RBAC never checks.
-        _kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER, "--group", "kubetrain-launchers")
+        _kwokctl(
+            bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER, "--group", "kubetrain-launchers"
+        )
     )
     for relative in sorted(SOURCES):
         cluster.kubectl("apply", "--server-side", "-f", str(crd_dir() / relative))
@@ -145,11 +153,33 @@ def up() -> Cluster:
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", "-", stdin=_user_binding())
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    _operators(cluster)
     link = STATE / "bin"
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(bin_dir)
     return cluster
+
+
+def _operators(cluster: Cluster) -> None:
+    """Certificates, webhook registrations and the three operator processes (tests/cluster/operators.py)."""
+    files = operators.make_certs(OPERATORS / "certs")
+    operators.TRAINING_OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        (operators.TRAINING_OPERATOR_CERT_DIR / name).write_bytes(files[name])
+    for ns in ("kubeflow", "mpi-operator"):
+        cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))  # fmt: skip
+    hooks = [
+        operators.webhook_secret(files),
+        *operators.training_operator_webhooks(
+            operators.module_dir(GO_WRAPPERS / "training-operator", "github.com/kubeflow/training-operator"),
+            files["ca.crt"],
+        ),
+        *operators.jobset_webhooks(operators.module_dir(GO_WRAPPERS / "jobset", "sigs.k8s.io/jobset"), files["ca.crt"]),
+    ]
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(hooks))
+    operators.start(OPERATORS, cluster.bin_dir, cluster.kubeconfig)
 
 
 def _namespace() -> str:
@@ -191,10 +221,12 @@ def _user_binding() -> str:
 
 def down() -> None:
     """Stop every process of the control plane and remove .cluster/."""
+    operators.stop(OPERATORS)
     link = STATE / "bin"
     if link.exists():
         _kwokctl(link.resolve(), "delete", "cluster", "--name", NAME)
     shutil.rmtree(STATE, ignore_errors=True)
+    shutil.rmtree(operators.TRAINING_OPERATOR_CERT_DIR, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

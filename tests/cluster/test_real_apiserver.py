@@ -1,17 +1,14 @@
 """kubetrain against a real kube-apiserver: strict schemas, RBAC, Pod Security admission, the launcher.
 
 The API server, its admission (PodSecurity), its RBAC authorizer, etcd and the garbage collector
-are real (tests/cluster/controlplane.py); kwok plays the nodes. No training operator runs in this
-module: where an operator would write a job's status, the test writes it through the status
-subresource as the admin, which is what the launcher reads.
+are real (tests/cluster/controlplane.py); kwok plays the nodes. The operators reconciling what the
+launcher submits are in test_operators.py.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +17,9 @@ import yaml
 
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.backends.local.operators.trainer_runtime import resolve
-from kubetrain.errors import ExitCode, ManifestError
-from kubetrain.manifests import build_manifest
+from kubetrain.errors import ManifestError
 from kubetrain.manifests.runtimes import kubetrain_mpi_runtime, torch_distributed_runtime
-from kubetrain.presets import CHAINERMN_IMAGE, TrainingParams, pytorch_job_spec
+from kubetrain.presets import CHAINERMN_IMAGE
 from tests.cluster.controlplane import LAUNCHER_USER, NAMESPACE, Cluster
 
 pytestmark = [pytest.mark.timeout(600)]
@@ -122,47 +118,6 @@ def test_the_real_authorizer_grants_the_launcher_exactly_the_role(cluster: Clust
                     assert _can(cluster, verb, name), f"{LAUNCHER_USER} may not {verb} {name}"
     for verb, name in (("update", "pytorchjobs/status.kubeflow.org"), ("delete", "pods"), ("get", "secrets"),
                        ("create", "pods"), ("patch", "trainjobs/status.trainer.kubeflow.org"), ("list", "secrets")):  # fmt: skip
-        assert not _can(cluster, verb, name), f"{LAUNCHER_USER} may {verb} {name}, which deploy/rbac.yaml must not grant"
-
-
-def _status(cluster: Cluster, name: str, *conditions: str) -> None:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    body = {"status": {"conditions": [{"type": c, "status": "True", "reason": f"PyTorchJob{c}", "message": c,
-                                       "lastUpdateTime": now, "lastTransitionTime": now} for c in conditions],
-                       "replicaStatuses": {}}}  # fmt: skip
-    cluster.kubectl("patch", "pytorchjob", name, "-n", NAMESPACE, "--subresource=status", "--type=merge", "-p",
-                    json.dumps(body))  # fmt: skip
-
-
-def _exists(cluster: Cluster, name: str) -> bool:
-    return bool(cluster.kubectl("get", "pytorchjobs", "-n", NAMESPACE, "--field-selector", f"metadata.name={name}",
-                                "-o", "name").strip())  # fmt: skip
-
-
-def test_the_launcher_follows_a_job_on_the_real_server_and_deletes_it(cluster: Cluster, tmp_path: Path) -> None:
-    name = f"e2e-{int(time.time()) % 100000}"
-    spec = pytorch_job_spec(name=name, params=TrainingParams(), namespace=NAMESPACE, kfp_run_id="run", kfp_task_id=name)
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(build_manifest(spec)))
-    launch = subprocess.Popen(
-        [sys.executable, "-m", "kubetrain", "launch", "-f", str(path), "--kubeconfig", str(cluster.launcher_kubeconfig),
-         "--timeout", "120", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not _exists(cluster, name):
-            assert time.monotonic() < deadline, "the launcher never created the job"
-            time.sleep(0.2)  # polling the API server from the test, standing in for the operator
-        _status(cluster, name, "Created", "Running")
-        _status(cluster, name, "Created", "Running", "Succeeded")
-        out, err = launch.communicate(timeout=60)
-    finally:
-        if launch.poll() is None:
-            launch.kill()
-    assert launch.returncode == ExitCode.SUCCESS, err[-3000:]
-    assert json.loads(out.strip().splitlines()[-1])["phase"] == "Succeeded"
-    deadline = time.monotonic() + 60
-    while _exists(cluster, name):  # foreground deletion finishes once the garbage collector is done
-        assert time.monotonic() < deadline, "the job was not deleted"
-        time.sleep(0.2)
+        assert not _can(cluster, verb, name), (
+            f"{LAUNCHER_USER} may {verb} {name}, which deploy/rbac.yaml must not grant"
+        )

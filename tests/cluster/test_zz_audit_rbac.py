@@ -1,0 +1,60 @@
+"""deploy/rbac.yaml against what the launcher really sent, from the kube-apiserver's audit log.
+
+Runs after the other modules of the tier (the file name sorts last), so the log holds every
+request the non-admin launcher user made in this session: none may have been refused, and every
+verb the Role grants must have been used on at least one resource of its rule. Trainer v2
+(`trainer.kubeflow.org`) is left out of the second check: its controller is not part of this
+control plane, so only its dry-run creates are exercised.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster.controlplane import LAUNCHER_USER, Cluster
+
+NOT_RUN_HERE = {"trainer.kubeflow.org"}
+
+
+def _launcher_events(cluster: Cluster) -> list[dict[str, Any]]:
+    events = []
+    for line in cluster.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("user", {}).get("username") == LAUNCHER_USER and event.get("stage") == "ResponseComplete":
+            events.append(event)
+    return events
+
+
+def _resource(event: dict[str, Any]) -> tuple[str, str]:
+    ref = event.get("objectRef", {})
+    resource = ref.get("resource", "")
+    if ref.get("subresource"):
+        resource += "/" + ref["subresource"]
+    return ref.get("apiGroup", ""), resource
+
+
+def test_the_launcher_was_never_forbidden(cluster: Cluster) -> None:
+    events = _launcher_events(cluster)
+    assert events, f"no request of {LAUNCHER_USER} in {cluster.audit_log}"
+    refused = [(e["verb"], *_resource(e), e["responseStatus"]["code"]) for e in events
+               if e.get("responseStatus", {}).get("code") in (401, 403)]  # fmt: skip
+    assert not refused, refused
+
+
+def test_rbac_grants_no_verb_the_launcher_did_not_use(cluster: Cluster) -> None:
+    used = {(*_resource(e), e["verb"]) for e in _launcher_events(cluster)}
+    rbac = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+    role = next(d for d in yaml.safe_load_all(rbac.read_text()) if d and d["kind"] == "Role")
+    unused = []
+    for rule in role["rules"]:
+        groups = [g for g in rule["apiGroups"] if g not in NOT_RUN_HERE]
+        if not groups:
+            continue
+        for verb in rule["verbs"]:
+            if not any((g, r, verb) in used for g in groups for r in rule["resources"]):
+                unused.append((verb, rule["resources"]))
+    assert not unused, f"granted but never used: {unused}; used: {sorted(used)}"
