@@ -71,5 +71,6 @@ cluster-up: setup
 cluster-down: setup
 	$(PY) -m tests.cluster.controlplane down
 
-e2e: setup
-	$(PY) -m pytest tests/cluster $(PYTEST_ARGS)
+# The binaries are built first when missing (a cold machine: tens of minutes, see the README).
+e2e: setup controlplane
+	KUBETRAIN_E2E=1 $(PY) -m pytest tests/cluster $(PYTEST_ARGS)
