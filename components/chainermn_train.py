@@ -21,6 +21,7 @@ def chainermn_train(
     task_config: TaskConfig,
     run_id: str,
     task_id: str,
+    task_name: str,
     workspace_pvc: str = "kubetrain-workspace",
     workers: int = 2,
     slots_per_worker: int = 1,
@@ -45,7 +46,7 @@ def chainermn_train(
     """Train with ChainerMN in an MPIJob (kubeflow.org/v2beta1) and wait for it to finish.
 
     The launcher runs mpirun over workers x slots_per_worker ranks; the workers run sshd as a
-    non-root user. The job is named from run_id and task_id, so a retried task re-attaches to its
+    non-root user. The job is named from run_id, task_id and task_name, so a retried task re-attaches to its
     job. Resources, node selectors, tolerations, env and volumes set on this task go to the
     training pods. The step fails when the job fails, times out or is cancelled.
 
@@ -54,7 +55,8 @@ def chainermn_train(
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
             kfp.kubernetes tolerations, node selectors, env, volumes); not set by hand.
         run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER.
+        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER (on the KFP backend: the enclosing DAG's id).
+        task_name: Pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER: tells tasks of one DAG apart.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
             mount it on this task at /workspace (the kubetrain pipelines do).
         workers: MPI worker pods.
@@ -92,7 +94,7 @@ def chainermn_train(
 
     return train_chainermn(
         dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
-        run_id=run_id, task_id=task_id, workspace_pvc=workspace_pvc, workers=workers,
+        run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, workers=workers,
         slots_per_worker=slots_per_worker, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command,
         cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,

@@ -21,6 +21,7 @@ def ps_train(
     task_config: TaskConfig,
     run_id: str,
     task_id: str,
+    task_name: str,
     workspace_pvc: str = "kubetrain-workspace",
     ps_replicas: int = 2,
     workers: int = 3,
@@ -54,7 +55,8 @@ def ps_train(
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
             kfp.kubernetes tolerations, node selectors, env, volumes); not set by hand.
         run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER.
+        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER (on the KFP backend: the enclosing DAG's id).
+        task_name: Pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER: tells tasks of one DAG apart.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
             mount it on this task at /workspace (the kubetrain pipelines do).
         ps_replicas: Parameter servers (parameter shards).
@@ -89,7 +91,7 @@ def ps_train(
 
     return train_ps(
         dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
-        run_id=run_id, task_id=task_id, workspace_pvc=workspace_pvc, ps_replicas=ps_replicas,
+        run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, ps_replicas=ps_replicas,
         workers=workers, mode=mode, records_per_task=records_per_task, optimizer=optimizer, epochs=epochs,
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, seed=seed,
         image=image, cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,

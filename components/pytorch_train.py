@@ -21,6 +21,7 @@ def pytorch_train(
     task_config: TaskConfig,
     run_id: str,
     task_id: str,
+    task_name: str,
     workspace_pvc: str = "kubetrain-workspace",
     workers: int = 1,
     elastic_min_workers: int = 0,
@@ -46,7 +47,7 @@ def pytorch_train(
 ) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
     """Train with PyTorch DDP in a PyTorchJob (kubeflow.org/v1) and wait for it to finish.
 
-    The job is named from run_id and task_id, so a retried task re-attaches to its job. Resources,
+    The job is named from run_id, task_id and task_name, so a retried task re-attaches to its job. Resources,
     node selectors, tolerations, env and volumes set on this task go to the training pods. The
     step fails when the job fails, times out or is cancelled (the job is then deleted).
 
@@ -55,7 +56,8 @@ def pytorch_train(
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
             kfp.kubernetes tolerations, node selectors, env, volumes); not set by hand.
         run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER.
+        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER (on the KFP backend: the enclosing DAG's id).
+        task_name: Pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER: tells tasks of one DAG apart.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
             mount it on this task at /workspace (the kubetrain pipelines do).
         workers: Worker replicas besides the master (0: a master-only job).
@@ -96,7 +98,7 @@ def pytorch_train(
 
     return train_pytorch(
         dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
-        run_id=run_id, task_id=task_id, workspace_pvc=workspace_pvc, workers=workers,
+        run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, workers=workers,
         elastic_min_workers=elastic_min_workers, elastic_max_workers=elastic_max_workers, epochs=epochs,
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, backend=backend,
         seed=seed, image=image, command=command, cpu=cpu, memory=memory, gpus=gpus,

@@ -37,6 +37,7 @@ def compare_frameworks(
         "dataset": data.outputs["dataset"],
         "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
         "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+        "task_name": dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
         "workspace_pvc": workspace_pvc,
         "architecture": architecture,
         "timeout_seconds": timeout_seconds,

@@ -39,6 +39,7 @@ def mnist_pytorch(
             dataset=data.outputs["dataset"],
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             workspace_pvc=workspace_pvc,
             workers=workers,
             epochs=epochs,

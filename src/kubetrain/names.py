@@ -80,15 +80,19 @@ def sanitize_label_value(value: str) -> str:
     return f"{head}-{digest}" if head else digest
 
 
-def derive_job_name(*, prefix: str, run_id: str, task_id: str, max_length: int) -> str:
-    """The job name for one KFP task: stable across retries of that task, unique across runs.
+def derive_job_name(*, prefix: str, run_id: str, task_id: str, max_length: int, task_name: str = "") -> str:
+    """The job name for one KFP task: stable across retries of that task, unique across runs and tasks.
 
-    The name is derived at run time from the run and task ids (never at compile time), so a
-    retried task re-attaches to its job instead of launching a second one. It is a DNS-1035 label
-    no longer than `max_length`, which callers set so every name the operator derives from it
+    The name is derived at run time from the run id, the task id and the task's name (never at
+    compile time), so a retried task re-attaches to its job instead of launching a second one. The
+    task name matters on the KFP backend: its driver resolves ``{{$.pipeline_task_uuid}}`` to the
+    enclosing DAG's execution id, which every task of that DAG shares, while
+    ``{{$.pipeline_task_name}}`` tells them apart. It is a DNS-1035 label no longer than
+    `max_length`, which callers set so every name the operator derives from it
     (``<job>-worker-<i>``, JobSet pod host names, ...) still fits.
     """
-    digest = hashlib.sha256(f"{run_id}\x00{task_id}".encode()).hexdigest()[:12]
+    identity = f"{run_id}\x00{task_id}" + (f"\x00{task_name}" if task_name else "")
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
     clean_prefix = re.sub(r"[^a-z0-9-]", "-", prefix.lower()).strip("-") or "job"
     if not clean_prefix[0].isalpha():
         clean_prefix = f"j{clean_prefix}"

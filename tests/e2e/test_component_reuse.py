@@ -37,6 +37,7 @@ def test_loaded_components_train_in_a_new_pipeline(tmp_path: Path) -> None:
             dataset=data.outputs["dataset"],
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             workspace_pvc=claim,
             workers=0,
             epochs=5,
@@ -67,6 +68,7 @@ def test_a_failing_job_fails_its_step_and_stays_for_debugging(tmp_path: Path) ->
             dataset=data.outputs["dataset"],
             run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             workers=0,
             backoff_limit=0,
             # The program exits 3 whatever flags it gets: a job that really fails.

@@ -133,7 +133,7 @@ def test_component_inputs_are_exactly_what_the_library_takes(
     assert own <= set(fields)
     # The request's defaults are the component's, so the library alone behaves as the component does.
     for key, field in fields.items():
-        if key not in ("run_id", "task_id"):
+        if key not in ("run_id", "task_id", "task_name"):
             assert field.default == component[key].default, key
 
 
@@ -143,3 +143,6 @@ def test_run_and_task_ids_are_required_inputs() -> None:
         params = inspect.signature(_component(name).python_func).parameters
         assert params["run_id"].default is inspect.Parameter.empty
         assert params["task_id"].default is inspect.Parameter.empty
+        # KFP's driver resolves a placeholder only when it is the task's argument: an optional input's
+        # default is left to the component, which would see '{{$.pipeline_task_name}}' literally.
+        assert params["task_name"].default is inspect.Parameter.empty

@@ -157,7 +157,8 @@ def _compile(task_settings: Any, tmp_path: Path) -> dict[str, Any]:
     def settings_pipeline():  # no "-> None": with postponed annotations KFP reads "None" as an output type
         data = dsl.importer(artifact_uri="file:///data", artifact_class=dsl.Dataset)
         task = pytorch_train(
-            dataset=data.output, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER
+            dataset=data.output, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
         )
         task_settings(task)
 

@@ -13,15 +13,19 @@ from kubetrain.presets import PodOptions, TrainingParams
 from kubetrain.specs import MPIJobSpec, PSJobSpec, PyTorchJobSpec
 from tests.crd_schema import validate_strict
 
-IDS = {"run_id": "run-1", "task_id": "task-1"}
+IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "pytorch-train"}
 PLAN = JobPlan(name="train-0123456789ab", params=TrainingParams(), pod=PodOptions())
 
 
 def test_unresolved_placeholders_and_bad_settings_are_refused() -> None:
     with pytest.raises(InvalidInputError, match=r"pass dsl\.PIPELINE_JOB_ID_PLACEHOLDER"):
-        PyTorchRequest(run_id="{{$.pipeline_job_uuid}}", task_id="t")
+        PyTorchRequest(run_id="{{$.pipeline_job_uuid}}", task_id="t", task_name="n")
     with pytest.raises(InvalidInputError, match="task_id"):
-        PyTorchRequest(run_id="r", task_id=" ")
+        PyTorchRequest(run_id="r", task_id=" ", task_name="n")
+    with pytest.raises(InvalidInputError, match=r"task_name: got '\{\{\$\.pipeline_task_name\}\}'.*PIPELINE_TASK_NAME"):
+        PyTorchRequest(run_id="r", task_id="t", task_name="{{$.pipeline_task_name}}")
+    with pytest.raises(InvalidInputError, match="task_name"):
+        PyTorchRequest.from_inputs({"run_id": "r", "task_id": "t"})
     with pytest.raises(InvalidInputError, match="delete_after: got 'later'"):
         PyTorchRequest(**IDS, delete_after="later")
     with pytest.raises(InvalidInputError, match="learning_rate: got 0"):
@@ -122,3 +126,28 @@ def test_job_api_picks_the_trainjob_and_its_runtime() -> None:
         PyTorchRequest(**IDS, job_api="trainjob", elastic_min_workers=1, elastic_max_workers=2)
     with pytest.raises(InvalidInputError, match="runtime: got 'x'; a training runtime is only used with job_api"):
         ChainerMNRequest(**IDS, runtime="x")
+
+
+def test_two_tasks_of_one_dag_get_two_jobs_and_retries_reattach() -> None:
+    """On the KFP backend `{{$.pipeline_task_uuid}}` is the enclosing DAG's execution id (driver/resolve.go).
+
+    Two pytorch_train tasks side by side (an mlp against a cnn) used to derive the same job name and
+    task label, so the second adopted the first's job and reported its results.
+    """
+    from kubetrain.kfp_runtime.train_step import job_name
+
+    run, dag = "8d1c0f7e-2b1a-4c39-9f0e-5d3f6e7a1b2c", "1742"  # what the driver passes for both tasks
+    mlp = PyTorchRequest(run_id=run, task_id=dag, task_name="pytorch-train", architecture="mlp")
+    cnn = PyTorchRequest(run_id=run, task_id=dag, task_name="pytorch-train-2", architecture="cnn")
+    assert job_name(mlp) != job_name(cnn)
+    labels = [
+        build_manifest(r.to_spec(JobPlan(name=job_name(r), params=TrainingParams(), pod=PodOptions())))["metadata"][
+            "labels"
+        ]["kubetrain.io/kfp-task-id"]
+        for r in (mlp, cnn)
+    ]
+    assert labels[0] != labels[1]  # adoption on 409 compares this label: neither adopts the other's job
+    retry = PyTorchRequest(run_id=run, task_id=dag, task_name="pytorch-train", architecture="mlp")
+    assert job_name(retry) == job_name(mlp)  # a retried task re-attaches to its job
+    other_run = PyTorchRequest(run_id="another-run", task_id=dag, task_name="pytorch-train")
+    assert job_name(other_run) != job_name(mlp)

@@ -52,6 +52,7 @@ def test_job_names_come_from_the_run_and_task_ids_at_run_time(name: str) -> None
         # Placeholders resolved by the backend per run and task, never a constant fixed at compile time.
         assert params["run_id"] == {"runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}
         assert params["task_id"] == {"runtimeValue": {"constant": "{{$.pipeline_task_uuid}}"}}
+        assert params["task_name"] == {"runtimeValue": {"constant": "{{$.pipeline_task_name}}"}}
         assert task["inputs"]["artifacts"]["dataset"]["taskOutputArtifact"]["producerTask"] == "download-dataset"
 
 

@@ -41,6 +41,8 @@ from kubetrain.specs import JobSpec, RunPolicy
 from kubetrain.train.common import MODEL_NAMES as DDP_MODEL_NAMES
 
 Framework = Literal["pytorch", "chainermn", "ps"]
+# The inputs that identify a task at run time; every training component takes them.
+IDENTITY_INPUTS = ("run_id", "task_id", "task_name")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +74,7 @@ class TrainingRequest(abc.ABC):
 
     run_id: str
     task_id: str
+    task_name: str
     workspace_pvc: str = "kubetrain-workspace"
     epochs: int = 5
     batch_size: int = 32
@@ -89,12 +92,14 @@ class TrainingRequest(abc.ABC):
     service_account: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("run_id", "task_id"):
+        for name in IDENTITY_INPUTS:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or value.startswith("{{$"):
                 raise InvalidInputError(
-                    f"{name}: got {value!r}; pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id and "
-                    "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id, so the job name is derived at run time"
+                    f"{name}: got {value!r}; pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
+                    "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id and dsl.PIPELINE_TASK_NAME_PLACEHOLDER as "
+                    "task_name, so each task's job name is derived at run time (the KFP backend resolves "
+                    "these only when passed as the task's arguments, not as input defaults)"
                 )
         _positive_int("epochs", self.epochs)
         _positive_int("batch_size", self.batch_size)
@@ -118,7 +123,23 @@ class TrainingRequest(abc.ABC):
                 f"{cls.framework} training: unknown inputs {', '.join(unknown)}; "
                 f"expected some of {', '.join(sorted(known))}"
             )
+        missing = [name for name in IDENTITY_INPUTS if name not in inputs]
+        if missing:
+            raise InvalidInputError(
+                f"{', '.join(missing)}: missing; pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
+                "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id and dsl.PIPELINE_TASK_NAME_PLACEHOLDER as task_name"
+            )
         return cls(**inputs)
+
+    @property
+    def task_key(self) -> str:
+        """The task's identity within its run: the task id and the task's name.
+
+        On the KFP backend the task id is the enclosing DAG's execution id, shared by every task of
+        that DAG; the name tells them apart. It goes into the job name and the task label, so two
+        tasks side by side never adopt each other's job while a retried task re-attaches to its own.
+        """
+        return f"{self.task_id}.{self.task_name}"
 
     @property
     def chosen_image(self) -> str:
@@ -163,7 +184,7 @@ class TrainingRequest(abc.ABC):
             "run_policy": self.run_policy(),
             "namespace": self.job_namespace,
             "kfp_run_id": self.run_id,
-            "kfp_task_id": self.task_id,
+            "kfp_task_id": self.task_key,
         }
 
     def _trainjob_identity(self, plan: JobPlan) -> dict[str, Any]:

@@ -61,6 +61,17 @@ def dataset_location(dataset: ArtifactLike, *, workspace_pvc: str) -> str:
     return path
 
 
+def job_name(request: TrainingRequest) -> str:
+    """The job name of this task: from the run id, the task id and the task's name (retries re-attach)."""
+    return derive_job_name(
+        prefix=request.framework,
+        run_id=request.run_id,
+        task_id=request.task_id,
+        task_name=request.task_name,
+        max_length=JOB_NAME_MAX,
+    )
+
+
 def _report_details(
     result: JobResult, request: TrainingRequest, plan: JobPlan, job_seconds: float
 ) -> list[tuple[str, object]]:
@@ -83,7 +94,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     data_dir = dataset_location(outputs.dataset, workspace_pvc=request.workspace_pvc)
     kind = backend_kind()
     workspace: WorkspaceView = open_workspace(request.workspace_pvc, kind=kind)
-    name = derive_job_name(prefix=framework, run_id=request.run_id, task_id=request.task_id, max_length=JOB_NAME_MAX)
+    name = job_name(request)
     params = request.training_params(
         data_dir=data_dir,
         output_dir=workspace.pod(RUNS_DIR, name, "output"),
