@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import zipfile
 from collections.abc import Mapping
@@ -228,9 +229,14 @@ def read_dataset_info(dataset_dir: str | os.PathLike[str]) -> DatasetInfo:
 
 
 def load_shard(
-    dataset_dir: str | os.PathLike[str], split: str, shard_index: int, *, verify: bool = False
+    dataset_dir: str | os.PathLike[str], split: str, shard_index: int, *, verify: bool = True
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-    """Load one shard: x float32 (n, *feature_shape), y int64 (n,). `verify` checks its sha256."""
+    """Load one shard: x float32 (n, *feature_shape), y int64 (n,).
+
+    `verify` (the default) checks the shard's sha256 against `dataset.json` first: hashing costs
+    about what reading the shard does, once per shard, and a damaged or swapped shard then fails
+    here, naming itself, instead of deep inside training.
+    """
     info = read_dataset_info(dataset_dir)
     return _load_shard(Path(dataset_dir), info, split, shard_index, verify=verify)
 
@@ -243,19 +249,23 @@ def _load_shard(
         raise DataError(f"{root}: split {split!r} has {len(shards)} shards; got shard index {shard_index}")
     shard = shards[shard_index]
     path = root / shard.file
+    damaged = f"{path}: shard {shard.file} of split {split!r} is damaged"
     if verify:
-        actual = file_sha256(path)
+        try:
+            actual = file_sha256(path)
+        except OSError as e:
+            raise DataError(f"{damaged} ({e.strerror}); download the data set again") from e
         if actual != shard.sha256:
-            raise DataError(f"{path}: sha256 mismatch: expected {shard.sha256}, got {actual}")
+            raise DataError(
+                f"{damaged} (sha256 mismatch: {DATASET_JSON} lists {shard.sha256}, the file has {actual}); "
+                "download the data set again"
+            )
     try:
         with np.load(path, allow_pickle=False) as npz:
             x = np.asarray(npz["x"])
             y = np.asarray(npz["y"])
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise DataError(
-            f"{path}: shard {shard.file} of split {split!r} is damaged ({type(e).__name__}: {e}); "
-            "download the data set again"
-        ) from e
+        raise DataError(f"{damaged} ({type(e).__name__}: {e}); download the data set again") from e
     expected = (shard.records, *info.feature_shape)
     if x.shape != expected or x.dtype != np.float32:
         raise DataError(f"{path}: x is {x.dtype}{x.shape}; expected float32{expected}")
@@ -265,9 +275,9 @@ def _load_shard(
 
 
 def load_split(
-    dataset_dir: str | os.PathLike[str], split: str, *, verify: bool = False
+    dataset_dir: str | os.PathLike[str], split: str, *, verify: bool = True
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-    """All shards of `split` concatenated in shard order."""
+    """All shards of `split` concatenated in shard order, each checked as :func:`load_shard` does."""
     root = Path(dataset_dir)
     info = read_dataset_info(root)
     parts = [_load_shard(root, info, split, i, verify=verify) for i in range(len(info.shards(split)))]
@@ -341,13 +351,22 @@ def check_output_dir(out_dir: str | os.PathLike[str]) -> None:
             "(choose another --out)"
         ) from e
     listed = {DATASET_JSON} | {s.file for split in info.splits.values() for s in split}
-    stray = [name for name in entries if name not in listed]
+    # A listed name must also be what this code writes there: a plain file, not a user's
+    # directory (or a link to one) that happens to carry a shard's name.
+    stray = [name for name in entries if name not in listed or not _plain_file(out / name)]
     if stray:
         shown = ", ".join(stray[:10]) + (f" and {len(stray) - 10} more" if len(stray) > 10 else "")
         raise DataError(
             f"{out}: holds files that are not part of its data set ({shown}); refusing to replace the directory "
             "and lose them (choose another --out, or move them away)"
         )
+
+
+def _plain_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:
