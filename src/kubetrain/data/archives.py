@@ -7,6 +7,7 @@ Tar extraction also runs with Python's ``data`` filter as a second line of defen
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tarfile
@@ -14,6 +15,7 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from kubetrain.data.errors import TMP_FIX, write_error
 from kubetrain.errors import DataError
 
 __all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "is_zip", "safe_extract"]
@@ -117,4 +119,6 @@ def safe_extract(path: Path, dest: Path, *, source: str) -> None:
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as e:
         raise DataError(f"{source}: corrupt or truncated archive: {e}") from e
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise write_error(dest, e, fix=TMP_FIX) from e  # the machine's problem, not the archive's
         raise DataError(f"{source}: cannot extract the archive: {e}") from e

@@ -13,7 +13,16 @@ from pathlib import Path
 
 from kubetrain.errors import DataError, ExitCode
 
-__all__ = ["ChecksumError", "DataError", "DiskFullError", "DownloadUnavailableError", "HTTPStatusError", "write_error"]
+__all__ = [
+    "OUT_FIX",
+    "TMP_FIX",
+    "ChecksumError",
+    "DataError",
+    "DiskFullError",
+    "DownloadUnavailableError",
+    "HTTPStatusError",
+    "write_error",
+]
 
 
 class HTTPStatusError(DataError):
@@ -50,11 +59,29 @@ class DiskFullError(DataError):
     exit_code = ExitCode.INFRASTRUCTURE
 
 
-def write_error(target: Path, error: OSError) -> DataError:
-    """The error for a failed local write of `target`: a full disk, or a place that cannot be written."""
+OUT_FIX = "choose another --out"
+TMP_FIX = "free space there, or point TMPDIR at a disk with room"
+
+
+def _file_ancestor(target: Path) -> Path | None:
+    """The nearest existing ancestor of `target` when it is not a directory (so nothing fits below it)."""
+    for parent in target.parents:
+        if parent.is_dir():
+            return None
+        if parent.exists() or parent.is_symlink():
+            return parent
+    return None
+
+
+def write_error(target: Path, error: OSError, *, fix: str = OUT_FIX) -> DataError:
+    """The error for a failed local write of `target`: a full disk, or a place that cannot be written.
+
+    `fix` says what to do when the place is wrong (the default: another --out).
+    """
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskFullError(
-            f"{target}: no space left on the device ({error.strerror}); free space or choose another --out"
-        )
+        return DiskFullError(f"{target}: no space left on the device ({error.strerror}); free space or {fix}")
+    blocker = _file_ancestor(target)
+    if blocker is not None:
+        return DataError(f"{target}: cannot be written: {blocker} is a file, not a directory; {fix}")
     where = f" ({error.filename})" if error.filename else ""
-    return DataError(f"{target}: cannot be written: {error.strerror}{where}; choose another --out")
+    return DataError(f"{target}: cannot be written: {error.strerror}{where}; {fix}")

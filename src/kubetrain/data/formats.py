@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.data.archives import archive_kind, is_zip, safe_extract
+from kubetrain.data.errors import TMP_FIX, write_error
 from kubetrain.data.idx import GZIP_MAGIC, looks_like_idx, read_idx
 from kubetrain.data.prepare import RawDataset
 from kubetrain.errors import DataError
@@ -103,8 +104,8 @@ def _pair(
             f"{have}: found {split} {'images' if images else 'labels'} but not the "
             f"matching {'labels' if images else 'images'}"
         )
-    x = read_idx(images.path, images.origin)
-    y = read_idx(labels.path, labels.origin)
+    x = read_idx(images.path, images.origin, role=("images", 3))
+    y = read_idx(labels.path, labels.origin, role=("labels", 1))
     if x.ndim != 3:
         raise DataError(
             f"{images.origin}: idx has dimensions {list(x.shape)}; expected images (n, rows, cols), magic 00000803"
@@ -155,8 +156,13 @@ def _gunzip_to(f: LocalFile, work: Path) -> LocalFile:
             shutil.copyfileobj(src, dst, 1 << 20)
     except EOFError as e:
         raise DataError(f"{f.origin}: truncated gzip: {e}") from e
-    except (OSError, zlib.error) as e:
+    except zlib.error as e:
         raise DataError(f"{f.origin}: corrupt gzip: {e}") from e
+    except OSError as e:
+        if isinstance(e, gzip.BadGzipFile) or e.errno is None:
+            raise DataError(f"{f.origin}: corrupt gzip: {e}") from e
+        # The machine's problem (a full disk under TMPDIR), not the data's.
+        raise write_error(out, e, fix=TMP_FIX) from e
     return LocalFile(out, out.name, f.origin)
 
 

@@ -41,8 +41,13 @@ def read_maybe_gzip(path: Path, name: str) -> bytes:
         raise DataError(f"{name}: corrupt gzip: {e}") from e
 
 
-def decode_idx(data: bytes, name: str) -> npt.NDArray[np.generic]:
-    """Parse idx bytes into an array (native byte order)."""
+def decode_idx(data: bytes, name: str, *, role: tuple[str, int] | None = None) -> npt.NDArray[np.generic]:
+    """Parse idx bytes into an array (native byte order).
+
+    `role`, e.g. ``("images", 3)``, is what the file must hold and its number of dimensions: a
+    magic number with another count is reported as the wrong magic number it is, before its
+    dimensions are read (with the wrong count they are payload bytes, and nonsense).
+    """
     if not looks_like_idx(data):
         raise DataError(
             f"{name}: not an MNIST idx file: wrong magic number {data[:4].hex() or '(empty file)'}; expected "
@@ -50,6 +55,12 @@ def decode_idx(data: bytes, name: str) -> npt.NDArray[np.generic]:
         )
     dtype = np.dtype(IDX_TYPES[data[2]])
     ndim = data[3]
+    if role is not None and ndim != role[1]:
+        what, want = role
+        raise DataError(
+            f"{name}: wrong magic number {data[:4].hex()} for {what}: it gives {ndim} dimension(s); expected "
+            f"{what} with {want}, magic 0000{data[2]:02x}{want:02x} (MNIST {what}: 0000080{want})"
+        )
     header = 4 + 4 * ndim
     if len(data) < header:
         raise DataError(f"{name}: idx header truncated ({len(data)} bytes, need {header})")
@@ -75,6 +86,6 @@ def decode_idx(data: bytes, name: str) -> npt.NDArray[np.generic]:
     return array.astype(dtype.newbyteorder("="), copy=False)
 
 
-def read_idx(path: Path, name: str) -> npt.NDArray[np.generic]:
-    """Read an idx file, gzip'd or raw."""
-    return decode_idx(read_maybe_gzip(path, name), name)
+def read_idx(path: Path, name: str, *, role: tuple[str, int] | None = None) -> npt.NDArray[np.generic]:
+    """Read an idx file, gzip'd or raw; `role` as in :func:`decode_idx`."""
+    return decode_idx(read_maybe_gzip(path, name), name, role=role)
