@@ -52,9 +52,21 @@ METRICS = {
 # -- backend and workspace ---------------------------------------------------------------------
 
 
-def test_backend_kind_from_the_environment() -> None:
-    assert backend_kind({}) == "kubernetes"
-    assert backend_kind({"KUBETRAIN_BACKEND": "Local"}) == "local"
+def test_backend_kind_from_the_environment(tmp_path: Path) -> None:
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("t")
+    cluster = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert backend_kind(cluster, service_account_dir=account) == "kubernetes"
+    assert backend_kind({"KUBETRAIN_BACKEND": "Local", **cluster}, service_account_dir=account) == "local"
+    assert backend_kind({"KUBETRAIN_BACKEND": "kubernetes"}, service_account_dir=tmp_path / "none") == "kubernetes"
+
+
+def test_outside_a_cluster_the_step_uses_the_local_backend(tmp_path: Path) -> None:
+    """A component run from its YAML under kfp.local used to fail: 'the workspace claim is not mounted'."""
+    assert backend_kind({}, service_account_dir=tmp_path / "none") == "local"
+    # A service host without a mounted token (or the reverse) is not a pod that can reach its API server.
+    assert backend_kind({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, service_account_dir=tmp_path / "none") == "local"
     with pytest.raises(InvalidInputError, match="KUBETRAIN_BACKEND: got 'docker'"):
         backend_kind({"KUBETRAIN_BACKEND": "docker"})
 

@@ -6,8 +6,10 @@ the same path. On this machine (`kubetrain run`) the claim is the local backend'
 that claim, and the local backend rewrites the pods' mount paths to it; the launcher maps a
 pod-side path to its local directory with :meth:`WorkspaceView.local`.
 
-The backend comes from the environment: ``KUBETRAIN_BACKEND=local|kubernetes`` (default
-kubernetes); `kubetrain run` sets local and ``KUBETRAIN_LOCAL_ROOT`` for every step it runs.
+The backend comes from the environment: ``KUBETRAIN_BACKEND=local|kubernetes``; unset, it is
+kubernetes inside a cluster (an in-cluster service account) and local anywhere else, so a
+component run from its YAML under `kfp.local` trains on this machine. `kubetrain run` sets local
+and ``KUBETRAIN_LOCAL_ROOT`` for every step it runs.
 """
 
 from __future__ import annotations
@@ -25,12 +27,24 @@ from kubetrain.specs import Workspace
 
 BACKEND_ENV = "KUBETRAIN_BACKEND"
 LOCAL_ROOT_ENV = "KUBETRAIN_LOCAL_ROOT"
+# What the kubelet gives every pod with an automounted service account (client-go's InClusterConfig).
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
 
 
-def backend_kind(environ: Mapping[str, str] | None = None) -> BackendKind:
-    """The backend named by ``KUBETRAIN_BACKEND`` (default kubernetes)."""
+def in_cluster(environ: Mapping[str, str] | None = None, *, service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> bool:
+    """True inside a pod that can reach its API server: the service host is set and a token is mounted."""
     env = os.environ if environ is None else environ
-    value = env.get(BACKEND_ENV, "kubernetes").strip().lower() or "kubernetes"
+    return bool(env.get(SERVICE_HOST_ENV)) and (service_account_dir / "token").is_file()
+
+
+def backend_kind(
+    environ: Mapping[str, str] | None = None, *, service_account_dir: Path = SERVICE_ACCOUNT_DIR
+) -> BackendKind:
+    """The backend named by ``KUBETRAIN_BACKEND``; unset: kubernetes in a cluster, local elsewhere."""
+    env = os.environ if environ is None else environ
+    default = "kubernetes" if in_cluster(env, service_account_dir=service_account_dir) else "local"
+    value = env.get(BACKEND_ENV, "").strip().lower() or default
     if value not in BACKEND_KINDS:
         raise InvalidInputError(f"{BACKEND_ENV}: got {value!r}; expected one of {', '.join(BACKEND_KINDS)}")
     return value
