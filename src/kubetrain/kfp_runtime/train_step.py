@@ -10,6 +10,7 @@ artifacts and write the HTML report.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from kubetrain.backends import open_backend
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime import artifacts, report
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
+from kubetrain.kfp_runtime.passthrough import passthrough_warning
 from kubetrain.kfp_runtime.requests import JobPlan, TrainingRequest
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
@@ -93,6 +95,8 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     framework = request.framework
     data_dir = dataset_location(outputs.dataset, workspace_pvc=request.workspace_pvc)
     kind = backend_kind()
+    if kind == "kubernetes" and (warning := passthrough_warning(task_config)) is not None:
+        print(warning, file=sys.stderr, flush=True)
     workspace: WorkspaceView = open_workspace(request.workspace_pvc, kind=kind)
     name = job_name(request)
     params = request.training_params(
