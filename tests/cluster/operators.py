@@ -52,6 +52,28 @@ FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 SIM_LABEL = "kubetrain.dev/sim"
 SIM_DURATION = "kubetrain.dev/sim-duration"
 
+# training-operator v1.9's default init container for PyTorchJob workers (`init-pytorch`, which waits
+# for the master's DNS name) sets no securityContext, so a namespace enforcing the `restricted` Pod
+# Security level refuses every worker pod: 'violates PodSecurity "restricted:latest":
+# allowPrivilegeEscalation != false (container "init-pytorch" must set
+# securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container
+# "init-pytorch" must set securityContext.capabilities.drop=["ALL"])'. The operator's own
+# --pytorch-init-container-template-file is the fix: upstream's template plus a securityContext.
+INIT_CONTAINER_TEMPLATE = """
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  resources:
+    limits: {cpu: 100m, memory: 20Mi}
+    requests: {cpu: 50m, memory: 10Mi}
+  securityContext:
+    allowPrivilegeEscalation: false
+    capabilities: {drop: [ALL]}
+    runAsNonRoot: true
+    seccompProfile: {type: RuntimeDefault}
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
+"""
+
 # The kwok stage files used as they are (paths inside the kwok module), then ours.
 KWOK_STAGES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
@@ -251,10 +273,12 @@ def start(state: Path, bin_dir: Path, kubeconfig: Path) -> None:
     """Start the three operators (those not already running) and wait until each is healthy."""
     state.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    init_template = state / "pytorch-init-container.yaml"
+    init_template.write_text(INIT_CONTAINER_TEMPLATE)
     _start(state, "training-operator", [
         str(bin_dir / "training-operator"), f"--kubeconfig={kubeconfig}", "--enable-scheme=pytorchjob",
         "--metrics-bind-address=0", f"--health-probe-bind-address={TRAINING_OPERATOR_HEALTH}",
-        f"--webhook-server-port={TRAINING_OPERATOR_WEBHOOK_PORT}",
+        f"--webhook-server-port={TRAINING_OPERATOR_WEBHOOK_PORT}", f"--pytorch-init-container-template-file={init_template}",
     ], {**env, "MY_POD_NAMESPACE": "kubeflow"})  # fmt: skip
     _start(state, "mpi-operator", [
         str(bin_dir / "mpi-operator"), f"--kubeConfig={kubeconfig}", "--lock-namespace=mpi-operator", "--threadiness=2",
