@@ -35,7 +35,7 @@ def chainermn_train(
     cpu: str = "",
     memory: str = "",
     gpus: int = 0,
-    timeout_seconds: int = 3600,
+    timeout_seconds: int = 86400,
     delete_after: str = "success",
     backoff_limit: int = 3,
     namespace: str = "",

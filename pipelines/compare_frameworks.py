@@ -19,7 +19,7 @@ def compare_frameworks(
     chainermn_epochs: int = 5,
     ps_epochs: int = 5,
     architecture: str = "mlp",
-    timeout_seconds: int = 3600,
+    timeout_seconds: int = 86400,
 ) -> None:
     """Download once, train with PyTorch DDP, ChainerMN and parameter servers in parallel, compare.
 

@@ -18,7 +18,7 @@ def mnist_chainermn(
     batch_size: int = 32,
     learning_rate: float = 0.002,
     architecture: str = "mlp",
-    timeout_seconds: int = 3600,
+    timeout_seconds: int = 86400,
     job_api: str = "mpijob",
 ) -> None:
     """Download a data set, then train on it with ChainerMN over MPI (an MPIJob: launcher + workers).

@@ -19,7 +19,7 @@ def mnist_ps(
     batch_size: int = 32,
     learning_rate: float = 0.002,
     architecture: str = "mlp",
-    timeout_seconds: int = 3600,
+    timeout_seconds: int = 86400,
 ) -> None:
     """Download a data set, then train on it with parameter servers (a JobSet: master, servers, workers).
 

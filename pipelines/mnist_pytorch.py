@@ -17,7 +17,7 @@ def mnist_pytorch(
     batch_size: int = 32,
     learning_rate: float = 0.002,
     architecture: str = "mlp",
-    timeout_seconds: int = 3600,
+    timeout_seconds: int = 86400,
     job_api: str = "pytorchjob",
 ) -> None:
     """Download a data set, then train on it with PyTorch DDP (a PyTorchJob: master + workers).

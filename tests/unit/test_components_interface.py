@@ -146,3 +146,10 @@ def test_run_and_task_ids_are_required_inputs() -> None:
         # KFP's driver resolves a placeholder only when it is the task's argument: an optional input's
         # default is left to the component, which would see '{{$.pipeline_task_name}}' literally.
         assert params["task_name"].default is inspect.Parameter.empty
+
+
+def test_the_default_timeout_suits_real_training() -> None:
+    # It was one hour: a real training job would be deleted mid-run. The peers default to a day or more.
+    for name in TRAINING:
+        params = inspect.signature(_component(name).python_func).parameters
+        assert params["timeout_seconds"].default >= 24 * 3600

@@ -85,7 +85,7 @@ class TrainingRequest(abc.ABC):
     cpu: str = ""
     memory: str = ""
     gpus: int = 0
-    timeout_seconds: float = 3600
+    timeout_seconds: float = 86400  # real training runs for hours; a day, as the peers default to
     delete_after: str = "success"
     backoff_limit: int = 3
     namespace: str = ""
