@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from kubetrain.errors import SpecError
-from kubetrain.ps.common.checkpoint import latest_snapshot, record_generation, save_snapshot, shard_dir
 from kubetrain.ps.common.embedding import TableConfig, initial_rows
 from kubetrain.ps.common.optimizers import OptimizerSpec
+from kubetrain.ps.server.checkpoint import latest_snapshot, record_generation, save_snapshot, shard_dir
 from kubetrain.ps.server.store import ParameterShard, ShardConfig
 
 TABLE = TableConfig("emb", 3, 0.1)

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubetrain.ps.common.checkpoint import atomic_write_bytes
+from kubetrain.fileio import atomic_write_bytes
 from kubetrain.ps.common.errors import CheckpointError, JobEndedError
-from kubetrain.ps.master.taskbook import DONE, FAILED
+from kubetrain.ps.common.tasks import DONE, FAILED
 
 __all__ = [
     "OUTCOME_FILE",

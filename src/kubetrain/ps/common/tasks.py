@@ -16,7 +16,12 @@ from typing import Any
 from kubetrain.errors import SpecError
 
 __all__ = [
+    "DONE",
+    "FAILED",
+    "FINAL_EVAL",
+    "FINISHING",
     "MODES",
+    "TRAINING",
     "BookConfig",
     "Directive",
     "DoneEntry",
@@ -31,6 +36,8 @@ __all__ = [
 
 # How the shards apply gradients: as they come (async) or once per round of every worker (sync).
 MODES = ("async", "sync")
+# The job's phases as the master's task book records them (and its outcome file reports).
+TRAINING, FINAL_EVAL, FINISHING, DONE, FAILED = "training", "final_eval", "finishing", "done", "failed"
 TRAIN = "train"
 EVAL = "eval"
 

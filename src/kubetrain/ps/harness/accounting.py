@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.ps.common.checkpoint import GENERATIONS, shard_dir
 from kubetrain.ps.common.errors import CheckpointError
+from kubetrain.ps.server.checkpoint import GENERATIONS, shard_dir
 
 __all__ = ["Audit", "audit", "read_generations"]
 

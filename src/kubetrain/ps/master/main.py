@@ -28,13 +28,13 @@ from kubetrain.ps.common.model_names import MODEL_NAMES
 from kubetrain.ps.common.outcome import JobOutcome, clear_outcome, write_outcome
 from kubetrain.ps.common.procs import default_bind, setup_logging, stop_on_signals
 from kubetrain.ps.common.rpc import HealthReporter, bind, make_server
-from kubetrain.ps.common.tasks import MODES
+from kubetrain.ps.common.tasks import DONE, FAILED, FINISHING, MODES, TRAINING
 from kubetrain.ps.master.config import MasterConfig
 from kubetrain.ps.master.outputs import write_outputs
 from kubetrain.ps.master.service import JobSettings, MasterCore, MasterServicer
 from kubetrain.ps.master.shard_clients import ShardStubs
 from kubetrain.ps.master.state import StateStore, book_from_json
-from kubetrain.ps.master.taskbook import DONE, FAILED, FINISHING, TRAINING, TaskBook
+from kubetrain.ps.master.taskbook import TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
 

@@ -12,12 +12,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.errors import KubetrainError
-from kubetrain.ps.common.checkpoint import atomic_write_bytes
+from kubetrain.fileio import atomic_write_bytes
+from kubetrain.ps.common.tasks import FAILED
 from kubetrain.ps.common.tensors import from_rows, from_tensor
 from kubetrain.ps.master.config import MasterConfig
 from kubetrain.ps.master.service import JobSettings, MasterCore
 from kubetrain.ps.master.shard_clients import ShardStubs
-from kubetrain.ps.master.taskbook import FAILED
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 
 __all__ = ["metrics", "write_model", "write_outputs"]

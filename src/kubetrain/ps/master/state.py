@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kubetrain.ps.common.checkpoint import atomic_write_bytes
+from kubetrain.fileio import atomic_write_bytes
 from kubetrain.ps.common.errors import CheckpointError, PSConfigError, StaleStateError
 from kubetrain.ps.common.evaluation import EvalBook
 from kubetrain.ps.common.tasks import BookConfig, Lease, Loss, TaskRange, WorkerInfo

@@ -21,8 +21,13 @@ from typing import Any
 
 from kubetrain.ps.common.evaluation import EvalBook, EvalResult, EvalRound, history_entry
 from kubetrain.ps.common.tasks import (
+    DONE,
     EVAL,
+    FAILED,
+    FINAL_EVAL,
+    FINISHING,
     TRAIN,
+    TRAINING,
     BookConfig,
     Directive,
     DoneEntry,
@@ -36,9 +41,8 @@ from kubetrain.ps.common.tasks import (
 )
 from kubetrain.ps.master.ledger import Ledger
 
-__all__ = ["COUNTERS", "DONE", "FAILED", "FINAL_EVAL", "FINISHING", "TRAINING", "TaskBook"]
+__all__ = ["COUNTERS", "TaskBook"]
 
-TRAINING, FINAL_EVAL, FINISHING, DONE, FAILED = "training", "final_eval", "finishing", "done", "failed"
 COUNTERS = (
     "records_trained",
     "records_trained_twice",

@@ -21,7 +21,6 @@ import grpc
 import numpy as np
 
 from kubetrain.errors import KubetrainError
-from kubetrain.ps.common import checkpoint as ckpt
 from kubetrain.ps.common.embedding import TableConfig
 from kubetrain.ps.common.errors import PSConfigError
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
@@ -31,6 +30,7 @@ from kubetrain.ps.common.tasks import MODES
 from kubetrain.ps.common.tensors import from_rows, from_tensor, to_rows, to_tensor
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
+from kubetrain.ps.server import checkpoint as ckpt
 from kubetrain.ps.server.store import ParameterShard, ShardConfig, ShardSnapshot
 
 __all__ = ["ParameterServerServicer", "build_parser", "main"]

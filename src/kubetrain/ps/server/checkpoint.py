@@ -32,7 +32,6 @@ from kubetrain.ps.common.placement import dense_owner
 from kubetrain.ps.server.store import ShardSnapshot
 
 __all__ = [
-    "atomic_write_bytes",
     "latest_snapshot",
     "load_snapshot",
     "record_generation",
