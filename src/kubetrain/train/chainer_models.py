@@ -46,7 +46,7 @@ with warnings.catch_warnings():
 import numpy as np  # noqa: E402
 
 from kubetrain.errors import SpecError  # noqa: E402
-from kubetrain.train.common import atomic_write  # noqa: E402
+from kubetrain.fileio import atomic_write  # noqa: E402
 from kubetrain.train.model_shapes import (  # noqa: E402
     CNN_CHANNELS,
     CNN_HIDDEN,

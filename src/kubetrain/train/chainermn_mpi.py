@@ -29,6 +29,7 @@ from kubetrain.train.checkpoints import (
     RunSignature,
     choose_resume_step,
     gather_epoch_loss,
+    last_train_loss,
     require_visible,
     resumed_progress,
 )
@@ -189,13 +190,6 @@ def _train(run: _Run, watchdog: Watchdog) -> tuple[float, int]:
     return train_seconds, samples
 
 
-def _last_train_loss(history: list[dict[str, Any]]) -> float:
-    for h in reversed(history):
-        if h.get("kind") == "epoch":
-            return float(h["loss"])
-    return float(history[-1]["loss"]) if history else math.nan
-
-
 def _setup(cfg: TrainConfig, group: Group) -> _Run:
     gpu = chainer.backends.cuda.available and cfg.communicator != "naive"
     device = chainer.get_device(f"@cupy:{group.intra_rank}" if gpu else "@numpy")
@@ -262,7 +256,7 @@ def _run(cfg: TrainConfig, group: Group, started: float) -> int:
         metrics = final_metrics(
             test_accuracy=acc,
             test_loss=test_loss,
-            train_loss=_last_train_loss(run.progress.history),
+            train_loss=last_train_loss(run.progress.history),
             samples_per_second=samples_total / train_seconds if train_seconds > 0 else 0.0,
             world_size=group.size,
             wall_seconds=time.monotonic() - started,

@@ -8,6 +8,7 @@ leaves only a hidden temporary file, which is ignored and cleaned up. The newest
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from kubetrain.errors import SpecError, TrainingError
-from kubetrain.train.common import atomic_write
+from kubetrain.fileio import atomic_write
 
 __all__ = ["CheckpointCorruptError", "CheckpointDir", "Progress", "RunSignature", "require_visible"]
 
@@ -210,9 +211,7 @@ def choose_resume_step(
     return broadcast(chosen)
 
 
-def resumed_progress(
-    progress: Progress, *, saved: dict[str, Any], signature: RunSignature, rank: int
-) -> Progress:
+def resumed_progress(progress: Progress, *, saved: dict[str, Any], signature: RunSignature, rank: int) -> Progress:
     """A checkpoint's progress for this run: the position remapped to its batches, the loss sums on rank 0 only.
 
     The epoch's loss sums are global and kept by rank 0 alone, so they are counted once.
@@ -227,3 +226,11 @@ def gather_epoch_loss(progress: Progress, *, rank: int, allreduce_sum: Allreduce
     """Sum every rank's epoch loss into rank 0's progress (which the checkpoint carries)."""
     total, count = allreduce_sum([progress.epoch_loss_sum, float(progress.epoch_loss_count)])
     progress.epoch_loss_sum, progress.epoch_loss_count = (total, int(count)) if rank == 0 else (0.0, 0)
+
+
+def last_train_loss(history: list[dict[str, Any]]) -> float:
+    """The mean loss of the last complete epoch, or the last logged step's if none completed."""
+    for h in reversed(history):
+        if h.get("kind") == "epoch":
+            return float(h["loss"])
+    return float(history[-1]["loss"]) if history else math.nan

@@ -32,6 +32,7 @@ from kubetrain.train.checkpoints import (
     RunSignature,
     choose_resume_step,
     gather_epoch_loss,
+    last_train_loss,
     require_visible,
     resumed_progress,
 )
@@ -190,14 +191,6 @@ def _train(run: _Run, device: torch.device, watchdog: Watchdog) -> tuple[float, 
     return train_seconds, samples
 
 
-def _last_train_loss(history: list[dict[str, Any]]) -> float:
-    """The mean loss of the last complete epoch, or the last logged step's if none completed."""
-    for h in reversed(history):
-        if h.get("kind") == "epoch":
-            return float(h["loss"])
-    return float(history[-1]["loss"]) if history else math.nan
-
-
 def _run(cfg: TrainConfig, started: float) -> int:
     topo = torch_topology_from_env(os.environ)
     if topo.is_chief:
@@ -258,7 +251,7 @@ def _run(cfg: TrainConfig, started: float) -> int:
         metrics = final_metrics(
             test_accuracy=acc,
             test_loss=test_loss,
-            train_loss=_last_train_loss(run.progress.history),
+            train_loss=last_train_loss(run.progress.history),
             samples_per_second=samples_total / train_seconds if train_seconds > 0 else 0.0,
             world_size=topo.world_size,
             wall_seconds=time.monotonic() - started,

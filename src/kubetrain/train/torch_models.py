@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from kubetrain.errors import SpecError
-from kubetrain.train.common import atomic_write
+from kubetrain.fileio import atomic_write
 from kubetrain.train.model_shapes import (
     CNN_CHANNELS,
     CNN_HIDDEN,
