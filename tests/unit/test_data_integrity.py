@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import errno
 import gzip
+import hashlib
 import io
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -18,8 +20,12 @@ from kubetrain.data.dataset_format import DATASET_JSON, load_shard, load_split
 from kubetrain.data.download import download
 from kubetrain.data.errors import DataError, DiskFullError
 from kubetrain.data.formats import LocalFile, load_files
+from kubetrain.data.sink import HashingSink
 from kubetrain.errors import ExitCode
 from tests.data_helpers import idx_bytes, mnist_arrays, tar_bytes
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 
 def _digits(tmp_path: Path, shards: int = 1) -> Path:
@@ -137,3 +143,36 @@ def test_an_out_under_a_file_names_the_file(tmp_path: Path) -> None:
         download("builtin:digits", tmp_path / "a-file" / "sub" / "out", quiet=True)
     assert failed.value.exit_code == ExitCode.INVALID_INPUT
     assert (tmp_path / "a-file").read_text() == "x"
+
+
+class _FillingFile(io.FileIO):
+    """A file on a disk that fills mid-chunk: write(2) takes part of a chunk, then fails with ENOSPC."""
+
+    room = 4
+
+    def write(self, b: ReadableBuffer) -> int:
+        view = memoryview(b)
+        if _FillingFile.room == 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = min(len(view), _FillingFile.room)
+        _FillingFile.room -= n
+        return super().write(view[:n])
+
+
+def test_a_short_write_on_a_filling_disk_is_not_a_silently_truncated_download(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unbuffered write that takes only part of a chunk used to drop the rest without an error."""
+    monkeypatch.setattr(
+        "kubetrain.data.sink.open",
+        lambda path, mode, buffering: _FillingFile(path, mode.replace("b", "")),
+        raising=False,
+    )
+    part = tmp_path / "data.npz.part"
+    with HashingSink(part, 0, hashlib.sha256()) as sink:
+        buf = sink.buffer()
+        buf[:10] = b"0123456789"
+        with pytest.raises(DiskFullError, match="no space left on the device") as failed:
+            sink.commit(buf, 10)
+    assert failed.value.exit_code == ExitCode.INFRASTRUCTURE
+    assert not part.exists()  # no partial file left to resume from

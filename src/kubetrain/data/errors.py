@@ -14,6 +14,7 @@ from pathlib import Path
 from kubetrain.errors import DataError, ExitCode
 
 __all__ = [
+    "CACHE_FIX",
     "OUT_FIX",
     "TMP_FIX",
     "ChecksumError",
@@ -61,6 +62,7 @@ class DiskFullError(DataError):
 
 OUT_FIX = "choose another --out"
 TMP_FIX = "free space there, or point TMPDIR at a disk with room"
+CACHE_FIX = "free space there, or choose another --cache-dir (or KUBETRAIN_CACHE_DIR)"
 
 
 def _file_ancestor(target: Path) -> Path | None:

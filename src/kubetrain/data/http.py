@@ -15,6 +15,7 @@ is there and returns its sha256:
 from __future__ import annotations
 
 import email.utils
+import errno
 import hashlib
 import http.client
 import json
@@ -29,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubetrain.data.errors import DataError, DownloadUnavailableError, HTTPStatusError
+from kubetrain.data.errors import (
+    CACHE_FIX,
+    DataError,
+    DiskFullError,
+    DownloadUnavailableError,
+    HTTPStatusError,
+    write_error,
+)
 from kubetrain.data.progress import Progress
 from kubetrain.data.sink import CHUNK_SIZE, HashingSink
 
@@ -121,7 +129,9 @@ class _Part:
             self._start(offset, headers)
         except OSError as e:
             # A local disk problem, not a network one: never retried.
-            raise DataError(f"{self.path}: cannot prepare the download file: {e}") from e
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                self.discard()
+            raise write_error(self.path, e, fix=CACHE_FIX) from e
 
     def _start(self, offset: int, headers: Any) -> None:
         if offset == 0:
@@ -163,6 +173,9 @@ def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress) -> 
                 sink.commit(buf, n)
                 part.hashed += n
                 progress.update(n)
+        except DiskFullError:
+            part.discard()  # a full disk keeps no partial file (nor its sidecar): no room to grow it
+            raise
         except DataError:
             part.hasher = None  # hashed and written may differ: rehash from disk if resumed
             raise
@@ -199,8 +212,9 @@ def _attempt(url: str, part: _Part, progress: Progress, timeout: float) -> bool:
             if 300 <= e.code < 400:
                 # urllib gives up on a redirect loop (or a redirect without a target): the server's
                 # fault, not the request's, so the network exit code rather than "invalid input".
+                reason = " ".join(str(e.reason).split())  # urllib's loop message spans lines
                 raise DownloadUnavailableError(
-                    f"{url}: the server's redirects do not lead to the file (HTTP {e.code}: {e.reason}); "
+                    f"{url}: the server's redirects do not lead to the file (HTTP {e.code}: {reason}); "
                     "check the URL in a browser, or download it elsewhere and give the file's URL"
                 ) from e
             raise HTTPStatusError(url, e.code, str(e.reason)) from e

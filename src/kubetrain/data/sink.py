@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kubetrain.data.errors import write_error
+from kubetrain.data.errors import CACHE_FIX, write_error
 from kubetrain.errors import DataError
 
 __all__ = ["CHUNK_SIZE", "HashingSink"]
@@ -79,7 +79,7 @@ class HashingSink:
         self._todo.put((buf, n))
         try:
             with memoryview(buf) as view:
-                self._file.write(view[:n])
+                self._write_all(view[:n])
         except OSError as e:
             # A local disk problem, not a network one: never retried. A full disk keeps no partial
             # file to resume from: there is no room for it to grow anyway.
@@ -87,8 +87,18 @@ class HashingSink:
                 self._file.close()
                 if self.path.is_file() and not self.path.is_symlink():  # our partial file, never a device
                     self.path.unlink(missing_ok=True)
-            raise write_error(self.path, e) from e
+            raise write_error(self.path, e, fix=CACHE_FIX) from e
         self.written += n
+
+    def _write_all(self, view: memoryview) -> None:
+        # An unbuffered write(2) may write less than asked, without an error (a disk that fills
+        # up mid-chunk): write the rest, which then fails with the real error (ENOSPC).
+        done = 0
+        while done < len(view):
+            wrote = self._file.write(view[done:])
+            if not wrote:
+                raise OSError(errno.ENOSPC, "No space left on device (write made no progress)", str(self.path))
+            done += wrote
 
     def __exit__(
         self,
