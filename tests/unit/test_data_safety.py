@@ -112,7 +112,7 @@ def test_a_full_disk_is_an_infrastructure_error_and_leaves_nothing_behind(
     def no_space(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(np, "savez", no_space)
+    monkeypatch.setattr(np.lib.format, "write_array", no_space)  # what writes each shard member
     with pytest.raises(DiskFullError, match="no space left on the device") as failed:
         download("builtin:digits", tmp_path / "out", quiet=True)
     assert failed.value.exit_code == ExitCode.INFRASTRUCTURE

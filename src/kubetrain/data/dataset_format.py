@@ -303,6 +303,19 @@ def _checked_arrays(
     return xf, ya.astype(np.int64, copy=False)
 
 
+def _save_npz(path: Path, arrays: Mapping[str, npt.NDArray[Any]]) -> None:
+    """What np.savez writes (one stored, zip64 `.npy` member per array), but a failed write closes
+    the zip at once: np.savez leaves its ZipFile open, and when it is collected later it tries to
+    finish the file again and prints a second error ("Exception ignored ... Traceback")."""
+    with (
+        open(path, "wb") as f,
+        zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf,
+    ):
+        for key, value in arrays.items():
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)  # type: ignore[no-untyped-call]
+
+
 def _write_shards(
     tmp: Path,
     split: str,
@@ -316,8 +329,7 @@ def _write_shards(
     for i in range(count):
         name = shard_file_name(split, i, count)
         lo, hi = int(bounds[i]), int(bounds[i + 1])
-        with open(tmp / name, "wb") as f:
-            np.savez(f, x=x[lo:hi], y=y[lo:hi])
+        _save_npz(tmp / name, {"x": x[lo:hi], "y": y[lo:hi]})
         shards.append(ShardInfo(file=name, records=hi - lo, sha256=file_sha256(tmp / name)))
     return tuple(shards)
 

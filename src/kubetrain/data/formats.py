@@ -64,8 +64,11 @@ def _is_npz(path: Path) -> bool:
     # By the signature at the start: a tar holding an .npz also "is a zipfile" to zipfile.
     if not is_zip(path):
         return False
-    with zipfile.ZipFile(path) as zf:
-        names = zf.namelist()
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except zipfile.BadZipFile:
+        return False  # a truncated zip: read as an archive, which reports it as corrupt or truncated
     return bool(names) and all(n.endswith(".npy") for n in names)
 
 
