@@ -1,6 +1,6 @@
 """`chainermn_train`: ChainerMN over MPI as an MPIJob (mpi-operator v2beta1), followed to its end."""
 
-from typing import NamedTuple
+from typing import List, NamedTuple, Optional
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
@@ -31,7 +31,8 @@ def chainermn_train(
     architecture: str = "mlp",
     seed: int = 0,
     image: str = "",
-    command: str = "",
+    command: Optional[List[str]] = None,
+    args: Optional[List[str]] = None,
     cpu: str = "",
     memory: str = "",
     gpus: int = 0,
@@ -67,8 +68,12 @@ def chainermn_train(
         architecture: Model: mlp or cnn.
         seed: Random seed.
         image: Training image; empty for kubetrain's ChainerMN image of this version.
-        command: Replaces `python -m kubetrain.train.chainermn_mpi` in the mpirun line
-            (shell-quoted); the program gets the same flags. Empty: the default.
+        command: Your own MPI program in `image`, as a list, which mpirun starts on every rank
+            with `args` and no kubetrain flags; it gets KUBETRAIN_DATA_DIR, KUBETRAIN_OUTPUT_DIR and
+            KUBETRAIN_CHECKPOINT_DIR (forwarded with mpirun -x). What it leaves in the output
+            directory becomes `model`; the numbers in its metrics.json there, `metrics`. Empty:
+            kubetrain's ChainerMN trainer.
+        args: Arguments of `command`.
         cpu: CPU request of each worker pod (e.g. "2"); or set_cpu_request on the task.
         memory: Memory request of each worker pod (e.g. "4Gi"); or set_memory_request on the task.
         gpus: GPUs per worker pod (nvidia.com/gpu limit); or set_accelerator_limit on the task.
@@ -96,7 +101,7 @@ def chainermn_train(
         dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
         run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, workers=workers,
         slots_per_worker=slots_per_worker, epochs=epochs, batch_size=batch_size,
-        learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command,
+        learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command, args=args,
         cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,
         backoff_limit=backoff_limit, namespace=namespace, service_account=service_account, job_api=job_api,
         runtime=runtime,

@@ -1,6 +1,6 @@
 """`pytorch_train`: distributed PyTorch (DDP) as a PyTorchJob, followed to its end."""
 
-from typing import NamedTuple
+from typing import List, NamedTuple, Optional
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
@@ -33,7 +33,8 @@ def pytorch_train(
     backend: str = "gloo",
     seed: int = 0,
     image: str = "",
-    command: str = "",
+    command: Optional[List[str]] = None,
+    args: Optional[List[str]] = None,
     cpu: str = "",
     memory: str = "",
     gpus: int = 0,
@@ -71,8 +72,12 @@ def pytorch_train(
         backend: torch.distributed backend: gloo (CPU) or nccl (GPU).
         seed: Random seed.
         image: Training image; empty for kubetrain's PyTorch image of this version.
-        command: Replaces `python -m kubetrain.train.torch_ddp` (shell-quoted); the program gets
-            the same flags (--data, --output, --checkpoint-dir, --epochs, ...). Empty: the default.
+        command: Your own program in `image`, as a list (e.g. ["python", "/app/train.py"]); run with
+            `args` and no kubetrain flags, under the operator's environment plus KUBETRAIN_DATA_DIR,
+            KUBETRAIN_OUTPUT_DIR and KUBETRAIN_CHECKPOINT_DIR. What it leaves in the output
+            directory becomes `model`; the numbers in its metrics.json there, `metrics`. Empty:
+            kubetrain's DDP trainer (the training inputs above apply to it only).
+        args: Arguments of `command`.
         cpu: CPU request of each training pod (e.g. "2"); or set_cpu_request on the task.
         memory: Memory request of each training pod (e.g. "4Gi"); or set_memory_request on the task.
         gpus: GPUs per training pod (nvidia.com/gpu limit); or set_accelerator_limit on the task.
@@ -101,7 +106,7 @@ def pytorch_train(
         run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, workers=workers,
         elastic_min_workers=elastic_min_workers, elastic_max_workers=elastic_max_workers, epochs=epochs,
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, backend=backend,
-        seed=seed, image=image, command=command, cpu=cpu, memory=memory, gpus=gpus,
+        seed=seed, image=image, command=command, args=args, cpu=cpu, memory=memory, gpus=gpus,
         timeout_seconds=timeout_seconds, delete_after=delete_after, backoff_limit=backoff_limit,
         namespace=namespace, service_account=service_account, job_api=job_api, runtime=runtime,
     )  # fmt: skip

@@ -7,7 +7,7 @@ is exactly what a component submits. Image tags are tied to the package version 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from kubetrain import __version__
@@ -94,6 +94,31 @@ class TrainingParams:
         return args
 
 
+# What a user's own program finds in its environment instead of kubetrain's flags.
+WORKSPACE_ENV = ("KUBETRAIN_DATA_DIR", "KUBETRAIN_OUTPUT_DIR", "KUBETRAIN_CHECKPOINT_DIR")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserProgram:
+    """A user's own program in the user's image: run exactly as given, no kubetrain flags added.
+
+    It finds the data, output and checkpoint directories in :data:`WORKSPACE_ENV` beside the
+    operator's own environment (rendezvous, ranks), and leaves its results in the output directory.
+    """
+
+    command: tuple[str, ...]
+    args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.command or not all(isinstance(part, str) and part for part in self.command):
+            raise SpecError("command", self.command, "a non-empty list of strings, e.g. ['python', 'train.py']")
+        if not all(isinstance(arg, str) for arg in self.args):
+            raise SpecError("args", self.args, "a list of strings")
+
+
+Program = tuple[str, ...] | UserProgram
+
+
 @dataclass(frozen=True, kw_only=True)
 class PodOptions:
     """Scheduling and environment applied to the training pods (the component's TaskConfig lands here)."""
@@ -146,6 +171,21 @@ def _meta(name: str, namespace: str | None, run_id: str | None, task_id: str | N
     )
 
 
+def _program(
+    program: Program, params: TrainingParams, pod: PodOptions, flags: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...], PodOptions, tuple[str, ...]]:
+    """(command, args, pod options, env names for mpirun -x): kubetrain's flags, or a user's program and env."""
+    if isinstance(program, UserProgram):
+        checkpoints = params.checkpoint_dir or f"{params.output_dir}/checkpoints"
+        values = (params.data_dir, params.output_dir, checkpoints)
+        env = tuple(EnvVar(name=n, value=v) for n, v in zip(WORKSPACE_ENV, values, strict=True))
+        forward = tuple(x for n in WORKSPACE_ENV for x in ("-x", n))
+        return program.command, program.args, replace(pod, env=(*pod.env, *env)), forward
+    if not program:
+        raise SpecError("command", program, "a program to run, e.g. ('python', 'train.py')")
+    return program, flags, pod, ()
+
+
 def _workspace(claim: str | None) -> Workspace | None:
     return Workspace(claim_name=claim, mount_path=WORKSPACE_MOUNT) if claim else None
 
@@ -164,7 +204,7 @@ def pytorch_job_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
-    program: tuple[str, ...] = TORCH_PROGRAM,
+    program: Program = TORCH_PROGRAM,
 ) -> PyTorchJobSpec:
     """DDP training with `program` (default `python -m kubetrain.train.torch_ddp`): master alone,
     + workers, or elastic.
@@ -173,10 +213,8 @@ def pytorch_job_spec(
     rendezvous from the `PET_*` variables the operator injects; their program must therefore be a
     Python one (`python SCRIPT ...` or `python -m MODULE ...`), which torchrun runs itself.
     """
-    pod = pod or PodOptions()
-    args = (*params.program_args(), "--backend", backend)
-    if not program:
-        raise SpecError("command", program, "a program to run, e.g. ('python', 'train.py')")
+    flags = (*params.program_args(), "--backend", backend)
+    program, args, pod, _ = _program(program, params, pod or PodOptions(), flags)
     policy = ElasticPolicy(min_replicas=elastic[0], max_replicas=elastic[1]) if elastic else None
     if policy is not None:
         if not program[0].startswith("python") or len(program) < 2:
@@ -217,24 +255,22 @@ def mpi_job_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
-    program: tuple[str, ...] = CHAINERMN_PROGRAM,
+    program: Program = CHAINERMN_PROGRAM,
 ) -> MPIJobSpec:
     """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `program`
     (default `python -m kubetrain.train.chainermn_mpi`)."""
-    if not program:
-        raise SpecError("command", program, "a program to run, e.g. ('python', 'train.py')")
-    pod = pod or PodOptions()
+    program, args, pod, forward = _program(program, params, pod or PodOptions(), tuple(params.program_args()))
     total = workers * slots_per_worker
     # -x forwards the abort switch to every rank, so an exception on one rank ends the whole
     # job instead of leaving the others blocked in a collective (chainermn#236).
     launcher_cmd = (
         "mpirun", "-n", str(total), "--bind-to", "none", "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION",
-        "-x", "PYTHONUNBUFFERED", *program,
+        "-x", "PYTHONUNBUFFERED", *forward, *program,
     )  # fmt: skip
     return MPIJobSpec(
         meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
         launcher=pod.replica(
-            image=image, replicas=1, command=launcher_cmd, args=tuple(params.program_args()), light=True
+            image=image, replicas=1, command=launcher_cmd, args=args, light=True
         ),
         worker=pod.replica(image=image, replicas=workers, command=()),
         slots_per_worker=slots_per_worker,
@@ -320,7 +356,7 @@ def pytorch_trainjob_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
-    program: tuple[str, ...] = TORCH_PROGRAM,
+    program: Program = TORCH_PROGRAM,
     runtime: str = TORCH_RUNTIME,
 ) -> TrainJobSpec:
     """DDP training as a TrainJob on the `torch-distributed` runtime: 1 + `workers` nodes.
@@ -328,14 +364,15 @@ def pytorch_trainjob_spec(
     The Trainer injects the rendezvous as `PET_*` variables, which torchrun reads, so the program
     runs under torchrun (one process per node on CPUs, one per GPU) and must be a Python program.
     """
-    pod = pod or PodOptions()
+    flags = (*params.program_args(), "--backend", backend)
+    program, args, pod, _ = _program(program, params, pod or PodOptions(), flags)
     if len(program) < 2 or not program[0].startswith("python"):
         raise SpecError("command", " ".join(program), "'python SCRIPT' or 'python -m MODULE': torchrun runs it")
     trainer = pod.replica(
         image=image,
         replicas=1 + workers,
         command=("python", "-m", "torch.distributed.run", *program[1:]),
-        args=(*params.program_args(), "--backend", backend),
+        args=args,
     )
     return TrainJobSpec(
         meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
@@ -361,17 +398,17 @@ def mpi_trainjob_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
-    program: tuple[str, ...] = CHAINERMN_PROGRAM,
+    program: Program = CHAINERMN_PROGRAM,
     runtime: str = MPI_RUNTIME,
 ) -> TrainJobSpec:
     """ChainerMN training as a TrainJob on kubetrain's MPI runtime: the launcher runs mpirun over
     `workers` nodes × `slots_per_worker` ranks (the Trainer writes the hostfile)."""
-    pod = pod or PodOptions()
+    program, args, pod, forward = _program(program, params, pod or PodOptions(), tuple(params.program_args()))
     launcher_cmd = (
         "mpirun", "-n", str(workers * slots_per_worker), "--bind-to", "none",
-        "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION", "-x", "PYTHONUNBUFFERED", *program,
+        "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION", "-x", "PYTHONUNBUFFERED", *forward, *program,
     )  # fmt: skip
-    trainer = pod.replica(image=image, replicas=workers, command=launcher_cmd, args=tuple(params.program_args()))
+    trainer = pod.replica(image=image, replicas=workers, command=launcher_cmd, args=args)
     return TrainJobSpec(
         meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
         runtime=runtime,

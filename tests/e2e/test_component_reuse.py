@@ -72,7 +72,7 @@ def test_a_failing_job_fails_its_step_and_stays_for_debugging(tmp_path: Path) ->
             workers=0,
             backoff_limit=0,
             # The program exits 3 whatever flags it gets: a job that really fails.
-            command="python -c 'raise SystemExit(3)'",
+            command=["python", "-c", "raise SystemExit(3)"],
         )
 
     outcome = run_pipeline_locally(failing, name="failing", arguments={}, runs_dir=tmp_path)

@@ -121,3 +121,45 @@ def write_text(artifact: ArtifactLike, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# -- a user's own program: whatever it left in its output directory ------------------------------
+
+
+def read_user_metrics(output_dir: Path) -> dict[str, Any]:
+    """The user program's metrics.json, any keys; an empty dict when it wrote none."""
+    path = output_dir / METRICS_JSON
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise TrainingError(f"{path}: the program's {METRICS_JSON} is not readable JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise TrainingError(f"{path}: expected a JSON object of metrics, got {type(data).__name__}")
+    return data
+
+
+def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers among the top-level keys (booleans and nested values left out)."""
+    return {
+        str(k): float(v)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+
+
+def copy_outputs(output_dir: Path, model: ArtifactLike, *, metadata: Mapping[str, Any]) -> list[str]:
+    """Copy everything in the output directory into the Model artifact; returns the top-level names."""
+    target = Path(model.path)
+    target.mkdir(parents=True, exist_ok=True)
+    names = []
+    for src in sorted(output_dir.iterdir()) if output_dir.is_dir() else ():
+        if src.is_dir():
+            shutil.copytree(src, target / src.name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(src, target / src.name)
+        names.append(src.name)
+    model.metadata.update(metadata)
+    model.metadata["files"] = names
+    return names

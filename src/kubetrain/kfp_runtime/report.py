@@ -122,10 +122,17 @@ def page(title: str, body: str) -> str:
     )
 
 
-def training_report(*, title: str, metrics: Mapping[str, Any], details: Sequence[tuple[str, object]]) -> str:
-    """The report page of one training job: metrics table, curves, job details."""
-    rows = [(label, metrics[key]) for key, label in METRIC_LABELS if key in metrics]
-    body = ["<h2>Final metrics</h2>", table_html(rows)]
+def training_report(
+    *,
+    title: str,
+    metrics: Mapping[str, Any],
+    details: Sequence[tuple[str, object]],
+    rows: Sequence[tuple[str, object]] | None = None,
+) -> str:
+    """The report page of one training job: metrics table (`rows`, else kubetrain's metrics), curves, details."""
+    if rows is None:
+        rows = [(label, metrics[key]) for key, label in METRIC_LABELS if key in metrics]
+    body = ["<h2>Final metrics</h2>", table_html(rows) if rows else "<p>The program wrote no metrics.</p>"]
     png = curves_png(metrics.get("history") or (), title=title)
     if png is not None:
         data = base64.b64encode(png).decode("ascii")

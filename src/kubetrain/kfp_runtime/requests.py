@@ -29,7 +29,9 @@ from kubetrain.presets import (
     TORCH_PROGRAM,
     TORCH_RUNTIME,
     PodOptions,
+    Program,
     TrainingParams,
+    UserProgram,
     mpi_job_spec,
     mpi_trainjob_spec,
     ps_job_spec,
@@ -194,6 +196,11 @@ class TrainingRequest(abc.ABC):
         identity["active_deadline_seconds"] = max(1, int(self.timeout_seconds))
         return identity
 
+    @property
+    def user_program(self) -> UserProgram | None:
+        """The user's own program (command and args as lists); None for kubetrain's trainer."""
+        return None
+
     @abc.abstractmethod
     def to_spec(self, plan: JobPlan) -> JobSpec:
         """The job spec this request makes, for the job named and placed by `plan`."""
@@ -214,6 +221,37 @@ def parse_command(command: str) -> tuple[str, ...]:
         raise InvalidInputError(f"command: got {command!r}; expected a shell-quoted command line ({e})") from e
 
 
+def _strings(name: str, value: object) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise InvalidInputError(f"{name}: got {value!r}; expected a list of strings, e.g. ['python', 'train.py']")
+    return tuple(value)
+
+
+def choose_program(command: object, args: object, default: tuple[str, ...]) -> Program:
+    """The program a request runs, checked.
+
+    - `command` a list: the user's own program, run as given with `args` (no kubetrain flags);
+    - `command` a string (the library's older form): a shell-quoted replacement of kubetrain's
+      program, which still gets kubetrain's flags;
+    - `command` empty: kubetrain's own trainer.
+    """
+    extra = _strings("args", args) if args is not None else ()
+    if isinstance(command, str):
+        if extra:
+            raise InvalidInputError("args: given with a string command; pass command as a list to run your own program")
+        return parse_command(command) or default
+    program = _strings("command", command) if command is not None else ()
+    if not program:
+        if extra:
+            raise InvalidInputError(
+                f"args: got {list(extra)!r} without a command; set command (a list) to run your own program"
+            )
+        return default
+    if not all(program):
+        raise InvalidInputError(f"command: got {list(program)!r}; expected non-empty strings")
+    return UserProgram(command=program, args=extra)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PyTorchRequest(TrainingRequest):
     """`pytorch_train`: a PyTorchJob running DDP (master alone, + workers, or elastic)."""
@@ -226,7 +264,8 @@ class PyTorchRequest(TrainingRequest):
     elastic_min_workers: int = 0
     elastic_max_workers: int = 0
     backend: str = "gloo"
-    command: str = ""
+    command: list[str] | str | None = None
+    args: list[str] | None = None
     job_api: str = "pytorchjob"
     runtime: str = ""
 
@@ -241,12 +280,23 @@ class PyTorchRequest(TrainingRequest):
                 "use job_api=pytorchjob for an elastic job, or leave both 0"
             )
         elastic = self.elastic  # raises on bad bounds, now rather than when the spec is built
-        program = parse_command(self.command)
-        if elastic is not None and program and not program[0].startswith("python"):
+        program = self.program
+        argv = program.command if isinstance(program, UserProgram) else program
+        if (elastic is not None or self.job_api == "trainjob") and not (len(argv) > 1 and argv[0].startswith("python")):
             raise InvalidInputError(
-                f"command: got {self.command!r}; an elastic job starts the program under torchrun, so the "
-                "command must be 'python SCRIPT' or 'python -m MODULE'"
+                f"command: got {self.command!r}; an elastic job starts the program under torchrun (so does a TrainJob), so "
+                "the command must be 'python SCRIPT' or 'python -m MODULE'"
             )
+
+    @property
+    def program(self) -> Program:
+        """kubetrain's DDP trainer, or the program `command` names."""
+        return choose_program(self.command, self.args, TORCH_PROGRAM)
+
+    @property
+    def user_program(self) -> UserProgram | None:
+        """The user's own program, when `command` is a list."""
+        return self.program if isinstance(self.program, UserProgram) else None
 
     @property
     def elastic(self) -> tuple[int, int] | None:
@@ -268,7 +318,7 @@ class PyTorchRequest(TrainingRequest):
                 **self._trainjob_identity(plan),
                 workers=self.workers,
                 backend=cast(Literal["gloo", "nccl"], self.backend),
-                program=parse_command(self.command) or TORCH_PROGRAM,
+                program=self.program,
                 runtime=self.runtime or TORCH_RUNTIME,
             )
         return pytorch_job_spec(
@@ -276,7 +326,7 @@ class PyTorchRequest(TrainingRequest):
             workers=self.workers,
             elastic=self.elastic,
             backend=cast(Literal["gloo", "nccl"], self.backend),
-            program=parse_command(self.command) or TORCH_PROGRAM,
+            program=self.program,
         )
 
 
@@ -290,13 +340,14 @@ class ChainerMNRequest(TrainingRequest):
 
     workers: int = 2
     slots_per_worker: int = 1
-    command: str = ""
+    command: list[str] | str | None = None
+    args: list[str] | None = None
     job_api: str = "mpijob"
     runtime: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        parse_command(self.command)
+        _ = self.program  # refused now, before anything is submitted
         _choice("job_api", self.job_api, ("mpijob", "trainjob"))
         _check_runtime(self.job_api, self.runtime)
 
@@ -307,15 +358,25 @@ class ChainerMNRequest(TrainingRequest):
                 **self._trainjob_identity(plan),
                 workers=self.workers,
                 slots_per_worker=self.slots_per_worker,
-                program=parse_command(self.command) or CHAINERMN_PROGRAM,
+                program=self.program,
                 runtime=self.runtime or MPI_RUNTIME,
             )
         return mpi_job_spec(
             **self._job_identity(plan),
             workers=self.workers,
             slots_per_worker=self.slots_per_worker,
-            program=parse_command(self.command) or CHAINERMN_PROGRAM,
+            program=self.program,
         )
+
+    @property
+    def program(self) -> Program:
+        """kubetrain's ChainerMN trainer, or the program `command` names (run by mpirun on every rank)."""
+        return choose_program(self.command, self.args, CHAINERMN_PROGRAM)
+
+    @property
+    def user_program(self) -> UserProgram | None:
+        """The user's own program, when `command` is a list."""
+        return self.program if isinstance(self.program, UserProgram) else None
 
 
 @dataclass(frozen=True, kw_only=True)

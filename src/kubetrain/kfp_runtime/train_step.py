@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kubetrain.backends import open_backend
@@ -90,6 +91,68 @@ def _report_details(
     ]
 
 
+def _meta(result: JobResult, request: TrainingRequest, plan: JobPlan) -> dict[str, Any]:
+    return {
+        "framework": request.framework,
+        "job_name": plan.name,
+        "job_kind": result.kind,
+        "status": result.phase.value,
+        "image": request.chosen_image,
+        "workspace_pvc": request.workspace_pvc,
+        "workspace_path": plan.params.output_dir,
+    }
+
+
+def _fill_trainer_outputs(
+    output_dir: Path, *, result: JobResult, request: TrainingRequest, plan: JobPlan, outputs: StepArtifacts,
+    job_seconds: float,
+) -> dict[str, float]:  # fmt: skip
+    """kubetrain's trainer: model.* and a metrics.json with the documented keys."""
+    metrics = artifacts.read_metrics(output_dir)
+    model_meta = {
+        **_meta(result, request, plan),
+        "architecture": plan.params.model,
+        "test_accuracy": float(metrics["test_accuracy"]),
+        "world_size": int(metrics["world_size"]),
+    }
+    artifacts.copy_model(output_dir, outputs.model, metadata=model_meta)
+    logged = artifacts.log_metrics(outputs.metrics, metrics, job_seconds=job_seconds)
+    page = report.training_report(
+        title=f"{request.framework} training: {plan.name}",
+        metrics=metrics,
+        details=_report_details(result, request, plan, job_seconds),
+    )
+    artifacts.write_text(outputs.report, page)
+    return logged
+
+
+def _fill_user_outputs(
+    output_dir: Path, *, result: JobResult, request: TrainingRequest, plan: JobPlan, outputs: StepArtifacts,
+    job_seconds: float,
+) -> dict[str, float]:  # fmt: skip
+    """A user's own program: whatever it left in its output directory, and any numbers in its metrics.json."""
+    metrics = artifacts.read_user_metrics(output_dir)
+    history = metrics.get("history")
+    if history is not None and not (isinstance(history, list) and all(isinstance(h, dict) for h in history)):
+        print(f"{request.framework}: metrics.json history is not a list of objects; no curves", flush=True)
+        metrics = {k: v for k, v in metrics.items() if k != "history"}
+    program = request.user_program
+    model_meta = {**_meta(result, request, plan), "command": list(program.command) if program else []}
+    artifacts.copy_outputs(output_dir, outputs.model, metadata=model_meta)
+    logged = {**artifacts.numeric_metrics(metrics), "job_seconds": float(job_seconds)}
+    for key, value in logged.items():
+        outputs.metrics.log_metric(key, value)
+    details = [(k, v) for k, v in _report_details(result, request, plan, job_seconds) if k != "model"]
+    page = report.training_report(
+        title=f"{request.framework} training: {plan.name}",
+        metrics=metrics,
+        details=[*details, ("command", " ".join(program.command) if program else "")],
+        rows=sorted(artifacts.numeric_metrics(metrics).items()),
+    )
+    artifacts.write_text(outputs.report, page)
+    return logged
+
+
 def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_config: object) -> tuple[str, str]:
     """Run one training job end to end and fill the step's outputs; returns (job name, final status)."""
     framework = request.framework
@@ -130,28 +193,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     # Measured here rather than from the job's status times, which have one-second resolution.
     job_seconds = time.monotonic() - started
     output_dir = workspace.local(params.output_dir)
-    metrics = artifacts.read_metrics(output_dir)
-    model_meta: dict[str, Any] = {
-        "framework": framework,
-        "job_name": name,
-        "job_kind": result.kind,
-        "status": result.phase.value,
-        "architecture": params.model,
-        "image": request.chosen_image,
-        "workspace_pvc": request.workspace_pvc,
-        "workspace_path": params.output_dir,
-        "test_accuracy": float(metrics["test_accuracy"]),
-        "world_size": int(metrics["world_size"]),
-    }
-    artifacts.copy_model(output_dir, outputs.model, metadata=model_meta)
-    logged = artifacts.log_metrics(outputs.metrics, metrics, job_seconds=job_seconds)
-    artifacts.write_text(
-        outputs.report,
-        report.training_report(
-            title=f"{framework} training: {name}",
-            metrics=metrics,
-            details=_report_details(result, request, plan, job_seconds),
-        ),
-    )
+    fill = _fill_user_outputs if request.user_program is not None else _fill_trainer_outputs
+    logged = fill(output_dir, result=result, request=request, plan=plan, outputs=outputs, job_seconds=job_seconds)
     print(f"{framework}: {result.phase.value}; " + ", ".join(f"{k} {v:.4g}" for k, v in logged.items()), flush=True)
     return name, result.phase.value
