@@ -1,6 +1,6 @@
 """`chainermn_train`: ChainerMN over MPI as an MPIJob (mpi-operator v2beta1), followed to its end."""
 
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
@@ -31,8 +31,8 @@ def chainermn_train(
     architecture: str = "mlp",
     seed: int = 0,
     image: str = "",
-    command: Optional[List[str]] = None,
-    args: Optional[List[str]] = None,
+    command: Optional[List[str]] = None,  # noqa: UP006, UP045 (KFP reads only typing forms)
+    args: Optional[List[str]] = None,  # noqa: UP006, UP045
     cpu: str = "",
     memory: str = "",
     gpus: int = 0,

@@ -1,6 +1,6 @@
 """`pytorch_train`: distributed PyTorch (DDP) as a PyTorchJob, followed to its end."""
 
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
@@ -33,8 +33,8 @@ def pytorch_train(
     backend: str = "gloo",
     seed: int = 0,
     image: str = "",
-    command: Optional[List[str]] = None,
-    args: Optional[List[str]] = None,
+    command: Optional[List[str]] = None,  # noqa: UP006, UP045 (KFP reads only typing forms)
+    args: Optional[List[str]] = None,  # noqa: UP006, UP045
     cpu: str = "",
     memory: str = "",
     gpus: int = 0,

@@ -269,9 +269,7 @@ def mpi_job_spec(
     )  # fmt: skip
     return MPIJobSpec(
         meta=_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
-        launcher=pod.replica(
-            image=image, replicas=1, command=launcher_cmd, args=args, light=True
-        ),
+        launcher=pod.replica(image=image, replicas=1, command=launcher_cmd, args=args, light=True),
         worker=pod.replica(image=image, replicas=workers, command=()),
         slots_per_worker=slots_per_worker,
         run_policy=run_policy or RunPolicy(backoff_limit=3),

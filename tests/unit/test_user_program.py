@@ -92,8 +92,9 @@ def test_whatever_the_program_left_becomes_the_outputs(tmp_path: Path) -> None:
     assert artifacts.numeric_metrics(metrics) == {"f1": 0.8, "n": 3.0}
 
     class Model:
-        path = str(tmp_path / "model")
-        metadata: dict[str, Any] = {}
+        def __init__(self) -> None:
+            self.path = str(tmp_path / "model")
+            self.metadata: dict[str, Any] = {}
 
     names = artifacts.copy_outputs(out, Model(), metadata={"job_name": "j"})
     assert names == ["metrics.json", "notes.txt", "weights"]

@@ -282,10 +282,11 @@ class PyTorchRequest(TrainingRequest):
         elastic = self.elastic  # raises on bad bounds, now rather than when the spec is built
         program = self.program
         argv = program.command if isinstance(program, UserProgram) else program
-        if (elastic is not None or self.job_api == "trainjob") and not (len(argv) > 1 and argv[0].startswith("python")):
+        under_torchrun = elastic is not None or self.job_api == "trainjob"
+        if under_torchrun and not (len(argv) > 1 and argv[0].startswith("python")):
             raise InvalidInputError(
-                f"command: got {self.command!r}; an elastic job starts the program under torchrun (so does a TrainJob), so "
-                "the command must be 'python SCRIPT' or 'python -m MODULE'"
+                f"command: got {self.command!r}; an elastic job starts the program under torchrun (so does a "
+                "TrainJob), so the command must be 'python SCRIPT' or 'python -m MODULE'"
             )
 
     @property

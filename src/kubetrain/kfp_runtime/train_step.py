@@ -36,7 +36,6 @@ JOB_NAME_MAX = 32
 RUNS_DIR = "runs"
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class StepArtifacts:
     """The artifacts a training step reads and writes."""
