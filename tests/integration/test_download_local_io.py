@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -45,23 +46,34 @@ def _one_line(proc: subprocess.CompletedProcess[str], code: ExitCode, *words: st
         assert word in lines[0], lines[0]
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs: a disk that really fills up. Skipped where mounting is not allowed."""
+@contextmanager
+def _tmpfs(point: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at `point`: a disk that really fills up. Skips where mounting is not allowed."""
     mount, umount = shutil.which("mount"), shutil.which("umount")
-    point = tmp_path / "small"
     point.mkdir()
     if os.geteuid() != 0 or mount is None or umount is None:
         pytest.skip("mounting a tmpfs needs root and mount(8)")
-    done = subprocess.run(
-        [mount, "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], capture_output=True, check=False
-    )
+    done = subprocess.run([mount, "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, check=False)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
     try:
         yield point
     finally:
         subprocess.run([umount, "-l", str(point)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB disk."""
+    with _tmpfs(tmp_path / "small", "size=64k") as point:
+        yield point
+
+
+@pytest.fixture
+def no_inodes(tmp_path: Path) -> Iterator[Path]:
+    """A disk with room for bytes but no file left to create (its only inode is its root)."""
+    with _tmpfs(tmp_path / "full-inodes", "size=64k,nr_inodes=1") as point:
+        yield point
 
 
 def _left_in(directory: Path) -> list[str]:
@@ -82,6 +94,13 @@ def test_a_download_that_fills_the_disk_removes_its_partial_file(tmp_path: Path,
         proc = _kubetrain(server.url("data.npz"), "--out", str(tmp_path / "out"), cache=small_disk)
     _one_line(proc, ExitCode.INFRASTRUCTURE, "no space left on the device")
     assert not [name for name in _left_in(small_disk) if name.endswith(".part")], _left_in(small_disk)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cache_dir_that_cannot_take_a_file(tmp_path: Path, no_inodes: Path) -> None:
+    with serving({"data.npz": b"PK"}) as server:
+        proc = _kubetrain(server.url("data.npz"), "--out", str(tmp_path / "out"), cache=no_inodes)
+    _one_line(proc, ExitCode.INFRASTRUCTURE, "no space left on the device", "--cache-dir")
     assert not (tmp_path / "out").exists()
 
 

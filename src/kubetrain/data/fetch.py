@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kubetrain.data.dataset_format import file_sha256
-from kubetrain.data.errors import ChecksumError, DataError
+from kubetrain.data.errors import CACHE_FIX, ChecksumError, DataError, write_error
 from kubetrain.data.http import RetryPolicy, fetch_http
 from kubetrain.data.progress import Progress
 from kubetrain.data.stores import fetch_fsspec, local_path, open_store
@@ -113,7 +113,12 @@ def _entry_name(url: str) -> str:
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     # An advisory lock per cache entry: a second process waits, then finds the finished file.
-    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        lock = open(lock_path, "a+b")  # noqa: SIM115 - closed by the with below
+    except OSError as e:
+        raise write_error(lock_path, e, fix=CACHE_FIX) from e
+    with lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -131,7 +136,7 @@ def _cached(
     try:
         options.cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DataError(f"cache dir {options.cache_dir}: cannot create it: {e}") from e
+        raise write_error(options.cache_dir, e, fix=CACHE_FIX) from e
     entry = options.cache_dir / _entry_name(url)
     part = entry.with_name(entry.name + ".part")
     meta = part.with_name(part.name + ".json")
