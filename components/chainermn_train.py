@@ -1,6 +1,6 @@
 """`chainermn_train`: ChainerMN over MPI as an MPIJob (mpi-operator v2beta1), followed to its end."""
 
-from typing import List, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
+from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
@@ -41,6 +41,7 @@ def chainermn_train(
     backoff_limit: int = 3,
     namespace: str = "",
     service_account: str = "",
+    manifest_patch: Optional[Dict[str, Any]] = None,  # noqa: UP006, UP045 (KFP reads only typing forms)
     job_api: str = "mpijob",
     runtime: str = "",
 ) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
@@ -86,6 +87,9 @@ def chainermn_train(
             launcher and `workers` nodes of the kubetrain-mpi runtime in deploy/runtimes/).
         runtime: With job_api=trainjob, the ClusterTrainingRuntime to run on; empty for
             kubetrain-mpi.
+        manifest_patch: A JSON merge patch (RFC 7386) applied to the job's manifest, for what the
+            inputs do not cover (e.g. {"metadata": {"labels": {"team": "a"}}}); the result is
+            validated like every manifest, so a bad patch fails before submission, naming the field.
 
     Returns:
         model: The model files and metrics.json; metadata has framework, job name and status.
@@ -103,6 +107,7 @@ def chainermn_train(
         slots_per_worker=slots_per_worker, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command, args=args,
         cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,
-        backoff_limit=backoff_limit, namespace=namespace, service_account=service_account, job_api=job_api,
+        backoff_limit=backoff_limit, namespace=namespace, service_account=service_account,
+        manifest_patch=manifest_patch, job_api=job_api,
         runtime=runtime,
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """`pytorch_train`: distributed PyTorch (DDP) as a PyTorchJob, followed to its end."""
 
-from typing import List, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
+from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
@@ -43,6 +43,7 @@ def pytorch_train(
     backoff_limit: int = 3,
     namespace: str = "",
     service_account: str = "",
+    manifest_patch: Optional[Dict[str, Any]] = None,  # noqa: UP006, UP045 (KFP reads only typing forms)
     job_api: str = "pytorchjob",
     runtime: str = "",
 ) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
@@ -90,6 +91,9 @@ def pytorch_train(
             v2, trainer.kubeflow.org/v1alpha1: 1 + workers nodes under torchrun; not elastic).
         runtime: With job_api=trainjob, the ClusterTrainingRuntime to run on; empty for
             torch-distributed, which Trainer ships.
+        manifest_patch: A JSON merge patch (RFC 7386) applied to the job's manifest, for what the
+            inputs do not cover (e.g. {"metadata": {"labels": {"team": "a"}}}); the result is
+            validated like every manifest, so a bad patch fails before submission, naming the field.
 
     Returns:
         model: The model files and metrics.json; metadata has framework, job name and status.
@@ -108,5 +112,6 @@ def pytorch_train(
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, backend=backend,
         seed=seed, image=image, command=command, args=args, cpu=cpu, memory=memory, gpus=gpus,
         timeout_seconds=timeout_seconds, delete_after=delete_after, backoff_limit=backoff_limit,
-        namespace=namespace, service_account=service_account, job_api=job_api, runtime=runtime,
+        namespace=namespace, service_account=service_account,
+        manifest_patch=manifest_patch, job_api=job_api, runtime=runtime,
     )  # fmt: skip

@@ -92,6 +92,7 @@ class TrainingRequest(abc.ABC):
     backoff_limit: int = 3
     namespace: str = ""
     service_account: str = ""
+    manifest_patch: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in IDENTITY_INPUTS:
@@ -114,6 +115,10 @@ class TrainingRequest(abc.ABC):
             raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
         _choice("delete_after", self.delete_after, DELETE_AFTER_CHOICES)
         _positive_int("backoff_limit", self.backoff_limit, minimum=0)
+        if self.manifest_patch is not None and not isinstance(self.manifest_patch, dict):
+            raise InvalidInputError(
+                f"manifest_patch: got {self.manifest_patch!r}; expected a JSON object (an RFC 7386 merge patch)"
+            )
 
     @classmethod
     def from_inputs(cls, inputs: Mapping[str, Any]) -> Self:

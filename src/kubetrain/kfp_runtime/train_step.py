@@ -28,6 +28,7 @@ from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_r
 from kubetrain.launcher import AwaitOptions, run_job, timestamped_stderr_sink
 from kubetrain.launcher.signals import hold_signals
 from kubetrain.manifests import build_manifest
+from kubetrain.manifests.patch import apply_manifest_patch
 from kubetrain.names import derive_job_name
 from kubetrain.status import JobResult
 
@@ -174,6 +175,8 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     )
     plan = JobPlan(name=name, params=params, pod=pod)
     manifest = build_manifest(request.to_spec(plan))
+    if request.manifest_patch:
+        manifest = apply_manifest_patch(manifest, request.manifest_patch)  # checked before anything is submitted
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
     backend = open_backend(kind, namespace=request.job_namespace, local_root=local_root())
     # The report's plotting library loads while the job runs, not after it, when the step should end.

@@ -1,0 +1,81 @@
+"""The escape hatch: a JSON merge patch (RFC 7386) applied to an emitted manifest, then validated.
+
+For what the component inputs do not cover (a scheduler name, a field of a newer operator), the
+user gives a merge patch: objects merge key by key, ``null`` deletes a key, anything else (lists
+included) replaces. The result goes through the same checks as every manifest kubetrain builds
+(the controllers' rules, and the CRD schema with undeclared fields as errors where the CRDs are
+at hand), and the job's identity and the pods' restricted security settings must stay as built,
+so a bad patch is refused before anything is submitted, naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubetrain.errors import ManifestError
+from kubetrain.manifests.pod import Manifest
+from kubetrain.manifests.validate import validate_manifest
+
+# What a patch may not change: the job's identity (its name is derived per task; retries adopt it).
+_IDENTITY = (("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"))
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 MergePatch(target, patch); neither argument is modified."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _get(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def _security_contexts(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, Mapping):
+        for key, value in obj.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "securityContext":
+                yield where, value
+            else:
+                yield from _security_contexts(value, where)
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _security_contexts(value, f"{path}[{i}]")
+
+
+def apply_manifest_patch(manifest: Manifest, patch: object, *, crd_dir: Path | None = None) -> Manifest:
+    """`manifest` with the merge patch applied, validated strictly; ManifestError names what is wrong."""
+    if not isinstance(patch, Mapping):
+        raise ManifestError("manifest_patch", f"expected a JSON object (an RFC 7386 merge patch), got {patch!r}")
+    patched: Manifest = merge_patch(manifest, patch)
+    for path in _IDENTITY:
+        if _get(patched, path) != _get(manifest, path):
+            raise ManifestError(
+                f"manifest_patch: {'.'.join(path)}",
+                f"may not change ({_get(manifest, path)!r} → {_get(patched, path)!r}); kubetrain derives it",
+            )
+    built = dict(_security_contexts(manifest))
+    after = dict(_security_contexts(patched))
+    for where in sorted(set(built) | set(after)):
+        if built.get(where) != after.get(where):
+            raise ManifestError(
+                f"manifest_patch: {where}",
+                "may not change: the pods keep the restricted Pod Security settings kubetrain builds",
+            )
+    try:
+        validate_manifest(patched, crd_dir=crd_dir)
+    except ManifestError as e:
+        raise ManifestError(f"manifest_patch: {e.path}", f"{e.problem} (in the patched manifest)") from e
+    return patched

@@ -1,0 +1,98 @@
+"""The escape hatch: an RFC 7386 merge patch on the emitted manifest, validated strictly before submission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubetrain.errors import InvalidInputError, ManifestError
+from kubetrain.kfp_runtime.requests import JobPlan, PyTorchRequest
+from kubetrain.manifests import build_manifest
+from kubetrain.manifests.patch import apply_manifest_patch, merge_patch
+from kubetrain.presets import PodOptions, TrainingParams
+from tests.conftest import CRD_DIR
+from tests.crd_schema import validate_strict
+
+IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+PLAN = JobPlan(name="pytorch-0123456789ab", params=TrainingParams(), pod=PodOptions())
+
+
+def _manifest() -> dict[str, Any]:
+    return build_manifest(PyTorchRequest(**IDS, workers=1).to_spec(PLAN))
+
+
+def test_rfc7386_semantics() -> None:
+    # The examples of RFC 7386 §3, in part: merge objects, null deletes, lists replace.
+    target = {"a": "b", "c": {"d": "e", "f": "g"}, "l": [1, 2]}
+    patch = {"a": "z", "c": {"f": None}, "l": [3], "n": {"x": None, "y": 1}}
+    assert merge_patch(target, patch) == {"a": "z", "c": {"d": "e"}, "l": [3], "n": {"y": 1}}
+    assert target["c"] == {"d": "e", "f": "g"}  # unmodified
+    assert merge_patch({"a": 1}, ["x"]) == ["x"]
+
+
+def test_a_good_patch_lands_and_the_result_is_valid() -> None:
+    patch = {
+        "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+        "spec": {"pytorchReplicaSpecs": {"Worker": {"template": {"spec": {"schedulerName": "volcano"}}}}},
+    }
+    patched = apply_manifest_patch(_manifest(), patch, crd_dir=CRD_DIR)
+    validate_strict(patched)
+    assert patched["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert patched["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["schedulerName"] == "volcano"
+    assert patched["spec"]["pytorchReplicaSpecs"]["Master"] == _manifest()["spec"]["pytorchReplicaSpecs"]["Master"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "match"),
+    [
+        # A misplaced field (the pod spec's, one level too high): the CRD schema names it.
+        ({"spec": {"pytorchReplicaSpecs": {"Worker": {"schedulerName": "volcano"}}}}, "schedulerName"),
+        ({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "two"}}}}, "replicas"),
+        ({"metadata": {"name": "other"}}, r"manifest_patch: metadata\.name: may not change"),
+        ({"kind": "MPIJob"}, "manifest_patch: kind: may not change"),
+        (
+            {"spec": {"pytorchReplicaSpecs": {"Worker": {"template": {"spec": {"securityContext": None}}}}}},
+            "securityContext: may not change: the pods keep the restricted Pod Security settings",
+        ),
+        (["not", "an", "object"], "manifest_patch: expected a JSON object"),
+    ],
+)
+def test_a_bad_patch_is_refused_naming_the_field(patch: Any, match: str) -> None:
+    with pytest.raises(ManifestError, match=match):
+        apply_manifest_patch(_manifest(), patch, crd_dir=CRD_DIR)
+
+
+def test_the_request_refuses_a_patch_that_is_not_an_object() -> None:
+    with pytest.raises(InvalidInputError, match="manifest_patch: got 'x'; expected a JSON object"):
+        PyTorchRequest(**IDS, manifest_patch="x")  # type: ignore[arg-type]
+
+
+def test_the_step_refuses_a_bad_patch_before_anything_is_submitted(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubetrain.kfp_runtime import train_step
+
+    class Artifact:
+        def __init__(self, name: str, metadata: dict[str, Any] | None = None) -> None:
+            self.path = str(tmp_path / name)
+            self.metadata: dict[str, Any] = metadata or {}
+
+        def log_metric(self, metric: str, value: float) -> None:
+            raise AssertionError("nothing to log")
+
+    def no_backend(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a backend was opened: something would have been submitted")
+
+    monkeypatch.setenv("KUBETRAIN_BACKEND", "local")
+    monkeypatch.setenv("KUBETRAIN_LOCAL_ROOT", str(tmp_path / "local"))
+    monkeypatch.setattr(train_step, "open_backend", no_backend)
+    request = PyTorchRequest(**IDS, manifest_patch={"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "x"}}}})
+    outputs = train_step.StepArtifacts(
+        dataset=Artifact("d", {"path": "/workspace/datasets/digits"}),
+        model=Artifact("m"),
+        metrics=Artifact("x"),
+        report=Artifact("r"),
+    )
+    with pytest.raises(ManifestError, match="manifest_patch"):
+        train_step.launch_training(request, outputs=outputs, task_config=None)
