@@ -2,9 +2,12 @@
 
 `kfp.components.load_component_from_file/url/text` (kfp ≤ 2.17) drops a compiled component's
 `taskConfigPassthroughs`. The KFP driver then applies every task setting to the launcher pod
-itself (its `getTaskConfigOptions`: no passthroughs → everything is set on the pod) and hands the
-step no TaskConfig: GPUs, tolerations and node selectors meant for the training pods land on the
-launcher, and the training pods get none. Nothing fails, so the step says so loudly in its log.
+itself (its `getTaskConfigOptions`: no passthroughs → everything is set on the pod), and kfp's
+executor hands the step an empty TaskConfig, which looks like a task with no settings. GPUs,
+tolerations and node selectors meant for the training pods land on the launcher, and the training
+pods get none. Nothing fails, so the step says so loudly in its log where it can tell: a GPU
+visible to the launcher (which never asks for one) is the sign; no TaskConfig at all (a library
+caller) is another.
 """
 
 from __future__ import annotations
