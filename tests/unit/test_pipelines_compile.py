@@ -9,6 +9,7 @@ import pytest
 from kubetrain.cli import main
 from kubetrain.tooling import compiling
 from kubetrain.tooling.catalog import Entry, entries
+from kubetrain.tooling.legacy import legacy_path, without_task_config
 
 
 def test_committed_yaml_is_current(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,6 +32,9 @@ def test_check_ignores_the_sdk_version_but_nothing_else(monkeypatch: pytest.Monk
     assert "sdkVersion: kfp-" in fresh
     copy = tmp_path / "download_dataset.yaml"
     monkeypatch.setattr(Entry, "yaml_path", property(lambda self: copy))
+    legacy = legacy_path(copy)
+    legacy.parent.mkdir()
+    legacy.write_text(without_task_config(fresh))
 
     copy.write_text(fresh.replace("sdkVersion: kfp-", "sdkVersion: kfp-0.0.0+other-"))
     assert compiling.check_all([entry]) == []
@@ -61,3 +65,37 @@ def test_compile_check_fails_with_the_fix_in_the_message(
 def test_compile_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compile", "nope"]) == 2
     assert "unknown names ['nope']" in capsys.readouterr().err
+
+
+def test_yaml_for_backends_before_2_15_has_no_task_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A backend before KFP 2.15 refuses TASK_CONFIG at upload; compile writes a copy without it, and checks it."""
+    from kfp import compiler, components, dsl
+
+    for entry in entries():
+        legacy = legacy_path(entry.yaml_path)
+        assert legacy.parent.name == "kfp-pre-2.15"
+        text = legacy.read_text(encoding="utf-8")
+        assert "TASK_CONFIG" not in text and "taskConfigPassthroughs" not in text, legacy
+        assert "task_config:" not in text.split("executors:")[0] or entry.kind == "pipeline", legacy
+    train = components.load_component_from_file(str(legacy_path(Entry("component", "pytorch_train").yaml_path)))
+    assert "task_config" not in train.component_spec.inputs
+    download = components.load_component_from_file(str(legacy_path(Entry("component", "download_dataset").yaml_path)))
+
+    @dsl.pipeline(name="old-backend")
+    def old_backend():  # type: ignore[no-untyped-def]  # KFP reads the signature: no return annotation
+        data = download()
+        train(
+            dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, gpus=1,
+        ).set_cpu_request("100m")  # fmt: skip
+
+    compiler.Compiler().compile(old_backend, str(tmp_path / "old.yaml"))
+    assert "TASK_CONFIG" not in (tmp_path / "old.yaml").read_text()
+
+    # A stale pre-2.15 copy fails --check like any other.
+    copy = tmp_path / "ps_train.yaml"
+    monkeypatch.setattr(Entry, "yaml_path", property(lambda self: copy))
+    assert main(["compile", "ps_train"]) == 0
+    legacy_path(copy).write_text("stale")
+    (stale,) = compiling.check_all([Entry("component", "ps_train")])
+    assert stale.path == legacy_path(copy)

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     stale = check_all(selected)
     for item in stale:
         lines = item.diff.splitlines()
-        print(f"{item.entry.kind} {item.entry.name}: {item.entry.yaml_path} is stale", file=sys.stderr)
+        print(f"{item.entry.kind} {item.entry.name}: {item.path or item.entry.yaml_path} is stale", file=sys.stderr)
         print("\n".join(lines[:_DIFF_LINES]), file=sys.stderr)
         if len(lines) > _DIFF_LINES:
             print(f"... ({len(lines) - _DIFF_LINES} more diff lines)", file=sys.stderr)

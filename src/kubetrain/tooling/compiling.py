@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubetrain.tooling.catalog import Entry, entries
+from kubetrain.tooling.legacy import legacy_path, without_task_config
 
 _SDK_VERSION = re.compile(r"^\s*sdkVersion:.*$", re.MULTILINE)
 
@@ -39,14 +40,19 @@ class Stale:
 
     entry: Entry
     diff: str
+    path: Path | None = None  # the stale file, when not the entry's own YAML (the pre-2.15 copy)
 
 
 def compile_all(selected: list[Entry] | None = None) -> list[Path]:
     """Write every entry's YAML beside its source; returns the paths written."""
     written = []
     for entry in selected or entries():
-        entry.yaml_path.write_text(compile_text(entry), encoding="utf-8")
-        written.append(entry.yaml_path)
+        text = compile_text(entry)
+        entry.yaml_path.write_text(text, encoding="utf-8")
+        legacy = legacy_path(entry.yaml_path)
+        legacy.parent.mkdir(exist_ok=True)
+        legacy.write_text(without_task_config(text), encoding="utf-8")
+        written += [entry.yaml_path, legacy]
     return written
 
 
@@ -54,17 +60,18 @@ def check_all(selected: list[Entry] | None = None) -> list[Stale]:
     """The entries whose committed YAML differs from a fresh compile, with a unified diff each."""
     stale = []
     for entry in selected or entries():
-        fresh = normalized(compile_text(entry))
-        path = entry.yaml_path
-        committed = normalized(path.read_text(encoding="utf-8")) if path.is_file() else ""
-        if fresh != committed:
-            diff = "".join(
-                difflib.unified_diff(
-                    committed.splitlines(keepends=True),
-                    fresh.splitlines(keepends=True),
-                    fromfile=f"{path} (committed)" if committed else f"{path} (missing)",
-                    tofile=f"{path} (fresh compile)",
+        text = compile_text(entry)
+        for path, fresh_text in ((entry.yaml_path, text), (legacy_path(entry.yaml_path), without_task_config(text))):
+            fresh = normalized(fresh_text)
+            committed = normalized(path.read_text(encoding="utf-8")) if path.is_file() else ""
+            if fresh != committed:
+                diff = "".join(
+                    difflib.unified_diff(
+                        committed.splitlines(keepends=True),
+                        fresh.splitlines(keepends=True),
+                        fromfile=f"{path} (committed)" if committed else f"{path} (missing)",
+                        tofile=f"{path} (fresh compile)",
+                    )
                 )
-            )
-            stale.append(Stale(entry, diff))
+                stale.append(Stale(entry, diff, None if path == entry.yaml_path else path))
     return stale
