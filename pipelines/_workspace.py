@@ -1,10 +1,29 @@
-"""How the pipelines wire a launcher task: the workspace claim mounted, caching off."""
+"""How the pipelines wire a launcher task: the workspace claim mounted, caching off, a small request."""
 
 from typing import Any
 
 from kfp import kubernetes
 
 from kubetrain.presets import WORKSPACE_MOUNT
+
+# The launcher pod's own request: without one it is BestEffort, evicted first under node pressure,
+# and a launcher's SIGTERM deletes its training job. Change it with set_cpu_request /
+# set_memory_request on tasks without TaskConfig passthroughs (download, summary, and every task
+# in the kfp-pre-2.15 YAML); see the README for the training tasks on KFP ≥ 2.15.
+LAUNCHER_CPU_REQUEST = "100m"
+LAUNCHER_MEMORY_REQUEST = "256Mi"
+
+
+def launcher_request(task: Any) -> Any:
+    """Give a task without resource passthroughs the launcher's small request; returns the task.
+
+    A training task's resources are TaskConfig passthroughs (they go to the training pods, not to
+    the launcher pod), so a request set there would size the training pods instead: left alone.
+    """
+    passthroughs = task.component_spec.task_config_passthroughs or []
+    if not any(p.field.name == "RESOURCES" for p in passthroughs):
+        task.set_cpu_request(LAUNCHER_CPU_REQUEST).set_memory_request(LAUNCHER_MEMORY_REQUEST)
+    return task
 
 
 def launcher_task(task: Any, *, workspace_pvc: Any) -> Any:
@@ -16,4 +35,4 @@ def launcher_task(task: Any, *, workspace_pvc: Any) -> Any:
     """
     kubernetes.mount_pvc(task, pvc_name=workspace_pvc, mount_path=WORKSPACE_MOUNT)
     task.set_caching_options(False)
-    return task
+    return launcher_request(task)

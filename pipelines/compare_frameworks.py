@@ -7,7 +7,7 @@ from kubetrain.components.compare_summary import compare_summary
 from kubetrain.components.download_dataset import download_dataset
 from kubetrain.components.ps_train import ps_train
 from kubetrain.components.pytorch_train import pytorch_train
-from kubetrain.pipelines._workspace import launcher_task
+from kubetrain.pipelines._workspace import launcher_request, launcher_task
 
 
 # KFP's decorator is untyped.
@@ -45,7 +45,7 @@ def compare_frameworks(
     torch_run = launcher_task(pytorch_train(epochs=pytorch_epochs, **shared), workspace_pvc=workspace_pvc)
     mpi_run = launcher_task(chainermn_train(epochs=chainermn_epochs, **shared), workspace_pvc=workspace_pvc)
     ps_run = launcher_task(ps_train(epochs=ps_epochs, **shared), workspace_pvc=workspace_pvc)
-    compare_summary(
+    summary = compare_summary(
         pytorch_model=torch_run.outputs["model"],
         pytorch_metrics=torch_run.outputs["metrics"],
         chainermn_model=mpi_run.outputs["model"],
@@ -53,3 +53,4 @@ def compare_frameworks(
         ps_model=ps_run.outputs["model"],
         ps_metrics=ps_run.outputs["metrics"],
     )
+    launcher_request(summary)

@@ -66,3 +66,24 @@ def test_compare_frameworks_downloads_once_trains_in_parallel_then_summarizes() 
     assert sorted(tasks["compare-summary"]["dependentTasks"]) == sorted(TRAINERS)
     summary_inputs = tasks["compare-summary"]["inputs"]["artifacts"]
     assert {v["taskOutputArtifact"]["producerTask"] for v in summary_inputs.values()} == TRAINERS
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_launcher_pods_get_a_small_request(name: str) -> None:
+    """A launcher without a request is BestEffort, evicted first, and its SIGTERM deletes the job."""
+    from kubetrain.tooling.legacy import legacy_path
+
+    spec, _ = _docs(name)
+    executors = spec["deploymentSpec"]["executors"]
+    for executor_name, executor in executors.items():
+        resources = executor["container"].get("resources")
+        if any(executor_name == f"exec-{t}" for t in TRAINERS):
+            # KFP ≥ 2.15: a training task's resources are passthroughs for the training pods.
+            assert resources is None, executor_name
+        else:
+            assert resources["resourceCpuRequest"] == "100m", executor_name
+            assert resources["resourceMemoryRequest"] == "256Mi", executor_name
+    # Before 2.15 (no passthroughs) a task's resources are its launcher pod's: every step has one.
+    legacy = yaml.safe_load_all(legacy_path(Entry("pipeline", name).yaml_path).read_text(encoding="utf-8"))
+    for executor_name, executor in next(iter(legacy))["deploymentSpec"]["executors"].items():
+        assert executor["container"]["resources"]["resourceCpuRequest"] == "100m", executor_name

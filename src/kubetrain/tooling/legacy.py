@@ -44,6 +44,21 @@ def _strip_task_inputs(dag: dict[str, Any] | None, removed: dict[str, set[str]])
             params.pop(name, None)
 
 
+def _launcher_requests(spec: dict[str, Any]) -> None:
+    """Every executor gets the launcher request the pipeline's other steps have.
+
+    Every step of kubetrain's pipelines is a launcher; the training steps could not carry a request
+    of their own while their resources were passthroughs. Here, without passthroughs, a task's
+    resources apply to its launcher pod, as for the download step.
+    """
+    executors = ((spec.get("deploymentSpec") or {}).get("executors") or {}).values()
+    requests = next((e["container"]["resources"] for e in executors if e.get("container", {}).get("resources")), None)
+    if requests is None:
+        return
+    for executor in executors:
+        executor.get("container", {}).setdefault("resources", dict(requests))
+
+
 def without_task_config(text: str) -> str:
     """The compiled YAML `text` without TASK_CONFIG parameters and TaskConfig passthroughs."""
     docs = [d for d in yaml.safe_load_all(text) if d is not None]
@@ -58,5 +73,6 @@ def without_task_config(text: str) -> str:
     _strip_task_config(root.get("inputDefinitions"))
     for component in [*components.values(), root]:
         _strip_task_inputs(component.get("dag"), removed)
+    _launcher_requests(spec)
     body = yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True, width=100)
     return HEADER + body
