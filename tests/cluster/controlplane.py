@@ -118,7 +118,11 @@ def up() -> Cluster:
     policy = STATE / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
     stages = STATE / "kwok-stages.yaml"
-    stages.write_text(operators.stages_config(operators.module_dir(GO_WRAPPERS / "kwok", "sigs.k8s.io/kwok")))
+    stages.write_text(
+        operators.stages_config(
+            operators.module_dir(GO_WRAPPERS / "kwok", "sigs.k8s.io/kwok"), STATE / "container.log", NAMESPACE
+        )
+    )
     started = not _running(bin_dir)
     if started:
         _kwokctl(

@@ -84,11 +84,13 @@ KWOK_STAGES = (
 )
 
 
-def stages_config(kwok_module: Path) -> str:
+def stages_config(kwok_module: Path, log_file: Path, namespace: str) -> str:
     """kwokctl `--config`: kwok's node and pod stages, and a completion stage for every pod kind.
 
     kwok's own pod-complete stage only completes pods owned by a batch Job; PyTorchJob and JobSet
     pods need ours. Supplying stages replaces all of kwok's defaults, hence the node stages too.
+    A ClusterLogs object makes kwok's kubelet endpoint serve `log_file` as the log of every
+    container in `namespace`, so `pods/log` answers through the real API server.
     """
     docs = [(kwok_module / rel).read_text() for rel in KWOK_STAGES]
     complete: dict[str, Any] = yaml.safe_load((kwok_module / "kustomize/stage/pod/fast/pod-complete.yaml").read_text())
@@ -114,6 +116,12 @@ def stages_config(kwok_module: Path) -> str:
             stage["spec"]["selector"]["matchExpressions"].append({"key": f'.metadata.labels["{SIM_LABEL}"]',
                                                                   "operator": "DoesNotExist"})  # fmt: skip
         manual_free.append(yaml.safe_dump(stage))
+    log_file.write_text("kubetrain e2e: kwok serves this file as every container's log\n")
+    logs = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "kubetrain-logs"},
+        "spec": {"selector": {"matchNamespaces": [namespace]}, "logs": [{"logsFile": str(log_file), "follow": False}]},
+    }  # fmt: skip
+    manual_free.append(yaml.safe_dump(logs))
     return "---\n".join(manual_free)
 
 

@@ -186,14 +186,16 @@ def test_sigterm_deletes_the_job_and_exits_5(cluster: Cluster, tmp_path: Path) -
     until(f"{name} and its pods deleted", lambda: gone(cluster, "JobSet", name))
 
 
-def test_a_rerun_adopts_the_running_job(cluster: Cluster, tmp_path: Path) -> None:
-    name = "adopt-pytorch"
-    manifest = simulate(render("pytorchjob", name, "--workers", "1"), seconds=8)
+@pytest.mark.parametrize("kind", ["pytorchjob", "psjob"])
+def test_a_rerun_adopts_the_running_job(cluster: Cluster, tmp_path: Path, kind: str) -> None:
+    name = f"adopt-{kind}"
+    manifest = simulate(render(kind, name, "--workers", "1", *(("--ps", "1") if kind == "psjob" else ())), seconds=8)
     # The KFP run and task labels the components set: they make the existing job this task's.
     # (`kubetrain render` prints none, and without them a re-run is refused with exit 2.)
     manifest["metadata"]["labels"].update({LABEL_RUN_ID: "run-1", LABEL_TASK_ID: "task-1"})
+    plural = PLURAL[manifest["kind"]]
     first = launch(cluster, manifest, tmp_path, "--timeout", "150")
-    uid = until("the job created", lambda: [j["metadata"]["uid"] for j in get(cluster, PLURAL["PyTorchJob"], name)])[0]
+    uid = until("the job created", lambda: [j["metadata"]["uid"] for j in get(cluster, plural, name)])[0]
     second = launch(cluster, manifest, tmp_path, "--timeout", "150")
     code2, result2, err2 = finish(second)
     code1, _, err1 = finish(first)
@@ -201,16 +203,19 @@ def test_a_rerun_adopts_the_running_job(cluster: Cluster, tmp_path: Path) -> Non
     assert code2 == ExitCode.SUCCESS, err2[-4000:]
     assert "adopted existing" in err2, err2[-4000:]
     assert result2["uid"] == uid
-    until(f"{name} and its pods deleted", lambda: gone(cluster, "PyTorchJob", name))
+    until(f"{name} and its pods deleted", lambda: gone(cluster, manifest["kind"], name))
 
 
-def test_timeout_can_suspend_instead(cluster: Cluster, tmp_path: Path) -> None:
-    """`--on-timeout suspend`: the job stays, suspended, and the operator removes its pods."""
-    name = "suspend-pytorch"
-    manifest = simulate(render("pytorchjob", name, "--workers", "1"), seconds=600)
+@pytest.mark.parametrize("kind", ["pytorchjob", "psjob"])
+def test_timeout_can_suspend_instead(cluster: Cluster, tmp_path: Path, kind: str) -> None:
+    """`--on-timeout suspend`: the job stays, suspended, and its controllers remove the pods."""
+    name = f"suspend-{kind}"
+    manifest = simulate(render(kind, name, "--workers", "1", *(("--ps", "1") if kind == "psjob" else ())), seconds=600)
     code, _, err = finish(launch(cluster, manifest, tmp_path, "--timeout", "8", "--on-timeout", "suspend"))
     assert code == ExitCode.TIMEOUT, err[-4000:]
-    job = get(cluster, PLURAL["PyTorchJob"], name)[0]
-    assert job["spec"]["runPolicy"].get("suspend") is True, job["spec"]["runPolicy"]
-    until(f"{name}'s pods deleted", lambda: not job_pods(cluster, "PyTorchJob", name))
-    cluster.kubectl("delete", PLURAL["PyTorchJob"], name, "-n", NAMESPACE, "--wait=true")
+    plural = PLURAL[manifest["kind"]]
+    job = get(cluster, plural, name)[0]
+    suspended = job["spec"]["runPolicy"].get("suspend") if kind == "pytorchjob" else job["spec"].get("suspend")
+    assert suspended is True, job["spec"]
+    until(f"{name}'s pods deleted", lambda: not job_pods(cluster, manifest["kind"], name))
+    cluster.kubectl("delete", plural, name, "-n", NAMESPACE, "--wait=true")
