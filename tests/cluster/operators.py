@@ -116,7 +116,8 @@ def stages_config(kwok_module: Path, log_file: Path, namespace: str) -> str:
             stage["spec"]["selector"]["matchExpressions"].append({"key": f'.metadata.labels["{SIM_LABEL}"]',
                                                                   "operator": "DoesNotExist"})  # fmt: skip
         manual_free.append(yaml.safe_dump(stage))
-    log_file.write_text("kubetrain e2e: kwok serves this file as every container's log\n")
+    # The CRI log format the kubelet reads (timestamp, stream, P/F tag, text), which kwok parses.
+    log_file.write_text("2026-01-01T00:00:00.000000000Z stdout F kubetrain e2e: kwok serves this line as the log\n")
     logs = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "kubetrain-logs"},
         "spec": {"selector": {"matchNamespaces": [namespace]}, "logs": [{"logsFile": str(log_file), "follow": False}]},
