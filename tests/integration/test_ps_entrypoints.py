@@ -12,7 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
-from kubetrain.data.dataset_format import write_dataset
+from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.errors import ExitCode
 from kubetrain.ps.common.rpc import wait_serving
 from kubetrain.ps.harness.localrun import LocalPSJob, free_port

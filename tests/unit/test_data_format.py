@@ -17,8 +17,8 @@ from kubetrain.data.dataset_format import (
     load_shard,
     load_split,
     read_dataset_info,
-    write_dataset,
 )
+from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.data.download import download
 from kubetrain.errors import DataError
 

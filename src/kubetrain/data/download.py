@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TextIO
 
 from kubetrain.data.builtin import BUILTIN_PREFIX, load_builtin
-from kubetrain.data.dataset_format import DatasetInfo, check_output_dir
+from kubetrain.data.dataset_format import DatasetInfo
+from kubetrain.data.dataset_writer import check_output_dir
 from kubetrain.data.errors import DataError, HTTPStatusError
 from kubetrain.data.fetch import (
     Fetched,

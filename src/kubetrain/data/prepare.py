@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.data.dataset_format import DatasetInfo, write_dataset
+from kubetrain.data.dataset_format import DatasetInfo
+from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.errors import DataError
 
 __all__ = ["SPLIT_SEED", "TEST_FRACTION", "RawDataset", "seeded_split", "write_raw_dataset"]

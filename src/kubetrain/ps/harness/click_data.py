@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.data.dataset_format import DatasetInfo, write_dataset
+from kubetrain.data.dataset_format import DatasetInfo
+from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.errors import KubetrainError, SpecError
 from kubetrain.ps.common.evaluation import roc_auc
 
