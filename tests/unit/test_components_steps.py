@@ -256,6 +256,29 @@ def test_comparison_table(tmp_path: Path) -> None:
         summary.comparison_rows([("x", runs[0][1], FakeArtifact(tmp_path / "empty"))])
 
 
+def test_comparison_page_draws_curves_on_shared_axes_and_bars(tmp_path: Path) -> None:
+    """The page used to be a table only: now the runs' curves and bars of accuracy and samples/s."""
+    from kubetrain.kfp_runtime import charts
+
+    runs = []
+    for name, steps in (("pytorch", 40), ("chainermn", 20)):
+        model = FakeArtifact(tmp_path / f"{name}-model", {"framework": name})
+        Path(model.path).mkdir(parents=True)
+        history = [{"kind": "step", "step": s, "loss": 2.0 / (s + 1)} for s in range(steps)]
+        history += [{"kind": "epoch", "epoch": e, "test_accuracy": 0.8 + 0.05 * e} for e in range(3)]
+        (Path(model.path) / "metrics.json").write_text(json.dumps({"history": history}))
+        metrics = FakeArtifact(tmp_path / f"{name}-metrics", {"test_accuracy": 0.9, "samples_per_second": 100.0})
+        runs.append((name, model, metrics))
+    assert len(charts.history_of(runs[0][1])) == 43
+    assert charts.history_of(FakeArtifact(tmp_path / "nowhere")) == []
+    page = FakeArtifact(tmp_path / "summary.html")
+    summary.compare_step(runs=runs, summary_markdown=FakeArtifact(tmp_path / "s.md"), summary_html=page)
+    text = Path(page.path).read_text()
+    assert "<table>" in text and 'src="data:image/png;base64,' in text
+    png = charts.comparison_png([(n, charts.history_of(m), dict(x.metadata)) for n, m, x in runs])
+    assert png.startswith(b"\x89PNG")
+
+
 # -- parameters ---------------------------------------------------------------------------------
 
 INPUTS = {
