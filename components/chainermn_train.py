@@ -41,6 +41,7 @@ def chainermn_train(
     backoff_limit: int = 3,
     namespace: str = "",
     service_account: str = "",
+    image_pull_secrets: Optional[List[str]] = None,  # noqa: UP006, UP045
     manifest_patch: Optional[Dict[str, Any]] = None,  # noqa: UP006, UP045 (KFP reads only typing forms)
     job_api: str = "mpijob",
     runtime: str = "",
@@ -87,6 +88,7 @@ def chainermn_train(
             launcher and `workers` nodes of the kubetrain-mpi runtime in deploy/runtimes/).
         runtime: With job_api=trainjob, the ClusterTrainingRuntime to run on; empty for
             kubetrain-mpi.
+        image_pull_secrets: Secrets the training pods pull the image with (a private registry).
         manifest_patch: A JSON merge patch (RFC 7386) applied to the job's manifest, for what the
             inputs do not cover (e.g. {"metadata": {"labels": {"team": "a"}}}); the result is
             validated like every manifest, so a bad patch fails before submission, naming the field.
@@ -108,6 +110,6 @@ def chainermn_train(
         learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command, args=args,
         cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,
         backoff_limit=backoff_limit, namespace=namespace, service_account=service_account,
-        manifest_patch=manifest_patch, job_api=job_api,
+        image_pull_secrets=image_pull_secrets, manifest_patch=manifest_patch, job_api=job_api,
         runtime=runtime,
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """`ps_train`: parameter-server training as a JobSet (master, servers, workers), followed to its end."""
 
-from typing import Any, Dict, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
+from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP reads only typing forms)
 
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
@@ -42,6 +42,7 @@ def ps_train(
     backoff_limit: int = 3,
     namespace: str = "",
     service_account: str = "",
+    image_pull_secrets: Optional[List[str]] = None,  # noqa: UP006, UP045
     manifest_patch: Optional[Dict[str, Any]] = None,  # noqa: UP006, UP045 (KFP reads only typing forms)
 ) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
     """Train with kubetrain's parameter servers in a JobSet (jobset.x-k8s.io/v1alpha2) and wait for it.
@@ -79,6 +80,7 @@ def ps_train(
         backoff_limit: Restarts allowed before the job fails.
         namespace: Namespace of the job; empty for the launcher pod's namespace.
         service_account: Service account of the training pods; empty for the namespace default.
+        image_pull_secrets: Secrets the training pods pull the image with (a private registry).
         manifest_patch: A JSON merge patch (RFC 7386) applied to the job's manifest, for what the
             inputs do not cover (e.g. {"metadata": {"labels": {"team": "a"}}}); the result is
             validated like every manifest, so a bad patch fails before submission, naming the field.
@@ -100,5 +102,5 @@ def ps_train(
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, seed=seed,
         image=image, cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,
         delete_after=delete_after, backoff_limit=backoff_limit, namespace=namespace,
-        service_account=service_account, manifest_patch=manifest_patch,
+        service_account=service_account, image_pull_secrets=image_pull_secrets, manifest_patch=manifest_patch,
     )  # fmt: skip

@@ -102,3 +102,16 @@ def test_whatever_the_program_left_becomes_the_outputs(tmp_path: Path) -> None:
     (out / "metrics.json").write_text("[1, 2]")
     with pytest.raises(Exception, match="expected a JSON object"):
         artifacts.read_user_metrics(out)
+
+
+def test_image_pull_secrets_reach_the_training_pods() -> None:
+    import dataclasses
+
+    request = PyTorchRequest(**IDS, image_pull_secrets=["regcred"])
+    plan = dataclasses.replace(PLAN, pod=dataclasses.replace(PLAN.pod, image_pull_secrets=("regcred",)))
+    manifest = build_manifest(request.to_spec(plan))
+    validate_strict(manifest)
+    pod = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    with pytest.raises(InvalidInputError, match="image_pull_secrets: got 'Reg Cred'"):
+        PyTorchRequest(**IDS, image_pull_secrets=["Reg Cred"])

@@ -93,6 +93,7 @@ class TrainingRequest(abc.ABC):
     namespace: str = ""
     service_account: str = ""
     manifest_patch: dict[str, Any] | None = None
+    image_pull_secrets: list[str] | None = None
 
     def __post_init__(self) -> None:
         for name in IDENTITY_INPUTS:
@@ -115,6 +116,11 @@ class TrainingRequest(abc.ABC):
             raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
         _choice("delete_after", self.delete_after, DELETE_AFTER_CHOICES)
         _positive_int("backoff_limit", self.backoff_limit, minimum=0)
+        for secret in self.image_pull_secrets or ():
+            if not isinstance(secret, str) or not is_dns1123_subdomain(secret):
+                raise InvalidInputError(
+                    f"image_pull_secrets: got {secret!r}; expected the name of a Secret of type dockerconfigjson"
+                )
         if self.manifest_patch is not None and not isinstance(self.manifest_patch, dict):
             raise InvalidInputError(
                 f"manifest_patch: got {self.manifest_patch!r}; expected a JSON object (an RFC 7386 merge patch)"

@@ -10,6 +10,7 @@ artifacts and write the HTML report.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -173,6 +174,8 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
         workspace_claim=request.workspace_pvc,
         service_account=request.service_account or None,
     )
+    if request.image_pull_secrets:
+        pod = dataclasses.replace(pod, image_pull_secrets=tuple(request.image_pull_secrets))
     plan = JobPlan(name=name, params=params, pod=pod)
     manifest = build_manifest(request.to_spec(plan))
     if request.manifest_patch:
