@@ -322,13 +322,23 @@ def stop(state: Path) -> list[str]:
     stopped = []
     for pid_file in sorted(state.glob("*.pid")) if state.exists() else []:
         pid = int(pid_file.read_text())
-        if _alive(pid):
+        proc = _STARTED.pop(pid_file.stem, None)
+        if proc is not None and proc.pid != pid:
+            proc = None
+
+        def alive(pid: int = pid, proc: subprocess.Popen[bytes] | None = proc) -> bool:
+            # A child of this process lingers as a zombie until reaped: ask Popen, not kill(0).
+            return proc.poll() is None if proc is not None else _alive(pid)
+
+        if alive():
             os.killpg(pid, signal.SIGTERM)
             end = time.monotonic() + 10
-            while _alive(pid) and time.monotonic() < end:
+            while alive() and time.monotonic() < end:
                 time.sleep(0.2)
-            if _alive(pid):
+            if alive():
                 os.killpg(pid, signal.SIGKILL)
+                if proc is not None:
+                    proc.wait(timeout=10)
             stopped.append(pid_file.stem)
         pid_file.unlink()
     return stopped
