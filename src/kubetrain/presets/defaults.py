@@ -1,0 +1,180 @@
+"""kubetrain's images, ports, programs and the options every preset takes (flags, pod settings)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from kubetrain import __version__
+from kubetrain.errors import SpecError
+from kubetrain.specs import (
+    EnvVar,
+    JobMeta,
+    ReplicaSpec,
+    Resources,
+    Toleration,
+    Volume,
+    VolumeMount,
+    Workspace,
+)
+
+IMAGE_REGISTRY = "ghcr.io/kubetrain"
+IMAGE_TAG = __version__
+IMAGE_NAMES = ("launcher", "pytorch", "chainermn", "ps")
+
+
+def image_ref(name: str, *, registry: str = IMAGE_REGISTRY, tag: str = IMAGE_TAG) -> str:
+    """The reference of one of the project's images (`launcher`, `pytorch`, `chainermn`, `ps`)."""
+    if name not in IMAGE_NAMES:
+        raise SpecError("image", name, f"one of {', '.join(IMAGE_NAMES)}")
+    return f"{registry}/{name}:{tag}"
+
+
+LAUNCHER_IMAGE = image_ref("launcher")
+PYTORCH_IMAGE = image_ref("pytorch")
+CHAINERMN_IMAGE = image_ref("chainermn")
+PS_IMAGE = image_ref("ps")
+
+WORKSPACE_MOUNT = "/workspace"
+PS_MASTER_PORT = 50051
+PS_SERVER_PORT = 50052
+TORCH_PROGRAM = ("python", "-m", "kubetrain.train.torch_ddp")
+CHAINERMN_PROGRAM = ("python", "-m", "kubetrain.train.chainermn_mpi")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingParams:
+    """What every training program takes on its command line (DESIGN.md, "Programs")."""
+
+    data_dir: str = f"{WORKSPACE_MOUNT}/datasets/digits"
+    output_dir: str = f"{WORKSPACE_MOUNT}/runs/output"
+    checkpoint_dir: str | None = f"{WORKSPACE_MOUNT}/runs/checkpoints"
+    epochs: int = 5
+    batch_size: int = 32
+    lr: float = 0.002  # Adam, as the training programs use
+    model: str = "mlp"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(name, value, "an integer ≥ 1")
+        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not self.lr > 0:
+            raise SpecError("lr", self.lr, "a learning rate > 0")
+        for name in ("data_dir", "output_dir"):
+            if not getattr(self, name):
+                raise SpecError(name, getattr(self, name), "a directory path")
+
+    def program_args(self) -> list[str]:
+        """The shared flags of `kubetrain.train.torch_ddp` / `chainermn_mpi`."""
+        args = ["--data", self.data_dir, "--output", self.output_dir]
+        if self.checkpoint_dir:
+            args += ["--checkpoint-dir", self.checkpoint_dir]
+        args += [
+            "--epochs", str(self.epochs),
+            "--batch-size", str(self.batch_size),
+            "--lr", repr(float(self.lr)),
+            "--model", self.model,
+            "--seed", str(self.seed),
+        ]  # fmt: skip
+        return args
+
+
+# What a user's own program finds in its environment instead of kubetrain's flags.
+WORKSPACE_ENV = ("KUBETRAIN_DATA_DIR", "KUBETRAIN_OUTPUT_DIR", "KUBETRAIN_CHECKPOINT_DIR")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserProgram:
+    """A user's own program in the user's image: run exactly as given, no kubetrain flags added.
+
+    It finds the data, output and checkpoint directories in :data:`WORKSPACE_ENV` beside the
+    operator's own environment (rendezvous, ranks), and leaves its results in the output directory.
+    """
+
+    command: tuple[str, ...]
+    args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.command or not all(isinstance(part, str) and part for part in self.command):
+            raise SpecError("command", self.command, "a non-empty list of strings, e.g. ['python', 'train.py']")
+        if not all(isinstance(arg, str) for arg in self.args):
+            raise SpecError("args", self.args, "a list of strings")
+
+
+Program = tuple[str, ...] | UserProgram
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodOptions:
+    """Scheduling and environment applied to the training pods (the component's TaskConfig lands here)."""
+
+    resources: Resources = field(default_factory=Resources)
+    env: tuple[EnvVar, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    volumes: tuple[Volume, ...] = ()
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+
+    def replica(
+        self,
+        *,
+        image: str,
+        replicas: int,
+        command: tuple[str, ...],
+        args: tuple[str, ...] = (),
+        restart_policy: Literal["Never", "OnFailure", "ExitCode", "Always"] | None = None,
+        light: bool = False,
+    ) -> ReplicaSpec:
+        """A replica with these options. `light` replicas (launchers, masters) skip GPU requests."""
+        resources = Resources(cpu=self.resources.cpu, memory=self.resources.memory) if light else self.resources
+        return ReplicaSpec(
+            image=image,
+            replicas=replicas,
+            command=command,
+            args=args,
+            env=self.env,
+            resources=resources,
+            node_selector=self.node_selector,
+            tolerations=self.tolerations,
+            volumes=self.volumes,
+            volume_mounts=self.volume_mounts,
+            image_pull_secrets=self.image_pull_secrets,
+            service_account=self.service_account,
+            restart_policy=restart_policy,
+        )
+
+
+def job_meta(name: str, namespace: str | None, run_id: str | None, task_id: str | None, component: str) -> JobMeta:
+    """The job's identity: name, namespace, the KFP run and task labels, the component label."""
+    return JobMeta(
+        name=name,
+        namespace=namespace,
+        kfp_run_id=run_id,
+        kfp_task_id=task_id,
+        labels={"kubetrain.io/component": component},
+    )
+
+
+def resolve_program(
+    program: Program, params: TrainingParams, pod: PodOptions, flags: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...], PodOptions, tuple[str, ...]]:
+    """(command, args, pod options, env names for mpirun -x): kubetrain's flags, or a user's program and env."""
+    if isinstance(program, UserProgram):
+        checkpoints = params.checkpoint_dir or f"{params.output_dir}/checkpoints"
+        values = (params.data_dir, params.output_dir, checkpoints)
+        env = tuple(EnvVar(name=n, value=v) for n, v in zip(WORKSPACE_ENV, values, strict=True))
+        forward = tuple(x for n in WORKSPACE_ENV for x in ("-x", n))
+        return program.command, program.args, replace(pod, env=(*pod.env, *env)), forward
+    if not program:
+        raise SpecError("command", program, "a program to run, e.g. ('python', 'train.py')")
+    return program, flags, pod, ()
+
+
+def workspace_for(claim: str | None) -> Workspace | None:
+    """The workspace claim mounted at the usual place, if there is one."""
+    return Workspace(claim_name=claim, mount_path=WORKSPACE_MOUNT) if claim else None

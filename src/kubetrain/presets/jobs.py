@@ -1,0 +1,177 @@
+"""The training-operator v1, mpi-operator and parameter-server JobSet jobs kubetrain submits."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kubetrain.errors import SpecError
+from kubetrain.manifests.jobset import master_address, ps_addresses
+from kubetrain.presets.defaults import (
+    CHAINERMN_IMAGE,
+    CHAINERMN_PROGRAM,
+    PS_IMAGE,
+    PS_MASTER_PORT,
+    PS_SERVER_PORT,
+    PYTORCH_IMAGE,
+    TORCH_PROGRAM,
+    PodOptions,
+    Program,
+    TrainingParams,
+    job_meta,
+    resolve_program,
+    workspace_for,
+)
+from kubetrain.specs import (
+    ElasticPolicy,
+    MPIJobSpec,
+    PSJobSpec,
+    PyTorchJobSpec,
+    ReplicaSpec,
+    RunPolicy,
+)
+
+
+def pytorch_job_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 0,
+    elastic: tuple[int, int] | None = None,
+    image: str = PYTORCH_IMAGE,
+    backend: Literal["gloo", "nccl"] = "gloo",
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    run_policy: RunPolicy | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+    program: Program = TORCH_PROGRAM,
+) -> PyTorchJobSpec:
+    """DDP training with `program` (default `python -m kubetrain.train.torch_ddp`): master alone,
+    + workers, or elastic.
+
+    Elastic jobs have workers only and start the program under torchrun, which reads the
+    rendezvous from the `PET_*` variables the operator injects; their program must therefore be a
+    Python one (`python SCRIPT ...` or `python -m MODULE ...`), which torchrun runs itself.
+    """
+    flags = (*params.program_args(), "--backend", backend)
+    program, args, pod, _ = resolve_program(program, params, pod or PodOptions(), flags)
+    policy = ElasticPolicy(min_replicas=elastic[0], max_replicas=elastic[1]) if elastic else None
+    if policy is not None:
+        if not program[0].startswith("python") or len(program) < 2:
+            raise SpecError(
+                "command",
+                " ".join(program),
+                "'python SCRIPT' or 'python -m MODULE': an elastic job starts the program under torchrun",
+            )
+        torchrun = ("python", "-m", "torch.distributed.run", *program[1:])
+        master = None
+        worker: ReplicaSpec | None = pod.replica(
+            image=image, replicas=max(workers, policy.min_replicas), command=torchrun, args=args
+        )
+    else:
+        master = pod.replica(image=image, replicas=1, command=program, args=args)
+        worker = pod.replica(image=image, replicas=workers, command=program, args=args) if workers else None
+    return PyTorchJobSpec(
+        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
+        master=master,
+        worker=worker,
+        backend=backend,
+        elastic=policy,
+        run_policy=run_policy or RunPolicy(backoff_limit=3),
+        workspace=workspace_for(workspace_pvc),
+    )
+
+
+def mpi_job_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 2,
+    slots_per_worker: int = 1,
+    image: str = CHAINERMN_IMAGE,
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    run_policy: RunPolicy | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+    program: Program = CHAINERMN_PROGRAM,
+) -> MPIJobSpec:
+    """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `program`
+    (default `python -m kubetrain.train.chainermn_mpi`)."""
+    program, args, pod, forward = resolve_program(program, params, pod or PodOptions(), tuple(params.program_args()))
+    total = workers * slots_per_worker
+    # -x forwards the abort switch to every rank, so an exception on one rank ends the whole
+    # job instead of leaving the others blocked in a collective (chainermn#236).
+    launcher_cmd = (
+        "mpirun", "-n", str(total), "--bind-to", "none", "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION",
+        "-x", "PYTHONUNBUFFERED", *forward, *program,
+    )  # fmt: skip
+    return MPIJobSpec(
+        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
+        launcher=pod.replica(image=image, replicas=1, command=launcher_cmd, args=args, light=True),
+        worker=pod.replica(image=image, replicas=workers, command=()),
+        slots_per_worker=slots_per_worker,
+        run_policy=run_policy or RunPolicy(backoff_limit=3),
+        workspace=workspace_for(workspace_pvc),
+    )
+
+
+def ps_job_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    ps: int = 2,
+    workers: int = 3,
+    mode: Literal["async", "sync"] = "async",
+    records_per_task: int = 64,
+    optimizer: Literal["sgd", "adam"] = "adam",
+    image: str = PS_IMAGE,
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    run_policy: RunPolicy | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+) -> PSJobSpec:
+    """Parameter-server training: `kubetrain.ps.master`, `.server` and `.worker` in one JobSet."""
+    pod = pod or PodOptions()
+    master_addr = master_address(name=name, port=PS_MASTER_PORT)
+    ps_addrs = ",".join(ps_addresses(name=name, port=PS_SERVER_PORT, count=ps))
+    state_dir = f"{params.output_dir}/ps-state"
+    checkpoint_dir = params.checkpoint_dir or f"{params.output_dir}/ps-checkpoints"
+    master_args = (
+        "--port", str(PS_MASTER_PORT), "--data", params.data_dir, "--output", params.output_dir,
+        "--state-dir", state_dir, "--num-ps", str(ps), "--ps-addrs", ps_addrs,
+        "--epochs", str(params.epochs), "--records-per-task", str(records_per_task), "--mode", mode,
+        "--model", params.model, "--seed", str(params.seed), "--batch-size", str(params.batch_size),
+    )  # fmt: skip
+    server_args: tuple[str, ...] = (
+        "--port", str(PS_SERVER_PORT), "--num-shards", str(ps), "--checkpoint-dir", checkpoint_dir,
+        "--mode", mode, "--optimizer", optimizer, "--lr", repr(float(params.lr)),
+    )  # fmt: skip
+    if mode == "sync":
+        # One model version per round of every worker's gradient (ElasticDL's grads_to_wait).
+        server_args += ("--grads-to-wait", str(workers))
+    # Workers ask the master for the batch size and the model, so every worker trains alike.
+    worker_args = ("--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir)
+    return PSJobSpec(
+        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "ps-train"),
+        master=pod.replica(
+            image=image, replicas=1, command=("python", "-m", "kubetrain.ps.master"), args=master_args, light=True
+        ),
+        ps=pod.replica(
+            image=image, replicas=ps, command=("python", "-m", "kubetrain.ps.server"), args=server_args, light=True
+        ),
+        worker=pod.replica(
+            image=image, replicas=workers, command=("python", "-m", "kubetrain.ps.worker"), args=worker_args
+        ),
+        master_port=PS_MASTER_PORT,
+        ps_port=PS_SERVER_PORT,
+        mode=mode,
+        state_dir=state_dir,
+        checkpoint_dir=checkpoint_dir,
+        run_policy=run_policy or RunPolicy(),
+        workspace=workspace_for(workspace_pvc),
+    )

@@ -1,0 +1,104 @@
+"""The Kubeflow Trainer v2 TrainJobs kubetrain submits."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kubetrain.errors import SpecError
+from kubetrain.presets.defaults import (
+    CHAINERMN_IMAGE,
+    CHAINERMN_PROGRAM,
+    PYTORCH_IMAGE,
+    TORCH_PROGRAM,
+    PodOptions,
+    Program,
+    TrainingParams,
+    job_meta,
+    resolve_program,
+    workspace_for,
+)
+from kubetrain.specs import (
+    TrainJobSpec,
+)
+from kubetrain.specs.trainjob import LAUNCHER_JOB, NODE_JOB
+
+# Kubeflow Trainer v2: the runtime Trainer ships for torch, and kubetrain's own for MPI (deploy/runtimes/).
+TORCH_RUNTIME = "torch-distributed"
+MPI_RUNTIME = "kubetrain-mpi"
+
+
+def pytorch_trainjob_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 0,
+    image: str = PYTORCH_IMAGE,
+    backend: Literal["gloo", "nccl"] = "gloo",
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    active_deadline_seconds: int | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+    program: Program = TORCH_PROGRAM,
+    runtime: str = TORCH_RUNTIME,
+) -> TrainJobSpec:
+    """DDP training as a TrainJob on the `torch-distributed` runtime: 1 + `workers` nodes.
+
+    The Trainer injects the rendezvous as `PET_*` variables, which torchrun reads, so the program
+    runs under torchrun (one process per node on CPUs, one per GPU) and must be a Python program.
+    """
+    flags = (*params.program_args(), "--backend", backend)
+    program, args, pod, _ = resolve_program(program, params, pod or PodOptions(), flags)
+    if len(program) < 2 or not program[0].startswith("python"):
+        raise SpecError("command", " ".join(program), "'python SCRIPT' or 'python -m MODULE': torchrun runs it")
+    trainer = pod.replica(
+        image=image,
+        replicas=1 + workers,
+        command=("python", "-m", "torch.distributed.run", *program[1:]),
+        args=args,
+    )
+    return TrainJobSpec(
+        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
+        runtime=runtime,
+        trainer=trainer,
+        # Explicit: the runtime's "auto" would start one process per CPU of a CPU-only node.
+        num_proc_per_node=max(1, pod.resources.gpus),
+        workspace=workspace_for(workspace_pvc),
+        active_deadline_seconds=active_deadline_seconds,
+    )
+
+
+def mpi_trainjob_spec(
+    *,
+    name: str,
+    params: TrainingParams,
+    workers: int = 2,
+    slots_per_worker: int = 1,
+    image: str = CHAINERMN_IMAGE,
+    pod: PodOptions | None = None,
+    workspace_pvc: str | None = None,
+    active_deadline_seconds: int | None = None,
+    namespace: str | None = None,
+    kfp_run_id: str | None = None,
+    kfp_task_id: str | None = None,
+    program: Program = CHAINERMN_PROGRAM,
+    runtime: str = MPI_RUNTIME,
+) -> TrainJobSpec:
+    """ChainerMN training as a TrainJob on kubetrain's MPI runtime: the launcher runs mpirun over
+    `workers` nodes × `slots_per_worker` ranks (the Trainer writes the hostfile)."""
+    program, args, pod, forward = resolve_program(program, params, pod or PodOptions(), tuple(params.program_args()))
+    launcher_cmd = (
+        "mpirun", "-n", str(workers * slots_per_worker), "--bind-to", "none",
+        "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION", "-x", "PYTHONUNBUFFERED", *forward, *program,
+    )  # fmt: skip
+    trainer = pod.replica(image=image, replicas=workers, command=launcher_cmd, args=args)
+    return TrainJobSpec(
+        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
+        runtime=runtime,
+        trainer=trainer,
+        num_proc_per_node=slots_per_worker,
+        patched_jobs=(NODE_JOB, LAUNCHER_JOB),
+        workspace=workspace_for(workspace_pvc),
+        active_deadline_seconds=active_deadline_seconds,
+    )
