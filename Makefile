@@ -10,21 +10,23 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 LINT_PATHS := $(wildcard src tests bench components pipelines)
 
-.PHONY: setup demo test test-fast lint typecheck compile golden bench clean controlplane cluster-up cluster-down e2e
+.PHONY: setup demo test test-fast lint typecheck compile golden bench clean controlplane cluster-up cluster-down e2e lock
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile images/constraints.txt
 	@command -v mpiexec >/dev/null && [ -e /usr/include/x86_64-linux-gnu/openmpi/mpi.h -o -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] \
 	  || { echo "setup: installing Open MPI from Debian"; \
 	       $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null; }
 	@[ -x $(PY) ] || python3 -m venv $(VENV)
-	# torch first, the exact CPU build that is already on disk; anything else pulls CUDA wheels.
-	$(PIP) install -q torch==2.13.0
+	# torch first (the PyPI build: its CUDA libraries go unused on CPUs), pinned like the rest.
+	$(PIP) install -q -c images/constraints.txt torch
 	# Chainer 7.8.1 builds with pkg_resources (setuptools<81) and runs only on numpy<2.
-	$(PIP) install -q "numpy>=1.24,<2" "setuptools>=65,<81" wheel
-	$(PIP) install -q --no-build-isolation chainer==7.8.1
-	$(PIP) install -q -e '.[torch,chainer,ps,dev]'
+	$(PIP) install -q -c images/constraints.txt numpy setuptools wheel
+	$(PIP) install -q -c images/constraints.txt --no-build-isolation chainer
+	# The versions the images install (images/constraints.txt), so kfp here is the kfp that
+	# compiles the YAML and runs in the launcher image.
+	$(PIP) install -q -c images/constraints.txt -e '.[torch,chainer,ps,dev]'
 	SETUPTOOLS_USE_DISTUTILS=stdlib $(PY) -c "import torch, chainer, chainermn, mpi4py.MPI, grpc, kfp, kubetrain"
 	@touch $(STAMP)
 	@echo "setup: done ($(VENV))"
@@ -53,6 +55,14 @@ compile: setup
 golden: setup
 	KUBETRAIN_UPDATE_GOLDEN=1 $(PY) -m pytest tests/unit/test_golden_manifests.py -q
 	$(VENV)/bin/kubetrain compile
+
+# Re-pin what the images install (and setup uses) after a dependency change in pyproject.toml.
+lock: setup
+	$(PIP) install -q uv==0.13.9
+	$(PY) -m uv pip compile pyproject.toml images/lock.in --extra s3 --extra gcs --extra torch --extra chainer \
+	  --extra ps --python $(PY) --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	  --no-build-isolation-package chainer --annotation-style line --custom-compile-command "make lock" \
+	  -o images/constraints.txt
 
 bench: setup
 	$(PY) bench/run_all.py

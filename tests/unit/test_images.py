@@ -153,3 +153,75 @@ def test_compiled_yaml_pulls_the_launcher_image_of_this_version(entry: Entry) ->
     images = _images_in(list(yaml.safe_load_all(path.read_text())))
     assert images, f"{path}: no image reference"
     assert set(images) == {LAUNCHER_IMAGE}, f"{path}: {sorted(set(images))} != {LAUNCHER_IMAGE}"
+
+
+# --- what goes into the images is pinned ---------------------------------------------------------
+
+CONSTRAINTS = IMAGES / "constraints.txt"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+
+
+def pins() -> dict[str, str]:
+    """images/constraints.txt as {normalised name: version}."""
+    found: dict[str, str] = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        match = _PIN.match(line.strip())
+        if match:
+            found[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(2)
+    return found
+
+
+def _pip_installs(name: str) -> list[str]:
+    """Every `pip install` command in the final stage of an image's Dockerfile."""
+    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
+    commands: list[str] = []
+    for keyword, rest in final.instructions:
+        if keyword == "RUN":
+            commands += [c.strip() for c in rest.split("&&") if c.strip().startswith("pip install")]
+    return commands
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_every_install_in_an_image_is_held_to_the_constraints(name: str) -> None:
+    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
+    copied = [rest for keyword, rest in final.instructions if keyword == "COPY" and "images/constraints.txt" in rest]
+    assert copied, f"{name}: the final stage does not copy images/constraints.txt"
+    target = copied[0].split()[-1]
+    installs = _pip_installs(name)
+    assert installs, f"{name}: no pip install in the final stage"
+    for command in installs:
+        assert f"-c {target}" in command, f"{name}: `{command}` is not held to {target}"
+
+
+def test_the_constraints_pin_every_package_the_project_needs() -> None:
+    from importlib.metadata import requires
+
+    pinned = pins()
+    assert pinned, f"{CONSTRAINTS}: no pins"
+    for requirement in requires("kubetrain") or []:
+        spec, _, marker = requirement.partition(";")
+        if "extra" in marker and not any(f'"{e}"' in marker for e in ("s3", "gcs", "torch", "chainer", "ps")):
+            continue  # dev tools are not in any image
+        name = re.split(r"[<>=!~\[ (]", spec.strip(), maxsplit=1)[0]
+        assert re.sub(r"[-_.]+", "-", name).lower() in pinned, f"{name} ({requirement}) is not pinned in {CONSTRAINTS}"
+
+
+def test_the_launcher_image_carries_the_object_store_extras() -> None:
+    installs = " ".join(_pip_installs("launcher"))
+    assert re.search(r"kubetrain-\*\.whl\)?\[[^\]]*\bs3\b[^\]]*\]", installs), installs
+    assert re.search(r"kubetrain-\*\.whl\)?\[[^\]]*\bgcs\b[^\]]*\]", installs), installs
+    assert {"s3fs", "gcsfs"} <= set(pins())
+
+
+def test_the_launcher_runs_the_kfp_that_compiled_the_yaml() -> None:
+    """The launcher image's kfp (pinned) is the kfp named in every compiled component and pipeline."""
+    import kfp
+
+    kfp_pin = pins()["kfp"]
+    assert kfp.__version__ == kfp_pin, (
+        f"kfp {kfp.__version__} is installed but images/constraints.txt pins {kfp_pin}: run `make setup`"
+    )
+    for entry in entries():
+        for path in (entry.yaml_path, *entry.yaml_path.parent.glob(f"kfp-pre-2.15/{entry.yaml_path.name}")):
+            versions = set(re.findall(r"^sdkVersion: kfp-(\S+)$", path.read_text(), flags=re.MULTILINE))
+            assert versions == {kfp_pin}, f"{path} was compiled by kfp {versions}, the launcher image has {kfp_pin}"
