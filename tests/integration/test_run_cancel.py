@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +43,35 @@ def _leftovers(root: Path) -> list[str]:
             command = cmdline.replace(b"\0", b" ").decode(errors="replace")
             found.append(f"{entry.name}: {command[:120]}")
     return found
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (its SigCgt mask): the command's own code is running."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+def _storm(proc: subprocess.Popen[str], *, seconds: float = 120) -> int:
+    """SIGTERM and SIGINT every few milliseconds until the process exits (or `seconds` pass); how many were sent.
+
+    As from an impatient user or a supervisor repeating itself: every stage of the cancellation,
+    of the clean-up and of the report after it receives some.
+    """
+    signals = (signal.SIGTERM, signal.SIGINT)
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            proc.send_signal(signals[sent % 2])
+        except ProcessLookupError:  # exited between poll() and the signal
+            break
+        sent += 1
+        time.sleep(0.005)  # the pace of the storm, not a wait for anything
+    return sent
 
 
 class Run:
@@ -111,3 +141,28 @@ def test_a_sigkilled_run_leaves_nothing_behind(run: Run, tmp_path: Path) -> None
     run.proc.send_signal(signal.SIGKILL)  # no handler runs: only the run's watchdog can act
     run.proc.wait(10)
     _wait_for(lambda: not _leftovers(tmp_path), timeout=45, what="the run's steps and jobs to end after SIGKILL")
+
+
+def test_a_storm_of_signals_while_training_keeps_exit_5_and_the_json(run: Run, tmp_path: Path) -> None:
+    """Signals that kept coming once the run's guard was down (collecting, printing) killed it with 143, no JSON."""
+    run.wait_until_training()
+    assert _storm(run.proc) > 1
+    code, out = run.finish()
+    assert code == ExitCode.CANCELLED, "".join(run.stderr[-20:])
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["state"] == "CANCELLED"
+    assert outcome["tasks"]["pytorch-train"]["state"] == "FAILED"
+    assert "Traceback" not in "".join(run.stderr)
+    _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the run to end")
+
+
+def test_a_storm_of_signals_during_start_up_cancels_before_any_step(run: Run, tmp_path: Path) -> None:
+    """From the moment the command runs (its SIGTERM handler is in place), while it loads kfp and the pipeline."""
+    _wait_for(lambda: _catches_sigterm(run.proc.pid), timeout=60, what="kubetrain run to install its handlers")
+    assert _storm(run.proc) > 1
+    code, out = run.finish()
+    assert code == ExitCode.CANCELLED, "".join(run.stderr[-20:])
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["state"] == "CANCELLED"
+    assert "Traceback" not in "".join(run.stderr)
+    _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the run to end")

@@ -5,7 +5,8 @@ this Python, each training job a set of local processes imitating the operator. 
 steps' progress, then where every output is and the final metrics. With --json, the progress
 goes to stderr and stdout ends with one JSON object: the pipeline's state and, per task, its
 state, metrics, output parameters and artifact paths. Exit code 0 when every task succeeded,
-1 when one failed.
+1 when one failed, 5 when SIGTERM or SIGINT stopped the run (its running step deleted its job,
+and the outcome, with --json the JSON object, is still printed, however many signals come).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import ExitCode
+from kubetrain.launcher.signals import SignalEvent, hold_signals, ignore_signals
 from kubetrain.tooling.catalog import PIPELINES
 
 DEFAULT_RUNS_DIR = Path("runs")
@@ -57,6 +59,18 @@ def single_threaded_defaults() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline locally; print the outcome."""
+    # Stop means stop from the first line on: a signal while kfp and the pipeline load is recorded
+    # (no step then starts), one while the outcome is collected and printed changes nothing;
+    # without this, either ended the run with 143 and no report.
+    cancel = hold_signals()
+    try:
+        return _run(args, cancel)
+    finally:
+        # Decided and printed: the interpreter's shutdown must not turn a late signal into 143.
+        ignore_signals()
+
+
+def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
     from kubetrain.tooling.catalog import pipeline
     from kubetrain.tooling.local_run import describe, run_locally
     from kubetrain.tooling.params import parse_params, pipeline_inputs
@@ -64,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     entry = pipeline(args.pipeline)
     arguments = parse_params(args.param, pipeline_inputs(entry.load()))
     single_threaded_defaults()
-    outcome = run_locally(entry, arguments, runs_dir=args.runs_dir, logs_to_stderr=args.json)
+    outcome = run_locally(entry, arguments, runs_dir=args.runs_dir, logs_to_stderr=args.json, cancel=cancel)
     print(describe(outcome), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:
         print(json.dumps(outcome.to_json()), flush=True)

@@ -28,16 +28,28 @@ from typing import Any
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def hold_signals() -> threading.Event:
+class SignalEvent(threading.Event):
+    """An event set by a stop signal, which also remembers the first signal's name (for the report)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signal_name: str | None = None
+
+
+def hold_signals() -> SignalEvent:
     """For the rest of a command's life: SIGTERM and SIGINT only set the returned event.
 
-    Pass the event to `run_job` as `cancel`. Installed only from the main thread (elsewhere the
-    event is returned unconnected); meant for a command's entry point, which exits soon after.
+    Pass the event to `run_job` (or `kubetrain run`'s guard) as `cancel`. Installed only from the
+    main thread (elsewhere the event is returned unconnected); meant for a command's entry point,
+    which exits soon after. A guard installed later restores these handlers when it exits, so the
+    command stays protected until :func:`ignore_signals`.
     """
-    event = threading.Event()
+    event = SignalEvent()
     if threading.current_thread() is threading.main_thread():
 
         def record(signum: int, frame: FrameType | None) -> None:
+            if event.signal_name is None:
+                event.signal_name = signal.Signals(signum).name
             event.set()
 
         for sig in HANDLED_SIGNALS:

@@ -11,6 +11,12 @@ it), and:
 - SIGKILL of the run leaves no chance to act, so a watchdog process (the local backend's) holds
   the marker; when the run dies without saying goodbye, it SIGTERMs the marked steps, whose
   launchers clean up as above, and SIGKILLs what is left after a grace period.
+
+The guard covers the steps only. `kubetrain run` holds the signals for its whole life around it
+(`launcher.signals.hold_signals`, passed in as `cancel`): a signal while it loads kfp and the
+pipeline sets that event, and the guard then starts no step; on exit the guard restores the
+holding handlers, not the default action, so a signal while the outcome is collected and printed
+changes nothing, where it used to kill the run with 143 and no JSON.
 """
 
 from __future__ import annotations
@@ -36,18 +42,21 @@ STEP_GRACE_SECONDS = 30.0
 class RunCancelled(BaseException):
     """Raised out of the pipeline call when the run was told to stop."""
 
-    def __init__(self, signal_name: str) -> None:
+    def __init__(self, signal_name: str, *, before_any_step: bool = False) -> None:
         super().__init__(signal_name)
         self.signal_name = signal_name
+        self.before_any_step = before_any_step
 
 
 class RunGuard:
     """Marks the steps, forwards stop signals to them and waits for them; see the module docstring."""
 
-    def __init__(self, grace_seconds: float = STEP_GRACE_SECONDS) -> None:
+    def __init__(self, grace_seconds: float = STEP_GRACE_SECONDS, cancel: threading.Event | None = None) -> None:
+        """`cancel`: set by a stop signal that came before the guard (`hold_signals`); set by the guard too."""
         # No session can be -1: membership is by the marker alone (the steps share our session).
         self.steps = ContainerId(sid=-1, token=uuid.uuid4().hex)
         self.grace_seconds = grace_seconds
+        self.cancel = cancel if cancel is not None else threading.Event()
         self.signal_name: str | None = None
         self._armed = False
         self._previous: dict[int, Any] = {}
@@ -69,6 +78,9 @@ class RunGuard:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._previous[sig] = signal.signal(sig, self._handle)
+        # Checked after the handlers are in place: a signal comes either before (the event) or after.
+        if self.cancel.is_set() and self.signal_name is None:
+            self.signal_name = getattr(self.cancel, "signal_name", None) or "SIGTERM"
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -84,7 +96,7 @@ class RunGuard:
     def running_steps(self) -> Iterator[None]:
         """The block that starts steps: a stop signal ends it with RunCancelled, after the steps stopped."""
         if self.cancelled:
-            raise RunCancelled(self.signal_name or "SIGTERM")
+            raise RunCancelled(self.signal_name or "SIGTERM", before_any_step=True)
         self._armed = True
         try:
             yield
@@ -95,6 +107,7 @@ class RunGuard:
         if self.signal_name is not None:
             return  # already cancelling: a second signal changes nothing
         self.signal_name = signal.Signals(signum).name
+        self.cancel.set()
         self.stop_steps()
         if self._armed:
             self._armed = False

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -179,10 +180,16 @@ def run_locally(
     *,
     runs_dir: Path,
     logs_to_stderr: bool = False,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Run one of kubetrain's pipelines on this machine; see :func:`run_pipeline_locally`."""
     return run_pipeline_locally(
-        entry.load(), name=entry.name, arguments=arguments, runs_dir=runs_dir, logs_to_stderr=logs_to_stderr
+        entry.load(),
+        name=entry.name,
+        arguments=arguments,
+        runs_dir=runs_dir,
+        logs_to_stderr=logs_to_stderr,
+        cancel=cancel,
     )
 
 
@@ -193,10 +200,13 @@ def run_pipeline_locally(
     arguments: Mapping[str, Any],
     runs_dir: Path,
     logs_to_stderr: bool = False,
+    cancel: threading.Event | None = None,
 ) -> RunOutcome:
     """Run any KFP pipeline of lightweight components here; returns its outcome (FAILED, no raise, on failure).
 
     A SIGTERM or SIGINT stops the running step (its job is deleted) and ends the run CANCELLED.
+    `cancel` is the caller's event of signals that came before (`launcher.signals.hold_signals`):
+    if it is set, no step starts and the run is CANCELLED.
     """
     from kfp import local
 
@@ -208,7 +218,7 @@ def run_pipeline_locally(
     env = {BACKEND_ENV: "local", LOCAL_ROOT_ENV: str(local_root), "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
     out_stream = sys.stderr if logs_to_stderr else sys.stdout
-    guard = RunGuard()
+    guard = RunGuard(cancel=cancel)
     with guard, _environment({**env, **guard.environment}), contextlib.redirect_stdout(out_stream), \
             warnings.catch_warnings():  # fmt: skip
         # The launcher image's name has no "python" in it, which kfp.local warns about; the
@@ -219,7 +229,8 @@ def run_pipeline_locally(
             with guard.running_steps():
                 pipeline(**arguments)
         except RunCancelled as c:
-            print(f"kubetrain run: cancelled ({c.signal_name}); the running step stopped its job", flush=True)
+            done = "before any step started" if c.before_any_step else "the running step stopped its job"
+            print(f"kubetrain run: cancelled ({c.signal_name}); {done}", flush=True)
         except (RuntimeError, ValueError) as e:
             raise BackendError(f"kfp.local could not run {name}: {e}") from e
     wall = time.monotonic() - start
