@@ -23,7 +23,7 @@ from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime import artifacts, report
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
 from kubetrain.kfp_runtime.passthrough import passthrough_warning
-from kubetrain.kfp_runtime.requests import JobPlan, TrainingRequest
+from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
 from kubetrain.launcher import AwaitOptions, run_job, timestamped_stderr_sink

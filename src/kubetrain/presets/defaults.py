@@ -175,6 +175,35 @@ def resolve_program(
     return program, flags, pod, ()
 
 
+def torch_program(
+    program: Program, params: TrainingParams, pod: PodOptions, backend: str
+) -> tuple[tuple[str, ...], tuple[str, ...], PodOptions]:
+    """(command, args, pod options) of a DDP program: kubetrain's flags plus `--backend`, or a user's program."""
+    command, args, pod, _ = resolve_program(program, params, pod, (*params.program_args(), "--backend", backend))
+    return command, args, pod
+
+
+def under_torchrun(command: tuple[str, ...], why: str) -> tuple[str, ...]:
+    """`command` (a Python program) started by torchrun, which then reads the rendezvous from `PET_*`.
+
+    torchrun runs the Python program itself, so the command must be `python SCRIPT ...` or
+    `python -m MODULE ...`; `why` says what starts it under torchrun (elastic job, TrainJob).
+    """
+    if len(command) < 2 or not command[0].startswith("python"):
+        raise SpecError("command", " ".join(command), f"'python SCRIPT' or 'python -m MODULE': {why}")
+    return ("python", "-m", "torch.distributed.run", *command[1:])
+
+
+def mpirun(ranks: int, forward: tuple[str, ...], command: tuple[str, ...]) -> tuple[str, ...]:
+    """The launcher's mpirun over `ranks` ranks of `command`, forwarding the env names in `forward`."""
+    # -x forwards the abort switch to every rank, so an exception on one rank ends the whole
+    # job instead of leaving the others blocked in a collective (chainermn#236).
+    return (
+        "mpirun", "-n", str(ranks), "--bind-to", "none", "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION",
+        "-x", "PYTHONUNBUFFERED", *forward, *command,
+    )  # fmt: skip
+
+
 def workspace_for(claim: str | None) -> Workspace | None:
     """The workspace claim mounted at the usual place, if there is one."""
     return Workspace(claim_name=claim, mount_path=WORKSPACE_MOUNT) if claim else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from kubetrain.errors import SpecError
 from kubetrain.manifests.jobset import master_address, ps_addresses
 from kubetrain.presets.defaults import (
     CHAINERMN_IMAGE,
@@ -18,7 +17,10 @@ from kubetrain.presets.defaults import (
     Program,
     TrainingParams,
     job_meta,
+    mpirun,
     resolve_program,
+    torch_program,
+    under_torchrun,
     workspace_for,
 )
 from kubetrain.specs import (
@@ -54,17 +56,10 @@ def pytorch_job_spec(
     rendezvous from the `PET_*` variables the operator injects; their program must therefore be a
     Python one (`python SCRIPT ...` or `python -m MODULE ...`), which torchrun runs itself.
     """
-    flags = (*params.program_args(), "--backend", backend)
-    program, args, pod, _ = resolve_program(program, params, pod or PodOptions(), flags)
+    program, args, pod = torch_program(program, params, pod or PodOptions(), backend)
     policy = ElasticPolicy(min_replicas=elastic[0], max_replicas=elastic[1]) if elastic else None
     if policy is not None:
-        if not program[0].startswith("python") or len(program) < 2:
-            raise SpecError(
-                "command",
-                " ".join(program),
-                "'python SCRIPT' or 'python -m MODULE': an elastic job starts the program under torchrun",
-            )
-        torchrun = ("python", "-m", "torch.distributed.run", *program[1:])
+        torchrun = under_torchrun(program, "an elastic job starts the program under torchrun")
         master = None
         worker: ReplicaSpec | None = pod.replica(
             image=image, replicas=max(workers, policy.min_replicas), command=torchrun, args=args
@@ -101,13 +96,7 @@ def mpi_job_spec(
     """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `program`
     (default `python -m kubetrain.train.chainermn_mpi`)."""
     program, args, pod, forward = resolve_program(program, params, pod or PodOptions(), tuple(params.program_args()))
-    total = workers * slots_per_worker
-    # -x forwards the abort switch to every rank, so an exception on one rank ends the whole
-    # job instead of leaving the others blocked in a collective (chainermn#236).
-    launcher_cmd = (
-        "mpirun", "-n", str(total), "--bind-to", "none", "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION",
-        "-x", "PYTHONUNBUFFERED", *forward, *program,
-    )  # fmt: skip
+    launcher_cmd = mpirun(workers * slots_per_worker, forward, program)
     return MPIJobSpec(
         meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
         launcher=pod.replica(image=image, replicas=1, command=launcher_cmd, args=args, light=True),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from kubetrain.errors import SpecError
 from kubetrain.presets.defaults import (
     CHAINERMN_IMAGE,
     CHAINERMN_PROGRAM,
@@ -14,7 +13,10 @@ from kubetrain.presets.defaults import (
     Program,
     TrainingParams,
     job_meta,
+    mpirun,
     resolve_program,
+    torch_program,
+    under_torchrun,
     workspace_for,
 )
 from kubetrain.specs import (
@@ -48,16 +50,9 @@ def pytorch_trainjob_spec(
     The Trainer injects the rendezvous as `PET_*` variables, which torchrun reads, so the program
     runs under torchrun (one process per node on CPUs, one per GPU) and must be a Python program.
     """
-    flags = (*params.program_args(), "--backend", backend)
-    program, args, pod, _ = resolve_program(program, params, pod or PodOptions(), flags)
-    if len(program) < 2 or not program[0].startswith("python"):
-        raise SpecError("command", " ".join(program), "'python SCRIPT' or 'python -m MODULE': torchrun runs it")
-    trainer = pod.replica(
-        image=image,
-        replicas=1 + workers,
-        command=("python", "-m", "torch.distributed.run", *program[1:]),
-        args=args,
-    )
+    program, args, pod = torch_program(program, params, pod or PodOptions(), backend)
+    torchrun = under_torchrun(program, "torchrun runs it")
+    trainer = pod.replica(image=image, replicas=1 + workers, command=torchrun, args=args)
     return TrainJobSpec(
         meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
         runtime=runtime,
@@ -88,10 +83,7 @@ def mpi_trainjob_spec(
     """ChainerMN training as a TrainJob on kubetrain's MPI runtime: the launcher runs mpirun over
     `workers` nodes × `slots_per_worker` ranks (the Trainer writes the hostfile)."""
     program, args, pod, forward = resolve_program(program, params, pod or PodOptions(), tuple(params.program_args()))
-    launcher_cmd = (
-        "mpirun", "-n", str(workers * slots_per_worker), "--bind-to", "none",
-        "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION", "-x", "PYTHONUNBUFFERED", *forward, *program,
-    )  # fmt: skip
+    launcher_cmd = mpirun(workers * slots_per_worker, forward, program)
     trainer = pod.replica(image=image, replicas=workers, command=launcher_cmd, args=args)
     return TrainJobSpec(
         meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),

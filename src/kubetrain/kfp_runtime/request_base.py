@@ -1,0 +1,209 @@
+"""What every training request shares: the task's identity, the inputs every component takes, and the job it names.
+
+A component hands its inputs over by the names it declares (`learning_rate`, `architecture`,
+...); the request keeps those names, so an error names the input the user set. The one
+translation into the training program's vocabulary (`--lr`, `--model`) is
+:meth:`TrainingRequest.training_params`; what every preset takes alike (name, namespace, KFP run
+and task, flags, image, pod options, workspace) is one typed :class:`JobIdentity`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Self, cast
+
+from kubetrain.errors import InvalidInputError
+from kubetrain.launcher import DELETE_AFTER_CHOICES, DeleteAfter
+from kubetrain.names import is_dns1123_subdomain
+from kubetrain.presets import PodOptions, TrainingParams, UserProgram
+from kubetrain.specs import JobSpec, RunPolicy
+
+Framework = Literal["pytorch", "chainermn", "ps"]
+# The inputs that identify a task at run time; every training component takes them.
+IDENTITY_INPUTS = ("run_id", "task_id", "task_name")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPlan:
+    """What a request needs at run time to become a spec: the job's name, program flags and pod options."""
+
+    name: str
+    params: TrainingParams
+    pod: PodOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobIdentity:
+    """The arguments every preset takes alike, typed: who the job is, what it runs and where its pods run."""
+
+    name: str
+    namespace: str | None
+    kfp_run_id: str
+    kfp_task_id: str
+    params: TrainingParams
+    image: str
+    pod: PodOptions
+    workspace_pvc: str
+
+
+def check_positive_int(name: str, value: object, minimum: int = 1) -> None:
+    """An integer input of at least `minimum` (bools are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInputError(f"{name}: got {value!r}; expected an integer >= {minimum}")
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """One of a fixed set of words."""
+    if value not in choices:
+        raise InvalidInputError(f"{name}: got {value!r}; expected one of {', '.join(choices)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingRequest(abc.ABC):
+    """The inputs every training component shares; one subclass per framework adds its own."""
+
+    framework: ClassVar[Framework]
+    models: ClassVar[tuple[str, ...]]
+    default_image: ClassVar[str]
+
+    run_id: str
+    task_id: str
+    task_name: str
+    workspace_pvc: str = "kubetrain-workspace"
+    epochs: int = 5
+    batch_size: int = 32
+    learning_rate: float = 0.002
+    architecture: str = "mlp"
+    seed: int = 0
+    image: str = ""
+    cpu: str = ""
+    memory: str = ""
+    gpus: int = 0
+    timeout_seconds: float = 86400  # real training runs for hours; a day, as the peers default to
+    delete_after: str = "success"
+    backoff_limit: int = 3
+    namespace: str = ""
+    service_account: str = ""
+    manifest_patch: dict[str, Any] | None = None
+    image_pull_secrets: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        for name in IDENTITY_INPUTS:
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip() or value.startswith("{{$"):
+                raise InvalidInputError(
+                    f"{name}: got {value!r}; pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
+                    "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id and dsl.PIPELINE_TASK_NAME_PLACEHOLDER as "
+                    "task_name, so each task's job name is derived at run time (the KFP backend resolves "
+                    "these only when passed as the task's arguments, not as input defaults)"
+                )
+        check_positive_int("epochs", self.epochs)
+        check_positive_int("batch_size", self.batch_size)
+        lr = self.learning_rate
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+            raise InvalidInputError(f"learning_rate: got {lr!r}; expected a number > 0")
+        # Refused here, before anything is submitted, rather than by every replica's parser.
+        check_choice("architecture", self.architecture, self.models)
+        if not self.timeout_seconds > 0:
+            raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
+        check_choice("delete_after", self.delete_after, DELETE_AFTER_CHOICES)
+        check_positive_int("backoff_limit", self.backoff_limit, minimum=0)
+        for secret in self.image_pull_secrets or ():
+            if not isinstance(secret, str) or not is_dns1123_subdomain(secret):
+                raise InvalidInputError(
+                    f"image_pull_secrets: got {secret!r}; expected the name of a Secret of type dockerconfigjson"
+                )
+        if self.manifest_patch is not None and not isinstance(self.manifest_patch, dict):
+            raise InvalidInputError(
+                f"manifest_patch: got {self.manifest_patch!r}; expected a JSON object (an RFC 7386 merge patch)"
+            )
+
+    @classmethod
+    def from_inputs(cls, inputs: Mapping[str, Any]) -> Self:
+        """The request from a component's inputs, by their declared names."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(inputs) - known)
+        if unknown:
+            raise InvalidInputError(
+                f"{cls.framework} training: unknown inputs {', '.join(unknown)}; "
+                f"expected some of {', '.join(sorted(known))}"
+            )
+        missing = [name for name in IDENTITY_INPUTS if name not in inputs]
+        if missing:
+            raise InvalidInputError(
+                f"{', '.join(missing)}: missing; pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
+                "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id and dsl.PIPELINE_TASK_NAME_PLACEHOLDER as task_name"
+            )
+        return cls(**inputs)
+
+    @property
+    def task_key(self) -> str:
+        """The task's identity within its run: the task id and the task's name.
+
+        On the KFP backend the task id is the enclosing DAG's execution id, shared by every task of
+        that DAG; the name tells them apart. It goes into the job name and the task label, so two
+        tasks side by side never adopt each other's job while a retried task re-attaches to its own.
+        """
+        return f"{self.task_id}.{self.task_name}"
+
+    @property
+    def chosen_image(self) -> str:
+        """The training image: the one given, else kubetrain's image for this framework and version."""
+        return self.image or self.default_image
+
+    @property
+    def job_namespace(self) -> str | None:
+        """The job's namespace, None for the backend's default (the launcher pod's own)."""
+        return self.namespace or None
+
+    @property
+    def delete_policy(self) -> DeleteAfter:
+        """`delete_after`, checked on construction."""
+        return cast(DeleteAfter, self.delete_after)
+
+    @property
+    def active_deadline_seconds(self) -> int:
+        """The timeout as the job's own deadline: a backstop should the launcher pod be lost."""
+        return max(1, int(self.timeout_seconds))
+
+    def run_policy(self) -> RunPolicy:
+        """Restarts, plus the timeout as the job's own deadline."""
+        return RunPolicy(backoff_limit=self.backoff_limit, active_deadline_seconds=self.active_deadline_seconds)
+
+    def training_params(self, *, data_dir: str, output_dir: str, checkpoint_dir: str) -> TrainingParams:
+        """The program's flags: the component's names become the program's (`--lr`, `--model`)."""
+        return TrainingParams(
+            data_dir=data_dir,
+            output_dir=output_dir,
+            checkpoint_dir=checkpoint_dir,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.learning_rate,
+            model=self.architecture,
+            seed=self.seed,
+        )
+
+    def identity(self, plan: JobPlan) -> JobIdentity:
+        """What every preset takes alike, for the job named and placed by `plan`."""
+        return JobIdentity(
+            name=plan.name,
+            namespace=self.job_namespace,
+            kfp_run_id=self.run_id,
+            kfp_task_id=self.task_key,
+            params=plan.params,
+            image=self.chosen_image,
+            pod=plan.pod,
+            workspace_pvc=self.workspace_pvc,
+        )
+
+    @property
+    def user_program(self) -> UserProgram | None:
+        """The user's own program (command and args as lists); None for kubetrain's trainer."""
+        return None
+
+    @abc.abstractmethod
+    def to_spec(self, plan: JobPlan) -> JobSpec:
+        """The job spec this request makes, for the job named and placed by `plan`."""
