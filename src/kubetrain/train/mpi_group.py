@@ -26,7 +26,7 @@ class Group(Protocol):
     """What the training loop needs from its process group."""
 
     rank: int
-    size: int
+    world_size: int
     intra_rank: int
     communicator: Any  # the ChainerMN communicator, None for a single process
 
@@ -59,7 +59,7 @@ class SingleGroup:
     """One plain process: every collective is the identity."""
 
     rank = 0
-    size = 1
+    world_size = 1
     intra_rank = 0
     communicator: Any = None
 
@@ -97,7 +97,7 @@ class MpiGroup:
     def __init__(self, communicator: Any) -> None:
         self.communicator = communicator
         self.rank = int(communicator.rank)
-        self.size = int(communicator.size)
+        self.world_size = int(communicator.size)
         self.intra_rank = int(communicator.intra_rank)
 
     def allreduce_sum(self, values: list[float]) -> list[float]:

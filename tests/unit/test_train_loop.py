@@ -1,0 +1,132 @@
+"""The shared training loop (train/loop.py) with a fake framework: when it steps, logs, checkpoints and resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from kubetrain.train import loop
+from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature
+from kubetrain.train.common import TrainConfig, Watchdog, build_parser
+from kubetrain.train.loop import LoadedCheckpoint, RunState
+
+
+class FakeSteps:
+    """One process, 10 records, loss = the batch's first index; checkpoints as JSON files."""
+
+    model_file = "model.fake"
+
+    def __init__(self, *, collectives_time_out: bool = True) -> None:
+        self.collectives_time_out = collectives_time_out
+        self.rank, self.world_size = 0, 1
+        self.trained: list[tuple[int, ...]] = []
+        self.saved_steps: list[int] = []
+        self.restored = False
+
+    def allreduce_sum(self, values: list[float]) -> list[float]:
+        return [float(v) for v in values]
+
+    def broadcast_int(self, value: int) -> int:
+        return value
+
+    def epoch_batches(self, epoch: int, batch_size: int) -> list[tuple[int, ...]]:
+        order = list(range(10))
+        return [tuple(order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
+
+    def train_step(self, batch: tuple[int, ...]) -> float:
+        self.trained.append(batch)
+        return float(batch[0])
+
+    def evaluate(self) -> tuple[float, float]:
+        return 0.5, 1.5
+
+    def save_checkpoint(self, ckdir: CheckpointDir, *, progress: Progress, signature: RunSignature) -> None:
+        self.saved_steps.append(progress.global_step)
+        data = json.dumps({"signature": signature.to_payload(), "progress": progress.to_json()}).encode()
+
+        def write(f: IO[bytes]) -> None:
+            f.write(data)
+
+        ckdir.save(progress.global_step, write)
+
+    def load_checkpoint(self, path: Path) -> LoadedCheckpoint:
+        raw = json.loads(path.read_text())
+
+        def restore() -> Progress:
+            self.restored = True
+            return Progress.from_json(raw["progress"])
+
+        return LoadedCheckpoint(signature=raw["signature"], restore=restore)
+
+    def save_model(self, path: Path) -> None:
+        path.write_text("model")
+
+
+def _state(tmp_path: Path, *flags: str, checkpoints: bool = True) -> RunState:
+    args = ["--data", str(tmp_path / "data"), "--output", str(tmp_path / "out"), "--batch-size", "4"]
+    if checkpoints:
+        args += ["--checkpoint-dir", str(tmp_path / "ck")]
+    cfg = TrainConfig.from_args(build_parser(prog="t", description="t").parse_args([*args, *flags]))
+    signature = RunSignature(model="mlp", feature_shape=(2,), num_classes=2, seed=0, batch_size=4, world_size=1)
+    ckdir = CheckpointDir(cfg.checkpoint_dir, ".pt") if cfg.checkpoint_dir else None
+    return RunState(cfg=cfg, signature=signature, ckdir=ckdir)
+
+
+def test_epochs_of_batches_with_history_checkpoints_and_metrics(tmp_path: Path) -> None:
+    state, steps = _state(tmp_path, "--epochs", "2", "--log-every", "2", "--checkpoint-every", "2"), FakeSteps()
+    outcome = loop.train(state, steps)
+    assert [b[0] for b in steps.trained] == [0, 4, 8] * 2  # 3 batches per epoch, ceil(10 / 4)
+    # Mid-epoch every 2 steps (not at step 6: that is an epoch's end), and at each epoch's end.
+    assert steps.saved_steps == [2, 3, 4, 6]
+    kinds = [(h["kind"], h["step"]) for h in state.progress.history]
+    assert kinds == [("step", 2), ("epoch", 3), ("step", 4), ("step", 6), ("epoch", 6)]
+    assert state.progress.history[1]["loss"] == pytest.approx(4.0)  # (0 + 4 + 8) / 3
+    assert (outcome.samples_total, outcome.test_accuracy) == (20, 0.5)
+
+    loop.write_outputs(state, steps, outcome, started=0.0, extra={"framework": "fake"})
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert list(metrics)[:10] == [
+        "test_accuracy", "test_loss", "train_loss", "samples_per_second", "world_size", "wall_seconds",
+        "epochs", "global_step", "history", "framework",
+    ]  # fmt: skip
+    assert (metrics["epochs"], metrics["global_step"], metrics["samples_trained"]) == (2, 6, 20)
+    assert (tmp_path / "out" / "model.fake").read_text() == "model"
+
+
+def test_max_steps_stops_mid_epoch(tmp_path: Path) -> None:
+    state, steps = _state(tmp_path, "--epochs", "3", "--max-steps", "4", checkpoints=False), FakeSteps()
+    loop.train(state, steps)
+    assert (state.progress.epoch, state.progress.batch_in_epoch, state.progress.global_step) == (1, 1, 4)
+
+
+def test_resume_skips_the_batches_already_done(tmp_path: Path) -> None:
+    first = FakeSteps()
+    loop.train(_state(tmp_path, "--epochs", "2", "--max-steps", "5", "--checkpoint-every", "2"), first)
+    assert first.saved_steps == [2, 3, 4]  # killed after step 5: the newest checkpoint is step 4
+
+    again, steps = _state(tmp_path, "--epochs", "2", "--checkpoint-every", "2"), FakeSteps()
+    loop.resume(again, steps)
+    assert steps.restored and again.resumed_from_step == 4
+    loop.train(again, steps)
+    assert [b[0] for b in steps.trained] == [4, 8]  # epoch 1 from its second batch
+    assert again.progress.global_step == 6
+
+
+@pytest.mark.parametrize(("collectives_time_out", "limit"), [(True, 12.0 + loop.WATCHDOG_GRACE_SECONDS), (False, 12.0)])
+def test_the_watchdog_waits_for_collectives_that_time_out_themselves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collectives_time_out: bool, limit: float
+) -> None:
+    limits: list[float] = []
+    real = Watchdog
+
+    def recording(**kw: Any) -> Any:
+        limits.append(kw["limit_seconds"])
+        return real(**kw)
+
+    monkeypatch.setattr(loop, "Watchdog", recording)
+    state = _state(tmp_path, "--epochs", "1", "--timeout-seconds", "12", checkpoints=False)
+    loop.train(state, FakeSteps(collectives_time_out=collectives_time_out))
+    assert limits == [limit]
