@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.backends.local.validate import validate_manifest
+from kubetrain.backends.local.validate import go_quote, validate_manifest
 from kubetrain.errors import ManifestError
 from kubetrain.manifests import build_mpijob, build_ps_jobset, build_pytorchjob
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
@@ -116,12 +116,27 @@ def test_other_kinds_are_refused() -> None:
         validate_manifest({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "t"}, "spec": {}})
 
 
-def _with_volume(volume: dict[str, Any], mount: dict[str, Any]) -> dict[str, Any]:
+def _with_volume(volume: dict[str, Any], mount: dict[str, Any], *, name: str = "data") -> dict[str, Any]:
     manifest = _pytorch()
     spec = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-    spec["volumes"] = [{"name": "data", **volume}]
-    spec["containers"][0]["volumeMounts"] = [{"name": "data", **mount}]
+    spec["volumes"] = [{"name": name, **volume}]
+    spec["containers"][0]["volumeMounts"] = [{"name": name, **mount}]
     return manifest
+
+
+MASTER_POD = "spec.pytorchReplicaSpecs.Master.template.spec"
+# The API server's messages, word for word and byte for byte: printed by apimachinery v0.36.3's
+# field.Invalid(...).Error() with validation.IsDNS1123Label / IsDNS1123Subdomain.
+LABEL_RULE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end "
+    "with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start "
+    "and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    r"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
 
 
 @pytest.mark.parametrize(
@@ -130,16 +145,36 @@ def _with_volume(volume: dict[str, Any], mount: dict[str, Any]) -> dict[str, Any
         (
             {"persistentVolumeClaim": {"claimName": "../../../../tmp/x"}},
             {"mountPath": "/data"},
-            "persistentVolumeClaim.claimName: Invalid value: '../../../../tmp/x': a lowercase RFC 1123 subdomain",
+            'persistentVolumeClaim.claimName: Invalid value: "../../../../tmp/x": no PersistentVolumeClaim can have '
+            f"this name (the API server refuses it as a claim's metadata.name: {SUBDOMAIN_RULE}); name an existing claim",
         ),
-        ({"emptyDir": {}}, {"mountPath": "/d", "subPath": "../../x"}, "subPath: Invalid value: '../../x': must not contain"),
-        ({"emptyDir": {}}, {"mountPath": "/d", "subPath": "/etc"}, "subPath: Invalid value: '/etc': must be a relative path"),
-        ({"emptyDir": {}}, {"mountPath": "/"}, 'mountPath: Invalid value: "/": a volume cannot be mounted over the root'),
+        ({"persistentVolumeClaim": {"claimName": ""}}, {"mountPath": "/d"}, "claimName: Required value"),
+        (
+            {"emptyDir": {}},
+            {"mountPath": "/d", "subPath": "../../x"},
+            'subPath: Invalid value: "../../x": must not contain',
+        ),
+        (
+            {"emptyDir": {}},
+            {"mountPath": "/d", "subPath": "/etc"},
+            'subPath: Invalid value: "/etc": must be a relative path',
+        ),
+        (
+            {"emptyDir": {}},
+            {"mountPath": "/"},
+            'mountPath: Invalid value: "/": a volume cannot be mounted over the root',
+        ),
         (
             {"secret": {"secretName": "s", "items": [{"key": "k", "path": "../k"}]}},
             {"mountPath": "/s"},
-            "secret.items[0].path: Invalid value: '../k': must not contain '..'",
+            """secret.items[0].path: Invalid value: "../k": must not contain '..'""",
         ),
+        (
+            {"configMap": {"name": "c", "items": [{"key": "k", "path": "..data"}]}},
+            {"mountPath": "/c"},
+            """configMap.items[0].path: Invalid value: "..data": must not start with '..'""",
+        ),
+        ({"configMap": {"name": "c", "items": [{"key": "k"}]}}, {"mountPath": "/c"}, "items[0].path: Required value"),
     ],
 )
 def test_paths_that_would_leave_the_local_root_are_refused_as_the_api_server_does(
@@ -148,6 +183,42 @@ def test_paths_that_would_leave_the_local_root_are_refused_as_the_api_server_doe
     with pytest.raises(ManifestError) as refused:
         validate_manifest(_with_volume(volume, mount))
     assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        # An emptyDir is a directory named after its volume: this one made a replica write outside the root.
+        ("../../../../tmp/x/ESCAPED", LABEL_RULE),
+        ("scratch.tmp", "must not contain dots"),
+        ("a" * 64, "must be no more than 63 characters"),
+        ("Data", LABEL_RULE),
+        ("data\n", LABEL_RULE),  # Python's `$` would let a trailing newline through
+    ],
+)
+def test_volume_names_must_be_rfc_1123_labels_as_the_api_server_says(name: str, problem: str) -> None:
+    with pytest.raises(ManifestError) as refused:
+        validate_manifest(_with_volume({"emptyDir": {}}, {"mountPath": "/scratch"}, name=name))
+    quoted = name.replace("\n", "\\n")
+    assert str(refused.value) == f'{MASTER_POD}.volumes[0].name: Invalid value: "{quoted}": {problem}'
+
+
+def test_volume_names_are_required_and_unique() -> None:
+    manifest = _with_volume({"emptyDir": {}}, {"mountPath": "/scratch"})
+    spec = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    spec["volumes"].append({"name": "data", "emptyDir": {}})
+    with pytest.raises(ManifestError, match=r'volumes\[1\]\.name: Duplicate value: "data"$'):
+        validate_manifest(manifest)
+    spec["volumes"] = [{"emptyDir": {}}]
+    with pytest.raises(ManifestError, match=r"volumes\[0\]\.name: Required value$"):
+        validate_manifest(manifest)
+
+
+def test_bad_values_are_quoted_as_gos_percent_q() -> None:
+    """Byte for byte what the API server printed for the same value (strconv.Quote)."""
+    value = 'tab\there\x01\x7f é "q" \\ \u00a0 \U0001f600 \U000e0001'
+    # Go's fmt.Printf("%q") of the same string; the emoji is printable, the language tag is not.
+    assert go_quote(value) == r'"tab\there\x01\x7f é \"q\" \\ \u00a0 ' + "\U0001f600" + r' \U000e0001"'
 
 
 def test_local_runs_follow_the_clusters_name_rule() -> None:

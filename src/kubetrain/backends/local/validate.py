@@ -8,26 +8,96 @@ policy references. A problem raises ManifestError naming the field path, before 
 It applies the same rules as `kubetrain render` and the Kubernetes path first
 (:func:`kubetrain.manifests.validate.validate_manifest`: names that leave room for what the
 operator derives, the operators' container and replica rules), then what only a local run needs.
-Paths a pod names (claims, sub-paths, item paths) are refused where the API server refuses them,
-in its words, since locally they become directories on this machine and could point outside the
-backend's root.
+Names and paths a pod gives volumes become directories on this machine, so whatever could point
+outside the backend's root is refused, before anything runs:
+
+- what the API server refuses, in its words (field path, `Invalid value: "..."` quoted as Go's
+  `%q`, then the rule): volume names that are not RFC 1123 labels, sub-paths and item paths that
+  are absolute or contain `..`;
+- claim names no PersistentVolumeClaim can have (not an RFC 1123 subdomain). The API server only
+  requires `claimName` to be non-empty when it admits a pod; such a pod then waits, Pending, for a
+  claim that cannot exist. Locally the claim would be a directory named after it, so the name is
+  refused with the rule the API server applies to a claim's own name.
+
+A sub-path that goes through a symbolic link out of its volume is the kubelet's to refuse, when it
+mounts: `podspec` does the same when the pod starts.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from kubetrain.errors import ManifestError
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, JobKind
 from kubetrain.manifests.validate import validate_manifest as validate_for_cluster
-from kubetrain.names import is_dns1035_label, is_dns1123_subdomain
+from kubetrain.names import is_dns1035_label
 
-# The API server's own words (k8s.io/apimachinery validation messages).
-_SUBDOMAIN_RULE = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character (e.g. 'example.com')"
+# The API server's own words: k8s.io/apimachinery/pkg/util/validation (IsDNS1123Label,
+# IsDNS1123Subdomain, RegexError, with its double space) and k8s.io/kubernetes
+# pkg/apis/core/validation (validateLocalDescendingPath, ValidateLocalNonReservedPath).
+_LABEL_FORMAT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN_FORMAT = _LABEL_FORMAT + r"(\." + _LABEL_FORMAT + ")*"
+LABEL_RULE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    f"regex used for validation is '{_LABEL_FORMAT}')"
 )
+SUBDOMAIN_RULE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'example.com', "
+    f"regex used for validation is '{_SUBDOMAIN_FORMAT}')"
+)
+_LABEL_MAX, _SUBDOMAIN_MAX = 63, 253
+# Go's strconv.Quote escapes these by name.
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def go_quote(value: object) -> str:
+    """`value` as Go's `%q` prints a string (strconv.Quote), the way the API server quotes a bad value.
+
+    Double quotes; backslash, quote and control characters escaped; other printable characters,
+    non-ASCII ones included, as they are.
+    """
+    out = []
+    for char in str(value):
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        elif ord(char) < 0x80:
+            out.append(f"\\x{ord(char):02x}")
+        elif ord(char) < 0x10000:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def invalid_value(path: str, value: object, detail: str) -> ManifestError:
+    """The API server's `field.Invalid`: `PATH: Invalid value: "VALUE": DETAIL`."""
+    return ManifestError(path, f"Invalid value: {go_quote(value)}: {detail}")
+
+
+def dns1123_label_problem(value: str) -> str | None:
+    """What the API server says of `value` as an RFC 1123 label (its first complaint), or None if it is one."""
+    if len(value) > _LABEL_MAX:
+        return f"must be no more than {_LABEL_MAX} characters"
+    if re.fullmatch(_LABEL_FORMAT, value):
+        return None
+    if re.fullmatch(_SUBDOMAIN_FORMAT, value):
+        return "must not contain dots"
+    return LABEL_RULE
+
+
+def _dns1123_subdomain_problem(value: str) -> str | None:
+    if len(value) > _SUBDOMAIN_MAX:
+        return f"must be no more than {_SUBDOMAIN_MAX} characters"
+    return None if re.fullmatch(_SUBDOMAIN_FORMAT, value) else SUBDOMAIN_RULE
+
 
 _JOBSET_ACTIONS = (
     "FailJobSet",
@@ -62,9 +132,13 @@ def check_pod_template(template: object, path: str, *, restart_policies: tuple[s
     containers = _list(spec.get("containers"), f"{path}.spec.containers")
     if not containers:
         raise ManifestError(f"{path}.spec.containers", "at least one container is required")
-    volumes = {str(_mapping(v, f"{path}.spec.volumes[]").get("name")) for v in spec.get("volumes") or []}
-    for i, raw_volume in enumerate(spec.get("volumes") or []):
-        _check_volume_paths(_mapping(raw_volume, f"{path}.spec.volumes[{i}]"), f"{path}.spec.volumes[{i}]")
+    volumes: set[str] = set()
+    for i, raw_volume in enumerate(_list(spec.get("volumes") or [], f"{path}.spec.volumes")):
+        vpath = f"{path}.spec.volumes[{i}]"
+        name = _check_volume(_mapping(raw_volume, vpath), vpath)
+        if name in volumes:
+            raise ManifestError(f"{vpath}.name", f"Duplicate value: {go_quote(name)}")
+        volumes.add(name)
     for i, raw in enumerate(containers):
         cpath = f"{path}.spec.containers[{i}]"
         container = _mapping(raw, cpath)
@@ -102,29 +176,53 @@ def check_pod_template(template: object, path: str, *, restart_policies: tuple[s
 
 def _check_no_backsteps(value: str, path: str) -> None:
     if ".." in value.split("/"):
-        raise ManifestError(path, f"Invalid value: {value!r}: must not contain '..'")
+        raise invalid_value(path, value, "must not contain '..'")
 
 
 def _check_descending(value: str, path: str) -> None:
     """A path that must stay inside its volume (subPath, items[].path), as the API server checks it."""
     if value.startswith("/"):
-        raise ManifestError(path, f"Invalid value: {value!r}: must be a relative path")
+        raise invalid_value(path, value, "must be a relative path")
     _check_no_backsteps(value, path)
 
 
-def _check_volume_paths(volume: Mapping[str, Any], path: str) -> None:
+def _check_volume(volume: Mapping[str, Any], path: str) -> str:
+    """One entry of a pod's volumes; its name."""
+    name = volume.get("name")
+    if name is None or name == "":
+        raise ManifestError(f"{path}.name", "Required value")
+    # Locally an emptyDir (or configMap, secret) volume is a directory named after the volume.
+    problem = dns1123_label_problem(str(name))
+    if problem is not None:
+        raise invalid_value(f"{path}.name", name, problem)
     claim = volume.get("persistentVolumeClaim")
     if claim is not None:
-        name = str(_mapping(claim, f"{path}.persistentVolumeClaim").get("claimName") or "")
-        if not is_dns1123_subdomain(name):
-            field = f"{path}.persistentVolumeClaim.claimName"
-            raise ManifestError(field, f"Invalid value: {name!r}: {_SUBDOMAIN_RULE}")
+        field = f"{path}.persistentVolumeClaim.claimName"
+        claim_name = _mapping(claim, f"{path}.persistentVolumeClaim").get("claimName")
+        if claim_name is None or claim_name == "":
+            raise ManifestError(field, "Required value")
+        problem = _dns1123_subdomain_problem(str(claim_name))
+        if problem is not None:
+            # The API server admits the pod, which then waits for a claim that cannot exist; here the
+            # claim would be a directory named after it, perhaps outside the local root.
+            raise invalid_value(
+                field,
+                claim_name,
+                f"no PersistentVolumeClaim can have this name (the API server refuses it as a claim's "
+                f"metadata.name: {problem}); name an existing claim",
+            )
     for key in ("configMap", "secret"):
         source = volume.get(key)
         if source is not None:
-            for j, item in enumerate(_mapping(source, f"{path}.{key}").get("items") or []):
-                _check_descending(str(_mapping(item, f"{path}.{key}.items[{j}]").get("path") or ""),
-                                  f"{path}.{key}.items[{j}].path")  # fmt: skip
+            for j, raw_item in enumerate(_mapping(source, f"{path}.{key}").get("items") or []):
+                ipath = f"{path}.{key}.items[{j}].path"
+                item_path = str(_mapping(raw_item, f"{path}.{key}.items[{j}]").get("path") or "")
+                if not item_path:
+                    raise ManifestError(ipath, "Required value")
+                _check_descending(item_path, ipath)
+                if item_path.startswith("..") and not item_path.startswith("../"):
+                    raise invalid_value(ipath, item_path, "must not start with '..'")
+    return str(name)
 
 
 def _check_run_policy(run_policy: object, path: str) -> None:
