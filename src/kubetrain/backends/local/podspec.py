@@ -7,13 +7,22 @@ pod; hostPath → the path itself; configMap/secret → files from the data the 
 `resourceFieldRef`, secret and configMap refs, `envFrom`), and build the command (or the args,
 when there is no command). Host names and mount paths in literal env values and in the command
 line are then rewritten (`env.Rewriter`); values the API supplies are not.
+
+Nothing here may write outside the volume it is preparing. The manifest's names and paths were
+checked at submission (`validate`), and are checked again here for pods whose templates come from
+elsewhere (TrainJob runtimes); what only the file system can tell is checked when the pod starts,
+as the kubelet does: a subPath is resolved one component at a time and refused if a symbolic link
+takes it out of its volume, and configMap and secret volumes are written afresh into an empty
+directory on every start, so that a link a previous run of the container left there is never
+followed.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kubetrain.backends.local.env import (
@@ -25,6 +34,7 @@ from kubetrain.backends.local.env import (
 )
 from kubetrain.backends.local.logfile import DEFAULT_MAX_LOG_BYTES
 from kubetrain.backends.local.process import LineSink, SessionRegistry
+from kubetrain.backends.local.validate import dns1123_label_problem, dns1123_subdomain_problem, go_quote
 from kubetrain.errors import BackendError
 
 BIND_ENV = "KUBETRAIN_BIND_ADDRESS"
@@ -247,20 +257,60 @@ class ContainerTranslator:
             volume = volumes[str(mount.get("name"))]
             base = self._volume_dir(volume)
             if mount.get("subPath"):
-                base = base / str(mount["subPath"])
-                base.mkdir(parents=True, exist_ok=True)
+                base = self._sub_path(str(mount.get("name")), base, str(mount["subPath"]))
             mounts[path] = str(base)
         mounts.update(self.plan.extra_mounts)
         return mounts
 
+    def _sub_path(self, volume_name: str, volume_dir: Path, sub_path: str) -> Path:
+        """`volume_dir/sub_path`, created where missing, provided it stays inside the volume.
+
+        The kubelet resolves a subPath and refuses one that leaves its volume through a symbolic
+        link (the API server has already refused absolute paths and '..'). Here each component is
+        resolved before anything is created, so that no directory is made through a link out of the
+        volume. Not race-proof against a process that swaps a component for a link meanwhile (the
+        kubelet's file descriptors are), but such a process can write there itself anyway.
+        """
+        try:
+            root = volume_dir.resolve(strict=True)
+            current = root
+            for part in PurePosixPath(sub_path).parts:
+                current = (current / part).resolve()
+                if not current.is_relative_to(root):
+                    raise self._sub_path_error(volume_name, sub_path, f"it resolves to {current}, outside the volume")
+                if not current.exists():
+                    current.mkdir(exist_ok=True)
+        except (OSError, RuntimeError) as e:  # RuntimeError: a loop of symbolic links (Python 3.11)
+            raise self._sub_path_error(volume_name, sub_path, str(e)) from e
+        return volume_dir / sub_path
+
+    def _sub_path_error(self, volume_name: str, sub_path: str, why: str) -> PodStartError:
+        # The kubelet's words (kubelet_pods.go makeMounts); it keeps the reason to its log, we can say it.
+        container = go_quote(self._container.get("name"))
+        return self.fail(
+            f"failed to prepare subPath for volumeMount {go_quote(volume_name)} of container {container}: "
+            f"subPath {go_quote(sub_path)}: {why}"
+        )
+
     def _volume_dir(self, volume: Mapping[str, Any]) -> Path:
         name = str(volume.get("name"))
-        if "persistentVolumeClaim" in volume:
-            path = self.ctx.claims_dir / str(volume["persistentVolumeClaim"].get("claimName"))
-        elif "hostPath" in volume:
+        if "hostPath" in volume:
             return Path(str(volume["hostPath"].get("path")))
+        if "persistentVolumeClaim" in volume:
+            claim = str(volume["persistentVolumeClaim"].get("claimName"))
+            problem = dns1123_subdomain_problem(claim)
+            if problem is not None:  # a directory of claims_dir, never a path
+                raise self.fail(f"volume {go_quote(name)}: no PersistentVolumeClaim can be named {go_quote(claim)}")
+            path = self.ctx.claims_dir / claim
         else:
+            problem = dns1123_label_problem(name)
+            if problem is not None:  # the volume becomes a directory named after it
+                raise self.fail(f"spec.volumes: Invalid value: {go_quote(name)}: {problem}")
             path = self.pod_dir / "volumes" / name
+            if "configMap" in volume or "secret" in volume:
+                # Written afresh on every start, as the kubelet projects them: a link that a previous run
+                # of the container put in their place must not be followed.
+                shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True, exist_ok=True)
         for key, store in (("configMap", self.ctx.config_maps), ("secret", self.ctx.secrets)):
             if key in volume:

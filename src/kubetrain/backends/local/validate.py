@@ -93,7 +93,8 @@ def dns1123_label_problem(value: str) -> str | None:
     return LABEL_RULE
 
 
-def _dns1123_subdomain_problem(value: str) -> str | None:
+def dns1123_subdomain_problem(value: str) -> str | None:
+    """What the API server says of `value` as an RFC 1123 subdomain (its first complaint), or None if it is one."""
     if len(value) > _SUBDOMAIN_MAX:
         return f"must be no more than {_SUBDOMAIN_MAX} characters"
     return None if re.fullmatch(_SUBDOMAIN_FORMAT, value) else SUBDOMAIN_RULE
@@ -201,7 +202,7 @@ def _check_volume(volume: Mapping[str, Any], path: str) -> str:
         claim_name = _mapping(claim, f"{path}.persistentVolumeClaim").get("claimName")
         if claim_name is None or claim_name == "":
             raise ManifestError(field, "Required value")
-        problem = _dns1123_subdomain_problem(str(claim_name))
+        problem = dns1123_subdomain_problem(str(claim_name))
         if problem is not None:
             # The API server admits the pod, which then waits for a claim that cannot exist; here the
             # claim would be a directory named after it, perhaps outside the local root.
