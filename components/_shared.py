@@ -3,15 +3,15 @@
 from kfp import dsl
 
 # Settings made on a training task go to the training pods, not to the launcher pod (KFP ≥ 2.15):
-# resources (GPUs above all: the launcher must not reserve them), node selectors and tolerations.
+# resources (GPUs above all: the launcher must not reserve them), node selectors, tolerations and
+# node affinity (kfp.kubernetes.add_node_affinity: the launcher need not run on the GPU nodes).
 # Env and volumes are applied to the launcher pod as well: the launcher reads the workspace
-# volume, and env such as proxies is wanted on both. Affinity is not passed through: the job
-# specs have no affinity field, and a passthrough we would have to drop is worse than the
-# compile-time error KFP gives for a task that sets it.
+# volume, and env such as proxies is wanted on both.
 TRAINING_PASSTHROUGHS = [
     dsl.TaskConfigField.RESOURCES,
     dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
     dsl.TaskConfigField.KUBERNETES_TOLERATIONS,
+    dsl.TaskConfigField.KUBERNETES_AFFINITY,
     dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
     dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.KUBERNETES_VOLUMES, apply_to_task=True),
 ]

@@ -42,6 +42,9 @@ def chainermn_train(
     namespace: str = "",
     service_account: str = "",
     image_pull_secrets: Optional[List[str]] = None,  # noqa: UP006, UP045
+    labels: Optional[Dict[str, str]] = None,  # noqa: UP006, UP045
+    annotations: Optional[Dict[str, str]] = None,  # noqa: UP006, UP045
+    priority_class: str = "",
     manifest_patch: Optional[Dict[str, Any]] = None,  # noqa: UP006, UP045 (KFP reads only typing forms)
     job_api: str = "mpijob",
     runtime: str = "",
@@ -50,13 +53,13 @@ def chainermn_train(
 
     The launcher runs mpirun over workers x slots_per_worker ranks; the workers run sshd as a
     non-root user. The job is named from run_id, task_id and task_name, so a retried task re-attaches to its
-    job. Resources, node selectors, tolerations, env and volumes set on this task go to the
-    training pods. The step fails when the job fails, times out or is cancelled.
+    job. Resources, node selectors, tolerations, node affinity, env and volumes set on this task go
+    to the training pods. The step fails when the job fails, times out or is cancelled.
 
     Args:
         dataset: Output of download_dataset: its metadata names the data directory on the workspace.
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
-            kfp.kubernetes tolerations, node selectors, env, volumes); not set by hand.
+            kfp.kubernetes tolerations, node selectors, node affinity, env, volumes); not set by hand.
         run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
         task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER (on the KFP backend: the enclosing DAG's id).
         task_name: Pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER: tells tasks of one DAG apart.
@@ -89,9 +92,18 @@ def chainermn_train(
         runtime: With job_api=trainjob, the ClusterTrainingRuntime to run on; empty for
             kubetrain-mpi.
         image_pull_secrets: Secrets the training pods pull the image with (a private registry).
+        labels: Labels of the job and of every training pod, e.g. {"kueue.x-k8s.io/queue-name": "team-a"}
+            to queue the job with Kueue. Kubernetes label keys and values; kubetrain's own keys
+            (kubetrain.io/*, app.kubernetes.io/managed-by, sidecar.istio.io/inject) are refused.
+        annotations: Annotations of the job and of every training pod (any string values; the
+            same keys are kubetrain's own and refused).
+        priority_class: PriorityClass of every training pod (priorityClassName), also the job's
+            runPolicy.schedulingPolicy.priorityClass (a gang scheduler's PodGroup); empty for the
+            cluster's default. Not with job_api=trainjob: set it in the training runtime.
         manifest_patch: A JSON merge patch (RFC 7386) applied to the job's manifest, for what the
-            inputs do not cover (e.g. {"metadata": {"labels": {"team": "a"}}}); the result is
-            validated like every manifest, so a bad patch fails before submission, naming the field.
+            inputs do not cover (e.g. {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 600}}}); the
+            result is validated like every manifest, so a bad patch fails before submission, naming
+            the field.
 
     Returns:
         model: The model files and metrics.json; metadata has framework, job name and status.
@@ -110,6 +122,7 @@ def chainermn_train(
         learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command, args=args,
         cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,
         backoff_limit=backoff_limit, namespace=namespace, service_account=service_account,
-        image_pull_secrets=image_pull_secrets, manifest_patch=manifest_patch, job_api=job_api,
+        image_pull_secrets=image_pull_secrets, labels=labels, annotations=annotations,
+        priority_class=priority_class, manifest_patch=manifest_patch, job_api=job_api,
         runtime=runtime,
     )  # fmt: skip

@@ -102,6 +102,7 @@ def test_training_components_pass_task_settings_to_the_training_pods(name: str) 
         "RESOURCES": False,  # GPUs reserved for the training pods only, not the launcher
         "KUBERNETES_NODE_SELECTOR": False,
         "KUBERNETES_TOLERATIONS": False,
+        "KUBERNETES_AFFINITY": False,  # node affinity for the training pods (the launcher need not run on GPU nodes)
         "ENV": True,
         "KUBERNETES_VOLUMES": True,  # the launcher reads the workspace too
     }

@@ -14,7 +14,18 @@ from kubetrain.errors import InvalidInputError, SpecError
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.manifests import build_manifest
 from kubetrain.presets import TrainingParams, ps_job_spec, pytorch_job_spec
-from kubetrain.specs import EnvVar, KeyRef, Resources, Toleration, Volume, VolumeMount
+from kubetrain.specs import (
+    EnvVar,
+    KeyRef,
+    NodeAffinity,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PreferredSchedulingTerm,
+    Resources,
+    Toleration,
+    Volume,
+    VolumeMount,
+)
 from tests.crd_schema import validate_strict
 
 # What the KFP driver hands the component for a task with resources, env, a toleration, a node
@@ -39,6 +50,20 @@ TASK_CONFIG = {
         {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
         {"name": "scratch", "mountPath": "/scratch"},
     ],
+    # What the KFP driver builds from kfp.kubernetes.add_node_affinity: a required term, and a
+    # preferred one (weight given).
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["A100"]}]}
+                ]
+            },
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}
+            ],
+        }
+    },
 }
 
 
@@ -75,6 +100,23 @@ def test_task_config_becomes_pod_options() -> None:
         VolumeMount(name="creds", mount_path="/etc/creds", read_only=True),
         VolumeMount(name="scratch", mount_path="/scratch"),
     )
+    assert pod.affinity == NodeAffinity(
+        required=(
+            NodeSelectorTerm(
+                match_expressions=(
+                    NodeSelectorRequirement(key="nvidia.com/gpu.product", operator="In", values=("A100",)),
+                )
+            ),
+        ),
+        preferred=(
+            PreferredSchedulingTerm(
+                weight=50,
+                preference=NodeSelectorTerm(
+                    match_expressions=(NodeSelectorRequirement(key="zone", operator="In", values=("a",)),)
+                ),
+            ),
+        ),
+    )
 
 
 def test_the_mapping_form_gives_the_same_options() -> None:
@@ -102,7 +144,49 @@ def test_the_same_value_both_ways_is_fine_different_values_are_an_error() -> Non
 @pytest.mark.parametrize(
     ("fragments", "message"),
     [
-        ({"affinity": {"nodeAffinity": {}}}, "not affinity"),
+        # The driver fills node affinity only; pod (anti-)affinity would mean the launcher's neighbours.
+        (
+            {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}},
+            "node affinity only",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In"}]}]
+                        }
+                    }
+                }
+            },
+            r"matchExpressions\[0\]\.values: got \[\]; expected at least one value with operator In",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 0, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}
+                        ]
+                    }
+                }
+            },
+            r"weight: got 0; expected an integer from 1 to 100",
+        ),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["x"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            "the only field matchFields supports",
+        ),
         ({"resources": {"limits": {"ephemeral-storage": "1Gi"}}}, "ephemeral-storage"),
         ({"resources": {"limits": {"nvidia.com/gpu": "1", "amd.com/gpu": "1"}}}, "at most one accelerator"),
         ({"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}, "whole number"),
@@ -136,6 +220,7 @@ def test_options_reach_every_training_pod_of_the_manifest() -> None:
         assert container["resources"]["requests"] == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
         assert template["nodeSelector"] == {"accelerator": "a100"}
         assert template["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert template["affinity"] == TASK_CONFIG["affinity"]  # the driver's fragment, carried over as it was
         env = {e["name"]: e for e in container["env"]}
         assert env["TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "creds"
         assert env["TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "token"
@@ -157,7 +242,9 @@ def _compile(task_settings: Any, tmp_path: Path) -> dict[str, Any]:
     def settings_pipeline():  # no "-> None": with postponed annotations KFP reads "None" as an output type
         data = dsl.importer(artifact_uri="file:///data", artifact_class=dsl.Dataset)
         task = pytorch_train(
-            dataset=data.output, run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+            dataset=data.output,
+            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
             task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
         )
         task_settings(task)
@@ -181,9 +268,17 @@ def test_task_settings_compile_into_the_passthrough(tmp_path: Path) -> None:
     assert {p["field"] for p in component["taskConfigPassthroughs"]} >= {"RESOURCES", "KUBERNETES_TOLERATIONS"}
 
 
-def test_affinity_on_a_training_task_is_a_compile_error(tmp_path: Path) -> None:
+def test_node_affinity_on_a_training_task_compiles_into_the_passthrough(tmp_path: Path) -> None:
+    """It was a compile error (KUBERNETES_AFFINITY was not passed through); now it reaches the training pods."""
+
     def settings(task: Any) -> None:
         kubernetes.add_node_affinity(task, match_expressions=[{"key": "zone", "operator": "In", "values": ["a"]}])
 
-    with pytest.raises(ValueError, match="KUBERNETES_AFFINITY"):
-        _compile(settings, tmp_path)
+    spec = _compile(settings, tmp_path)
+    component = spec["components"]["comp-pytorch-train"]
+    passthroughs = {p["field"]: p.get("applyToTask", False) for p in component["taskConfigPassthroughs"]}
+    assert passthroughs["KUBERNETES_AFFINITY"] is False  # for the training pods, not the launcher pod
+    platform = yaml.safe_load_all((tmp_path / "p.yaml").read_text())
+    kubernetes_config = next(d for d in platform if d and "platforms" in d)["platforms"]["kubernetes"]
+    (executor,) = kubernetes_config["deploymentSpec"]["executors"].values()
+    assert executor["nodeAffinity"] == [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]

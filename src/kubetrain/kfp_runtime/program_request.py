@@ -84,6 +84,13 @@ class ProgramRequest(TrainingRequest):
             )
         if self.runtime and not is_dns1123_subdomain(self.runtime):
             raise InvalidInputError(f"runtime: got {self.runtime!r}; expected the name of a ClusterTrainingRuntime")
+        if self.priority_class and self.job_api == TRAINJOB:
+            # Trainer v2.3 lets no runtime patch set priorityClassName: refused, not dropped.
+            raise InvalidInputError(
+                f"priority_class: got {self.priority_class!r}; a TrainJob has no place for a pod priority class "
+                "(Trainer v2.3's runtime patches cannot set it): set priorityClassName in the training runtime's "
+                f"pod template, use job_api={self.operator_api}, or leave priority_class empty"
+            )
 
     @property
     def program(self) -> Program:

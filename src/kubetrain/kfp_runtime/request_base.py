@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, cast
 
 from kubetrain.errors import InvalidInputError
+from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.launcher import DELETE_AFTER_CHOICES, DeleteAfter
 from kubetrain.names import is_dns1123_subdomain
 from kubetrain.presets import PodOptions, TrainingParams, UserProgram
 from kubetrain.specs import JobSpec, RunPolicy
+from kubetrain.specs.scheduling import check_priority_class, check_user_metadata
 
 Framework = Literal["pytorch", "chainermn", "ps"]
 # The inputs that identify a task at run time; every training component takes them.
@@ -47,6 +49,8 @@ class JobIdentity:
     image: str
     pod: PodOptions
     workspace_pvc: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
 
 
 def check_positive_int(name: str, value: object, minimum: int = 1) -> None:
@@ -89,6 +93,9 @@ class TrainingRequest(abc.ABC):
     service_account: str = ""
     manifest_patch: dict[str, Any] | None = None
     image_pull_secrets: list[str] | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    priority_class: str = ""
 
     def __post_init__(self) -> None:
         for name in IDENTITY_INPUTS:
@@ -120,6 +127,14 @@ class TrainingRequest(abc.ABC):
             raise InvalidInputError(
                 f"manifest_patch: got {self.manifest_patch!r}; expected a JSON object (an RFC 7386 merge patch)"
             )
+        for name in ("labels", "annotations"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, dict):
+                raise InvalidInputError(
+                    f"{name}: got {value!r}; expected a JSON object of strings, e.g. {{'team': 'a'}}"
+                )
+        check_user_metadata(self.labels or {}, self.annotations or {})
+        check_priority_class(self.priority_class or None)
 
     @classmethod
     def from_inputs(cls, inputs: Mapping[str, Any]) -> Self:
@@ -197,6 +212,20 @@ class TrainingRequest(abc.ABC):
             image=self.chosen_image,
             pod=plan.pod,
             workspace_pvc=self.workspace_pvc,
+            labels=self.labels or {},
+            annotations=self.annotations or {},
+        )
+
+    def pod_options(self, task_config: object) -> PodOptions:
+        """The training pods' options: the task's settings (TaskConfig) plus this request's own pod inputs."""
+        pod = pod_options(
+            task_config,
+            explicit=ExplicitResources(cpu=self.cpu, memory=self.memory, gpus=self.gpus),
+            workspace_claim=self.workspace_pvc,
+            service_account=self.service_account or None,
+        )
+        return dataclasses.replace(
+            pod, image_pull_secrets=tuple(self.image_pull_secrets or ()), priority_class=self.priority_class or None
         )
 
     @property

@@ -115,6 +115,7 @@ class PyTorchRequest(ProgramRequest):
         return pytorch_job_spec(
             name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
             params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
+            labels=job.labels, annotations=job.annotations,
             run_policy=self.run_policy(),
             workers=self.workers, elastic=self.elastic, backend=self.dist_backend, program=self.program,
         )  # fmt: skip
@@ -124,6 +125,7 @@ class PyTorchRequest(ProgramRequest):
         return pytorch_trainjob_spec(
             name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
             params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
+            labels=job.labels, annotations=job.annotations,
             active_deadline_seconds=self.active_deadline_seconds,  # restarts are the runtime's (its JobSet)
             workers=self.workers, backend=self.dist_backend, program=self.program, runtime=runtime,
         )  # fmt: skip
@@ -149,6 +151,7 @@ class ChainerMNRequest(ProgramRequest):
         return mpi_job_spec(
             name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
             params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
+            labels=job.labels, annotations=job.annotations,
             run_policy=self.run_policy(),
             workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program,
         )  # fmt: skip
@@ -158,6 +161,7 @@ class ChainerMNRequest(ProgramRequest):
         return mpi_trainjob_spec(
             name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
             params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
+            labels=job.labels, annotations=job.annotations,
             active_deadline_seconds=self.active_deadline_seconds,  # restarts are the runtime's (its JobSet)
             workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program, runtime=runtime,
         )  # fmt: skip
@@ -188,6 +192,7 @@ class PSRequest(TrainingRequest):
         return ps_job_spec(
             name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
             params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
+            labels=job.labels, annotations=job.annotations,
             run_policy=self.run_policy(),
             ps=self.ps_replicas, workers=self.workers, mode=cast(Literal["async", "sync"], self.mode),
             records_per_task=self.records_per_task, optimizer=cast(Literal["sgd", "adam"], self.optimizer),

@@ -1,7 +1,7 @@
 """KFP `TaskConfig` (what the user set on the task) → :class:`~kubetrain.presets.PodOptions`.
 
-With KFP ≥ 2.15 `task_config_passthroughs`, resources, env, volumes, node selectors and
-tolerations set on a launcher task (`set_cpu_limit`, `set_accelerator_type`,
+With KFP ≥ 2.15 `task_config_passthroughs`, resources, env, volumes, node selectors,
+tolerations and node affinity set on a launcher task (`set_cpu_limit`, `set_accelerator_type`,
 `kfp.kubernetes.add_toleration`, `mount_pvc`, ...) are handed to the component as Kubernetes
 JSON fragments instead of (or, for env and volumes, as well as) being applied to the launcher pod.
 This module turns those fragments into the typed specs the training pods are built from, and
@@ -16,7 +16,18 @@ from typing import Any, Literal, cast
 
 from kubetrain.errors import InvalidInputError, SpecError
 from kubetrain.presets import PodOptions
-from kubetrain.specs import EnvVar, KeyRef, Resources, Toleration, Volume, VolumeMount
+from kubetrain.specs import (
+    EnvVar,
+    KeyRef,
+    NodeAffinity,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PreferredSchedulingTerm,
+    Resources,
+    Toleration,
+    Volume,
+    VolumeMount,
+)
 from kubetrain.specs.common import GPU_RESOURCE
 
 # The TaskConfig fields, in the attribute spelling of kfp.dsl.TaskConfig.
@@ -216,6 +227,80 @@ def volumes_from(
     return tuple(kept), tuple(out_mounts)
 
 
+def _requirements(items: object, where: str) -> tuple[NodeSelectorRequirement, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, Sequence) or isinstance(items, str):
+        raise SpecError(where, items, "a list of {key, operator, values} requirements")
+    out = []
+    for i, raw in enumerate(items):
+        if not isinstance(raw, Mapping) or "key" not in raw or "operator" not in raw:
+            raise SpecError(f"{where}[{i}]", raw, "a requirement with key, operator and (for In/NotIn/Gt/Lt) values")
+        out.append(
+            NodeSelectorRequirement(key=raw["key"], operator=raw["operator"], values=tuple(raw.get("values") or ()))
+        )
+    return tuple(out)
+
+
+def _term(raw: object, where: str) -> NodeSelectorTerm:
+    if not isinstance(raw, Mapping):
+        raise SpecError(where, raw, "a node selector term (matchExpressions and/or matchFields)")
+    return NodeSelectorTerm(
+        match_expressions=_requirements(raw.get("matchExpressions"), f"{where}.matchExpressions"),
+        match_fields=_requirements(raw.get("matchFields"), f"{where}.matchFields"),
+    )
+
+
+def affinity_from(fragment: object) -> NodeAffinity | None:
+    """The node affinity of the task's `affinity` (a Kubernetes Affinity), or None when it sets none.
+
+    The KFP driver fills only `nodeAffinity` (from `kfp.kubernetes.add_node_affinity` and
+    `add_node_affinity_json`); pod (anti-)affinity would name the launcher's own pods' labels, not
+    the training pods', so it is refused rather than carried over with a meaning it did not have.
+    """
+    if not fragment:
+        return None
+    where = "task_config.affinity"
+    if not isinstance(fragment, Mapping):
+        raise SpecError(where, fragment, "a Kubernetes Affinity object")
+    other = sorted(k for k in fragment if k != "nodeAffinity")
+    if other:
+        raise SpecError(
+            f"{where}.{other[0]}",
+            fragment[other[0]],
+            "node affinity only (kfp.kubernetes.add_node_affinity); for pod (anti-)affinity of the training pods "
+            "use the manifest_patch input",
+        )
+    node = fragment.get("nodeAffinity") or {}
+    if not isinstance(node, Mapping):
+        raise SpecError(f"{where}.nodeAffinity", node, "a NodeAffinity object")
+    where = f"{where}.nodeAffinity"
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    if not isinstance(required, Mapping) or not isinstance(preferred, Sequence):
+        raise SpecError(where, dict(node), "required (nodeSelectorTerms) and preferred ({weight, preference}) terms")
+    terms = required.get("nodeSelectorTerms") or []
+    if not isinstance(terms, Sequence):
+        raise SpecError(f"{where}.requiredDuringSchedulingIgnoredDuringExecution", dict(required), "nodeSelectorTerms")
+    preferences = []
+    for i, raw in enumerate(preferred):
+        pwhere = f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        if not isinstance(raw, Mapping):
+            raise SpecError(pwhere, raw, "{weight, preference}")
+        preferences.append(
+            # The weight's type is checked with the rest of the affinity, by NodeAffinity.
+            PreferredSchedulingTerm(
+                weight=cast(int, raw.get("weight")), preference=_term(raw.get("preference"), pwhere)
+            )
+        )
+    if not terms and not preferences:
+        return None
+    return NodeAffinity(
+        required=tuple(_term(t, f"{where}.nodeSelectorTerms[{i}]") for i, t in enumerate(terms)),
+        preferred=tuple(preferences),
+    )
+
+
 def pod_options(
     task_config: object,
     *,
@@ -225,15 +310,10 @@ def pod_options(
 ) -> PodOptions:
     """The PodOptions for the training pods from the task's TaskConfig and the component inputs.
 
-    Raises InvalidInputError for what the training pods cannot carry (affinity: the job specs
-    have node selectors and tolerations but no affinity), and SpecError for malformed fragments.
+    Raises SpecError (an InvalidInputError) for what the training pods cannot carry and for
+    malformed fragments, naming the TaskConfig field.
     """
     fields = task_config_fields(task_config)
-    if fields["affinity"]:
-        raise InvalidInputError(
-            "task_config.affinity: the training pods support node selectors and tolerations, not affinity; "
-            "use kfp.kubernetes.add_node_selector / add_toleration on the task instead"
-        )
     node_selector = fields["node_selector"] or {}
     if not isinstance(node_selector, Mapping):
         raise SpecError("task_config.node_selector", node_selector, "a mapping of label keys to values")
@@ -243,6 +323,7 @@ def pod_options(
         env=env_from(fields["env"]),
         node_selector={str(k): str(v) for k, v in node_selector.items()},
         tolerations=tolerations_from(fields["tolerations"]),
+        affinity=affinity_from(fields["affinity"]),
         volumes=volumes,
         volume_mounts=mounts,
         service_account=service_account or None,

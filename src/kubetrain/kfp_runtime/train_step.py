@@ -10,7 +10,6 @@ artifacts and write the HTML report.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import time
@@ -24,7 +23,6 @@ from kubetrain.kfp_runtime import artifacts, report
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
 from kubetrain.kfp_runtime.passthrough import passthrough_warning
 from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest
-from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
 from kubetrain.launcher import AwaitOptions, run_job, timestamped_stderr_sink
 from kubetrain.launcher.signals import hold_signals
@@ -168,15 +166,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
         output_dir=workspace.pod(RUNS_DIR, name, "output"),
         checkpoint_dir=workspace.pod(RUNS_DIR, name, "checkpoints"),
     )
-    pod = pod_options(
-        task_config,
-        explicit=ExplicitResources(cpu=request.cpu, memory=request.memory, gpus=request.gpus),
-        workspace_claim=request.workspace_pvc,
-        service_account=request.service_account or None,
-    )
-    if request.image_pull_secrets:
-        pod = dataclasses.replace(pod, image_pull_secrets=tuple(request.image_pull_secrets))
-    plan = JobPlan(name=name, params=params, pod=pod)
+    plan = JobPlan(name=name, params=params, pod=request.pod_options(task_config))
     manifest = build_manifest(request.to_spec(plan))
     if request.manifest_patch:
         manifest = apply_manifest_patch(manifest, request.manifest_patch)  # checked before anything is submitted

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kubetrain.manifests.kinds import MPI_CONTAINER, MPIJOB
 from kubetrain.manifests.pod import Manifest, build_pod_template, job_metadata, run_policy_to_k8s, workspace_env
-from kubetrain.specs.jobs import MPIJobSpec
+from kubetrain.specs.jobs import MPIJobSpec, common_priority_class
 
 SSHD_PORT = 2222
 SSHD_CONFIG = "/home/mpiuser/.sshd_config"
@@ -71,6 +71,7 @@ def build_mpijob(spec: MPIJobSpec) -> Manifest:
                 ttl=rp.ttl_seconds_after_finished,
                 clean_pod_policy=rp.clean_pod_policy or DEFAULT_CLEAN_POD_POLICY,
                 suspend=rp.suspend,
+                priority_class=common_priority_class({"launcher": spec.launcher, "worker": spec.worker}),
             ),
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": launcher_policy, "template": launcher},

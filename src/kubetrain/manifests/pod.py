@@ -11,10 +11,9 @@ from typing import Any
 from kubetrain.names import LABEL_MANAGED_BY, MANAGED_BY
 from kubetrain.specs.common import EnvVar, ReplicaSpec, Resources, Toleration, Volume, VolumeMount, Workspace
 from kubetrain.specs.jobs import SHM_VOLUME, JobMeta
+from kubetrain.specs.scheduling import ISTIO_INJECT, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm
 
-# Istio's sidecar keeps a pod Running after the training container exits and swallows log reads
-# without an explicit container name (kubeflow/trainer#1182, #1183): off for every job pod.
-ISTIO_INJECT = "sidecar.istio.io/inject"
+__all__ = ["ISTIO_INJECT", "Manifest", "affinity_to_k8s", "build_pod_template", "job_metadata"]
 
 Manifest = dict[str, Any]
 
@@ -100,6 +99,39 @@ def toleration_to_k8s(toleration: Toleration) -> Manifest:
     return out
 
 
+def _requirements(items: Sequence[NodeSelectorRequirement]) -> list[Manifest]:
+    out: list[Manifest] = []
+    for req in items:
+        item: Manifest = {"key": req.key, "operator": req.operator}
+        if req.values:
+            item["values"] = list(req.values)
+        out.append(item)
+    return out
+
+
+def _term(term: NodeSelectorTerm) -> Manifest:
+    out: Manifest = {}
+    if term.match_expressions:
+        out["matchExpressions"] = _requirements(term.match_expressions)
+    if term.match_fields:
+        out["matchFields"] = _requirements(term.match_fields)
+    return out
+
+
+def affinity_to_k8s(affinity: NodeAffinity) -> Manifest:
+    """The pod's `affinity` holding this node affinity."""
+    node: Manifest = {}
+    if affinity.required:
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [_term(t) for t in affinity.required]
+        }
+    if affinity.preferred:
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": p.weight, "preference": _term(p.preference)} for p in affinity.preferred
+        ]
+    return {"nodeAffinity": node}
+
+
 def build_pod_template(
     *,
     meta: JobMeta,
@@ -182,6 +214,10 @@ def build_pod_template(
         pod_spec["nodeSelector"] = dict(replica.node_selector)
     if replica.tolerations:
         pod_spec["tolerations"] = [toleration_to_k8s(t) for t in replica.tolerations]
+    if replica.affinity is not None:
+        pod_spec["affinity"] = affinity_to_k8s(replica.affinity)
+    if replica.priority_class:
+        pod_spec["priorityClassName"] = replica.priority_class
     if replica.service_account:
         pod_spec["serviceAccountName"] = replica.service_account
     else:
@@ -195,7 +231,7 @@ def build_pod_template(
     labels = {**meta.pod_labels(), **dict(replica.labels), **dict(role_labels)}
     labels[LABEL_MANAGED_BY] = MANAGED_BY
     labels[ISTIO_INJECT] = "false"
-    annotations = {**dict(meta.annotations), **dict(replica.annotations), ISTIO_INJECT: "false"}
+    annotations = {**meta.all_annotations(), **dict(replica.annotations), ISTIO_INJECT: "false"}
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 
 
@@ -205,8 +241,9 @@ def job_metadata(meta: JobMeta) -> Manifest:
     out: Manifest = {"name": meta.name, "labels": labels}
     if meta.namespace:
         out["namespace"] = meta.namespace
-    if meta.annotations:
-        out["annotations"] = dict(meta.annotations)
+    annotations = meta.all_annotations()
+    if annotations:
+        out["annotations"] = annotations
     return out
 
 
@@ -217,8 +254,13 @@ def run_policy_to_k8s(
     ttl: int | None,
     clean_pod_policy: str | None,
     suspend: bool,
+    priority_class: str | None = None,
 ) -> Manifest:
-    """`spec.runPolicy` of kubeflow.org jobs (the old launchers put these at spec top level, pruned)."""
+    """`spec.runPolicy` of kubeflow.org jobs (the old launchers put these at spec top level, pruned).
+
+    The pods' priority class is repeated in `schedulingPolicy.priorityClass`, which the operators
+    give the job's PodGroup under gang scheduling (volcano) and ignore otherwise.
+    """
     out: Manifest = {}
     if clean_pod_policy is not None:
         out["cleanPodPolicy"] = clean_pod_policy
@@ -230,6 +272,8 @@ def run_policy_to_k8s(
         out["ttlSecondsAfterFinished"] = ttl
     if suspend:
         out["suspend"] = True
+    if priority_class:
+        out["schedulingPolicy"] = {"priorityClass": priority_class}
     return out
 
 

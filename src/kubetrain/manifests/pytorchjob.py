@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubetrain.manifests.kinds import PYTORCH_CONTAINER, PYTORCHJOB
 from kubetrain.manifests.pod import Manifest, build_pod_template, job_metadata, run_policy_to_k8s, workspace_env
 from kubetrain.specs.common import ReplicaSpec
-from kubetrain.specs.jobs import PyTorchJobSpec
+from kubetrain.specs.jobs import PyTorchJobSpec, common_priority_class
 
 # The port name the training-operator looks up to set MASTER_PORT (operator-contracts.md §2).
 PYTORCH_PORT_NAME = "pytorchjob-port"
@@ -56,6 +56,7 @@ def build_pytorchjob(spec: PyTorchJobSpec) -> Manifest:
             ttl=rp.ttl_seconds_after_finished,
             clean_pod_policy=rp.clean_pod_policy or "None",
             suspend=rp.suspend,
+            priority_class=common_priority_class({"master": spec.master, "worker": spec.worker}),
         ),
         "nprocPerNode": spec.nproc_per_node,
         "pytorchReplicaSpecs": replica_specs,

@@ -8,9 +8,11 @@ from typing import Literal
 
 from kubetrain import __version__
 from kubetrain.errors import SpecError
+from kubetrain.names import LABEL_COMPONENT
 from kubetrain.specs import (
     EnvVar,
     JobMeta,
+    NodeAffinity,
     ReplicaSpec,
     Resources,
     Toleration,
@@ -119,6 +121,8 @@ class PodOptions:
     volume_mounts: tuple[VolumeMount, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     service_account: str | None = None
+    affinity: NodeAffinity | None = None
+    priority_class: str | None = None
 
     def replica(
         self,
@@ -146,17 +150,30 @@ class PodOptions:
             image_pull_secrets=self.image_pull_secrets,
             service_account=self.service_account,
             restart_policy=restart_policy,
+            affinity=self.affinity,
+            priority_class=self.priority_class,
         )
 
 
-def job_meta(name: str, namespace: str | None, run_id: str | None, task_id: str | None, component: str) -> JobMeta:
-    """The job's identity: name, namespace, the KFP run and task labels, the component label."""
+def job_meta(
+    name: str,
+    namespace: str | None,
+    run_id: str | None,
+    task_id: str | None,
+    component: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> JobMeta:
+    """The job's identity: name, namespace, the KFP run and task labels, the component label, the user's metadata."""
     return JobMeta(
         name=name,
         namespace=namespace,
         kfp_run_id=run_id,
         kfp_task_id=task_id,
-        labels={"kubetrain.io/component": component},
+        labels={LABEL_COMPONENT: component},
+        user_labels=labels or {},
+        user_annotations=annotations or {},
     )
 
 

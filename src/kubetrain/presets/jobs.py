@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from kubetrain.manifests.jobset import master_address, ps_addresses
@@ -47,6 +48,8 @@ def pytorch_job_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
     program: Program = TORCH_PROGRAM,
 ) -> PyTorchJobSpec:
     """DDP training with `program` (default `python -m kubetrain.train.torch_ddp`): master alone,
@@ -68,7 +71,9 @@ def pytorch_job_spec(
         master = pod.replica(image=image, replicas=1, command=program, args=args)
         worker = pod.replica(image=image, replicas=workers, command=program, args=args) if workers else None
     return PyTorchJobSpec(
-        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
+        meta=job_meta(
+            name, namespace, kfp_run_id, kfp_task_id, "pytorch-train", labels=labels, annotations=annotations
+        ),
         master=master,
         worker=worker,
         backend=backend,
@@ -91,6 +96,8 @@ def mpi_job_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
     program: Program = CHAINERMN_PROGRAM,
 ) -> MPIJobSpec:
     """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `program`
@@ -98,7 +105,9 @@ def mpi_job_spec(
     program, args, pod, forward = resolve_program(program, params, pod or PodOptions(), tuple(params.program_args()))
     launcher_cmd = mpirun(workers * slots_per_worker, forward, program)
     return MPIJobSpec(
-        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
+        meta=job_meta(
+            name, namespace, kfp_run_id, kfp_task_id, "chainermn-train", labels=labels, annotations=annotations
+        ),
         launcher=pod.replica(image=image, replicas=1, command=launcher_cmd, args=args, light=True),
         worker=pod.replica(image=image, replicas=workers, command=()),
         slots_per_worker=slots_per_worker,
@@ -123,6 +132,8 @@ def ps_job_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> PSJobSpec:
     """Parameter-server training: `kubetrain.ps.master`, `.server` and `.worker` in one JobSet."""
     pod = pod or PodOptions()
@@ -146,7 +157,7 @@ def ps_job_spec(
     # Workers ask the master for the batch size and the model, so every worker trains alike.
     worker_args = ("--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir)
     return PSJobSpec(
-        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "ps-train"),
+        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "ps-train", labels=labels, annotations=annotations),
         master=pod.replica(
             image=image, replicas=1, command=("python", "-m", "kubetrain.ps.master"), args=master_args, light=True
         ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from kubetrain.presets.defaults import (
@@ -42,6 +43,8 @@ def pytorch_trainjob_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
     program: Program = TORCH_PROGRAM,
     runtime: str = TORCH_RUNTIME,
 ) -> TrainJobSpec:
@@ -54,7 +57,9 @@ def pytorch_trainjob_spec(
     torchrun = under_torchrun(program, "torchrun runs it")
     trainer = pod.replica(image=image, replicas=1 + workers, command=torchrun, args=args)
     return TrainJobSpec(
-        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "pytorch-train"),
+        meta=job_meta(
+            name, namespace, kfp_run_id, kfp_task_id, "pytorch-train", labels=labels, annotations=annotations
+        ),
         runtime=runtime,
         trainer=trainer,
         # Explicit: the runtime's "auto" would start one process per CPU of a CPU-only node.
@@ -77,6 +82,8 @@ def mpi_trainjob_spec(
     namespace: str | None = None,
     kfp_run_id: str | None = None,
     kfp_task_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
     program: Program = CHAINERMN_PROGRAM,
     runtime: str = MPI_RUNTIME,
 ) -> TrainJobSpec:
@@ -86,7 +93,9 @@ def mpi_trainjob_spec(
     launcher_cmd = mpirun(workers * slots_per_worker, forward, program)
     trainer = pod.replica(image=image, replicas=workers, command=launcher_cmd, args=args)
     return TrainJobSpec(
-        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "chainermn-train"),
+        meta=job_meta(
+            name, namespace, kfp_run_id, kfp_task_id, "chainermn-train", labels=labels, annotations=annotations
+        ),
         runtime=runtime,
         trainer=trainer,
         num_proc_per_node=slots_per_worker,

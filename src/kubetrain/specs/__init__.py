@@ -13,6 +13,12 @@ from kubetrain.specs.common import (
     Workspace,
 )
 from kubetrain.specs.jobs import ElasticPolicy, JobMeta, MPIJobSpec, PSJobSpec, PyTorchJobSpec
+from kubetrain.specs.scheduling import (
+    NodeAffinity,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PreferredSchedulingTerm,
+)
 from kubetrain.specs.trainjob import TrainJobSpec
 
 JobSpec = PyTorchJobSpec | MPIJobSpec | PSJobSpec | TrainJobSpec
@@ -24,8 +30,12 @@ __all__ = [
     "JobSpec",
     "KeyRef",
     "MPIJobSpec",
+    "NodeAffinity",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
     "PSJobSpec",
     "PodSecurity",
+    "PreferredSchedulingTerm",
     "PyTorchJobSpec",
     "ReplicaSpec",
     "Resources",

@@ -21,6 +21,7 @@ from kubetrain.names import (
     is_label_value,
     is_quantity,
 )
+from kubetrain.specs.scheduling import NodeAffinity, check_priority_class
 
 RestartPolicy = Literal["Never", "OnFailure", "ExitCode", "Always"]
 CleanPodPolicy = Literal["None", "Running", "All"]
@@ -274,6 +275,8 @@ class ReplicaSpec:
     restart_policy: RestartPolicy | None = None
     security: PodSecurity = field(default_factory=PodSecurity)
     working_dir: str | None = None
+    affinity: NodeAffinity | None = None
+    priority_class: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.image, str) or not self.image or any(c.isspace() for c in self.image):
@@ -311,6 +314,9 @@ class ReplicaSpec:
             raise SpecError("volume_mounts", paths, "distinct mount paths")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise SpecError("image_pull_policy", self.image_pull_policy, "Always, IfNotPresent or Never")
+        if self.affinity is not None and not isinstance(self.affinity, NodeAffinity):
+            raise SpecError("affinity", self.affinity, "a NodeAffinity, or None")
+        check_priority_class(self.priority_class)
 
     def check_mounts(self, extra_volume_names: tuple[str, ...], field_prefix: str) -> None:
         """Every mount must name a volume of this replica or one the job adds (the workspace, /dev/shm)."""

@@ -22,6 +22,7 @@ from kubetrain.specs.common import (
     check_non_negative,
     frozen_map,
 )
+from kubetrain.specs.scheduling import check_user_metadata
 
 # Volume names the builders add themselves; user mounts may refer to them.
 SHM_VOLUME = "dshm"
@@ -54,7 +55,11 @@ def check_derived_names(job_name: str, derived: list[str], field_name: str) -> N
 
 @dataclass(frozen=True, kw_only=True)
 class JobMeta:
-    """Name, namespace and the metadata every pod carries (the KFP run and task it belongs to)."""
+    """Name, namespace and the metadata the job and every pod carry (the KFP run and task it belongs to).
+
+    `labels` and `annotations` are kubetrain's own (the component); `user_labels` and
+    `user_annotations` are the user's (a Kueue queue name, say), which may not use kubetrain's keys.
+    """
 
     name: str
     namespace: str | None = None
@@ -62,6 +67,8 @@ class JobMeta:
     annotations: Mapping[str, str] = field(default_factory=dict)
     kfp_run_id: str | None = None
     kfp_task_id: str | None = None
+    user_labels: Mapping[str, str] = field(default_factory=dict)
+    user_annotations: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not is_dns1035_label(self.name):
@@ -74,15 +81,35 @@ class JobMeta:
         object.__setattr__(self, "annotations", frozen_map(self.annotations, "annotations"))
         check_labels(self.labels, "labels", values_are_labels=True)
         check_labels(self.annotations, "annotations", values_are_labels=False)
+        for name in ("user_labels", "user_annotations"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise SpecError(name.removeprefix("user_"), getattr(self, name), "a mapping of strings to strings")
+        check_user_metadata(self.user_labels, self.user_annotations)
+        object.__setattr__(self, "user_labels", frozen_map(self.user_labels, "labels"))
+        object.__setattr__(self, "user_annotations", frozen_map(self.user_annotations, "annotations"))
 
     def pod_labels(self) -> dict[str, str]:
-        """The labels that tie the job and its pods to the KFP run and task."""
-        labels = dict(self.labels)
+        """The labels of the job and its pods: the user's, kubetrain's, and the KFP run and task's."""
+        labels = {**self.user_labels, **self.labels}
         if self.kfp_run_id:
             labels[LABEL_RUN_ID] = sanitize_label_value(self.kfp_run_id)
         if self.kfp_task_id:
             labels[LABEL_TASK_ID] = sanitize_label_value(self.kfp_task_id)
         return labels
+
+    def all_annotations(self) -> dict[str, str]:
+        """The annotations of the job and its pods: the user's and kubetrain's."""
+        return {**self.user_annotations, **self.annotations}
+
+
+def common_priority_class(replicas: Mapping[str, ReplicaSpec | None]) -> str | None:
+    """The one priority class of a job's replicas (a gang scheduler's PodGroup takes one), or None."""
+    classes = {role: r.priority_class for role, r in replicas.items() if r is not None}
+    if len(set(classes.values())) > 1:
+        raise SpecError(
+            "priority_class", classes, "the same priority class on every replica (the job's PodGroup has one)"
+        )
+    return next(iter(classes.values()), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +189,7 @@ class PyTorchJobSpec:
                         f"{role}.restart_policy", replica.restart_policy, "Never, OnFailure, ExitCode, Always"
                     )
                 replica.check_mounts(extra, role)
+        common_priority_class({"master": self.master, "worker": self.worker})
         max_workers = self.elastic.max_replicas if self.elastic else (self.worker.replicas if self.worker else 0)
         derived = [f"{self.meta.name}-master-0"]
         if max_workers:
@@ -215,6 +243,7 @@ class MPIJobSpec:
             if replica.restart_policy not in (None, "Never", "OnFailure"):
                 raise SpecError(f"{role}.restart_policy", replica.restart_policy, "Never or OnFailure (mpi-operator)")
             replica.check_mounts(extra, role)
+        common_priority_class({"launcher": self.launcher, "worker": self.worker})
         derived = [
             f"{self.meta.name}-launcher",
             f"{self.meta.name}-worker-{self.worker.replicas - 1}",

@@ -64,6 +64,15 @@ class TrainJobSpec:
         if reserved:
             # The Trainer's webhook refuses these: the torch plugin sets them itself.
             raise SpecError("trainer.env", ", ".join(reserved), "none of the variables the Trainer injects (PET_*)")
+        if self.trainer.priority_class is not None:
+            # Trainer v2.3's runtime patches may not set priorityClassName, and a TrainJob has no
+            # other place for it: refused rather than dropped.
+            raise SpecError(
+                "priority_class",
+                self.trainer.priority_class,
+                "none on a TrainJob (Trainer v2.3 lets no runtime patch set priorityClassName): set it in the "
+                "training runtime's pod template, or use job_api=pytorchjob / mpijob",
+            )
         if not self.patched_jobs or len(set(self.patched_jobs)) != len(self.patched_jobs):
             raise SpecError("patched_jobs", self.patched_jobs, "distinct replicated job names")
         extra = (self.workspace.volume_name,) if self.workspace else ()
