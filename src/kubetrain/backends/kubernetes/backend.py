@@ -4,8 +4,7 @@
   (the old launchers' `spec.cleanPodPolicy`, `activeDeadlineSecond`);
 - a 409 on create adopts the existing job when it carries this KFP run and task's labels (a
   retried or restarted launcher re-attaches) and fails clearly otherwise;
-- watch a single job with bounded server-side timeouts in a reconnect loop that resumes from the
-  last resourceVersion, takes bookmarks, and re-lists on 410 Gone;
+- watch a single job in a reconnect loop that resumes from the last resourceVersion (`watch`);
 - connection errors, 5xx and 429 are retried with backoff and jitter (Retry-After honoured);
 - pods by the operator's label, logs with an explicit container, `previous` and `tail_lines`;
 - delete with foreground propagation (pods go with the job); suspend by merge patch.
@@ -16,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -27,10 +25,11 @@ from kubernetes.client.exceptions import ApiException
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
 from kubetrain.backends.kubernetes.config import Connection, connect, job_name_for_task, launcher_pod_from_env
-from kubetrain.backends.kubernetes.errors import api_error, create_error, deleted_error
+from kubetrain.backends.kubernetes.errors import api_error, create_error
 from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
-from kubetrain.backends.kubernetes.retry import TRANSPORT_ERRORS, Retrier, RetryPolicy, is_transient
-from kubetrain.backends.kubernetes.stream import WatchState, json_lines, stream_lines
+from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
+from kubetrain.backends.kubernetes.stream import close_response, stream_lines
+from kubetrain.backends.kubernetes.watch import JobWatches
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
@@ -38,9 +37,6 @@ from kubetrain.status import JobPhase, parse_job_status
 
 logger = logging.getLogger(__name__)
 
-# (connect, read) seconds for ordinary requests; a watch reads for its server timeout plus grace.
-REQUEST_TIMEOUT = (10.0, 60.0)
-WATCH_READ_GRACE_SECONDS = 30.0
 SUBMISSION_ANNOTATION = "kubetrain.io/submission-id"
 
 __all__ = ["KubernetesBackend", "RetryPolicy", "job_name_for_task"]
@@ -72,10 +68,9 @@ class KubernetesBackend(Backend):
         self._core = client.CoreV1Api(self._api)
         self._retry = Retrier(retry or RetryPolicy())
         self._owner = launcher_pod_from_env() if owner_pod else None
-        self._server_watch_seconds = max(1, int(server_watch_seconds))
         self._resubmit_failed = resubmit_failed
         self._gone_wait_seconds = gone_wait_seconds
-        self._watches: dict[tuple[str, str], WatchState] = {}
+        self._watches = JobWatches(self._custom, self._retry, server_watch_seconds=server_watch_seconds)
 
     # -- create ----------------------------------------------------------------------------------
 
@@ -207,93 +202,9 @@ class KubernetesBackend(Backend):
         except ApiException as e:
             raise api_error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
 
-    def _relist(self, ref: JobRef) -> WatchState:
-        """The job and the list's resourceVersion to watch from (after a start or a 410 Gone)."""
-        kind = ref.kind
-        what = f"list {kind.kind} {ref.namespace}/{ref.name}"
-        try:
-            listing = self._retry.call(
-                what, self._custom.list_namespaced_custom_object,
-                kind.group, kind.version, ref.namespace, kind.plural,
-                field_selector=f"metadata.name={ref.name}", _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
-        except ApiException as e:
-            raise api_error(what, e) from e
-        items = listing.get("items") or []
-        if not items:
-            raise deleted_error(ref)
-        return WatchState(obj=items[0], resource_version=str(listing["metadata"]["resourceVersion"]))
-
     def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
         """The job's current state, then every change, for about `timeout_seconds`."""
-        key = (ref.namespace, ref.name)
-        deadline = time.monotonic() + timeout_seconds
-        state = self._watches.get(key) or self._relist(ref)
-        self._watches[key] = state
-        yield copy.deepcopy(state.obj)
-        failures = 0
-        while (remaining := deadline - time.monotonic()) > 0:
-            server_timeout = max(1, min(math.ceil(remaining), self._server_watch_seconds))
-            what = f"watch {ref.kind.kind} {ref.namespace}/{ref.name}"
-            gone = False
-            try:
-                response = self._open_watch(ref, state.resource_version, server_timeout)
-                try:
-                    for event in json_lines(response):
-                        etype, obj = event.get("type"), event.get("object") or {}
-                        if etype not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
-                            raise BackendError(f"{what}: the server sent something that is not a watch event: "
-                                               f"{str(event)[:200]}")  # fmt: skip
-                        if etype == "ERROR":
-                            if obj.get("code") == 410:
-                                gone = True
-                                break
-                            raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message")))
-                        version = str((obj.get("metadata") or {}).get("resourceVersion") or state.resource_version)
-                        if etype == "BOOKMARK":
-                            state.resource_version = version
-                            if time.monotonic() >= deadline:
-                                break  # the caller's window is over; the next call resumes from here
-                            continue
-                        if etype == "DELETED":
-                            self._watches.pop(key, None)
-                            raise deleted_error(ref)
-                        state.obj, state.resource_version = obj, version
-                        failures = 0
-                        yield copy.deepcopy(obj)
-                finally:
-                    _finish(response)
-            except ApiException as e:
-                if e.status == 410:
-                    gone = True
-                elif not is_transient(e):
-                    raise api_error(what, e) from e
-                else:
-                    failures += 1
-                    self._retry.backoff(what, failures, e)
-            except TRANSPORT_ERRORS as e:
-                # A connection dropped mid-watch: resume from the last resourceVersion.
-                failures += 1
-                self._retry.backoff(what, failures, e)
-            if gone:
-                # The resourceVersion is too old (compacted): re-list, and report what changed meanwhile.
-                logger.info("%s: resourceVersion %s expired; re-listing", what, state.resource_version)
-                fresh = self._relist(ref)
-                changed = fresh.obj.get("metadata", {}).get("resourceVersion") != state.obj.get("metadata", {}).get(
-                    "resourceVersion"
-                )
-                state = self._watches[key] = fresh
-                if changed:
-                    yield copy.deepcopy(fresh.obj)
-
-    def _open_watch(self, ref: JobRef, resource_version: str, server_timeout: int) -> Any:
-        kind = ref.kind
-        return self._custom.list_namespaced_custom_object(
-            kind.group, kind.version, ref.namespace, kind.plural,
-            field_selector=f"metadata.name={ref.name}", watch=True, resource_version=resource_version,
-            allow_watch_bookmarks=True, timeout_seconds=server_timeout, _preload_content=False,
-            _request_timeout=(REQUEST_TIMEOUT[0], server_timeout + WATCH_READ_GRACE_SECONDS),
-        )  # fmt: skip
+        return self._watches.watch(ref, timeout_seconds=timeout_seconds)
 
     def pods(self, ref: JobRef) -> list[PodInfo]:
         """The job's pods, found by the operator's job-name label."""
@@ -331,7 +242,7 @@ class KubernetesBackend(Backend):
         except TRANSPORT_ERRORS as e:
             raise BackendError(f"{what}: stream broken: {e}") from e
         finally:
-            _finish(response)
+            close_response(response)
 
     def events(self, ref: JobRef) -> list[EventInfo]:
         """Events about the job object and (Warnings only) its pods, oldest first."""
@@ -368,7 +279,7 @@ class KubernetesBackend(Backend):
         """Delete the job, its pods first (foreground). A job already gone is fine."""
         kind = ref.kind
         what = f"delete {kind.kind} {ref.namespace}/{ref.name}"
-        self._watches.pop((ref.namespace, ref.name), None)
+        self._watches.forget(ref)
         try:
             self._retry.call(
                 what, self._custom.delete_namespaced_custom_object,
@@ -397,10 +308,3 @@ class KubernetesBackend(Backend):
     def close(self) -> None:
         """Close the connection pool. Idempotent."""
         self._api.close()
-
-
-def _finish(response: Any) -> None:
-    """Close a streamed response: one left unread (a window ended, a consumer stopped) must not go
-    back to the pool with the rest of its body still on the wire."""
-    response.close()
-    response.release_conn()

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# (connect, read) seconds for one attempt of an ordinary request; a watch reads for longer.
+REQUEST_TIMEOUT = (10.0, 60.0)
 RETRIABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # What the transport raises when a connection is refused, reset, cut mid-body or times out.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)

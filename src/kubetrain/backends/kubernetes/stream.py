@@ -34,3 +34,10 @@ def json_lines(response: Any) -> Iterator[dict[str, Any]]:
     for line in stream_lines(response):
         if line.strip():
             yield json.loads(line)
+
+
+def close_response(response: Any) -> None:
+    """Close a streamed response: one left unread (a window ended, a consumer stopped) must not go
+    back to the pool with the rest of its body still on the wire."""
+    response.close()
+    response.release_conn()
