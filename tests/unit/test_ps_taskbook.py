@@ -97,7 +97,7 @@ def test_all_epochs_are_handed_out_and_only_reports_finish_them() -> None:
     assert book.counters["records_trained"] == 2 * 40
     assert {lease.task.epoch for lease in leases} == {0, 1}
     # One history entry per finished epoch, with the epoch's mean training loss.
-    assert [(h["epoch"], h["loss"]) for h in book.history] == [(0, 0.5), (1, 0.5)]
+    assert [(h["epoch"], h["loss"]) for h in book.results.history] == [(0, 0.5), (1, 0.5)]
 
 
 def test_failed_task_goes_back_first_and_is_dropped_after_the_limit() -> None:
@@ -236,9 +236,9 @@ def test_eval_tasks_come_first_and_results_count_once() -> None:
     for i, e in enumerate(evals):
         _finish(book, e, f"e{i}", str(i), eval_result=res)
     _finish(book, evals[0], "e0", "0", eval_result=EvalResult(9.0, 0, 4))  # duplicate: ignored
-    assert rid not in book.evals.rounds
-    assert book.history[-1]["step"] == 7
-    assert book.history[-1]["test_accuracy"] == pytest.approx(9 / 12)
+    assert rid not in book.results.evals.rounds
+    assert book.results.history[-1]["step"] == 7
+    assert book.results.history[-1]["test_accuracy"] == pytest.approx(9 / 12)
     assert train.lease in book.doing
 
 
@@ -250,8 +250,8 @@ def test_final_round_moves_to_finishing_with_metrics() -> None:
     for lease in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
         _finish(book, lease, eval_result=EvalResult(0.2 * lease.task.records, lease.task.records, lease.task.records))
     assert book.phase == FINISHING
-    assert book.final_metrics["test_accuracy"] == 1.0
-    assert book.final_metrics["train_loss"] == pytest.approx(0.5)
+    assert book.results.final_metrics["test_accuracy"] == 1.0
+    assert book.results.final_metrics["train_loss"] == pytest.approx(0.5)
 
 
 def test_static_sharding_keeps_each_slot_to_its_block() -> None:
@@ -306,7 +306,7 @@ def test_durable_entries_fold_into_bitmaps_and_stay_done() -> None:
     assert len(book.ledger.open) == 2 and len(book.ledger) == 5
     assert all(lease.task.task_id in book.ledger for lease in leases)
     assert book.ledger.records() == 40 and book.training_complete()
-    assert [h["epoch"] for h in book.history] == [0]
+    assert [h["epoch"] for h in book.results.history] == [0]
     # A retried report of a folded task counts as trained twice, never as a new task.
     _finish(book, leases[0], "w0", "w0")
     assert book.counters["tasks_done"] == 5
@@ -333,11 +333,11 @@ def test_history_steps_follow_the_reported_versions_and_the_final_loss_is_the_la
             assert ok
     # The step of an epoch's entry is the model version its last report produced, so the loss
     # curve is plotted against steps that advance, not against a stale poll of the shards.
-    assert [(h["epoch"], h["step"]) for h in book.history] == [(0, 15), (1, 30)]
-    book.start_round(version=book.model_version, final=True)
+    assert [(h["epoch"], h["step"]) for h in book.results.history] == [(0, 15), (1, 30)]
+    book.start_round(version=book.results.model_version, final=True)
     for lease in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
         _finish(book, lease, eval_result=EvalResult(0.2 * lease.task.records, lease.task.records, lease.task.records))
-    final = book.history[-1]
+    final = book.results.history[-1]
     assert final["step"] == 30
     assert final["loss"] == pytest.approx(0.3)
-    assert book.final_metrics["train_loss"] == pytest.approx(0.3)
+    assert book.results.final_metrics["train_loss"] == pytest.approx(0.3)

@@ -110,7 +110,7 @@ class _Loop:
                         lost,
                     )
             if states:
-                book.model_version = max(book.model_version, *(int(s.version) for s in states))
+                book.results.model_version = max(book.results.model_version, *(int(s.version) for s in states))
 
         self.core.mutate(note)
 
@@ -126,16 +126,16 @@ class _Loop:
         if (
             every > 0
             and book.phase == TRAINING
-            and not book.evals.rounds
-            and book.model_version >= book.evals.last_version + every
+            and not book.results.evals.rounds
+            and book.results.model_version >= book.results.evals.last_version + every
         ):
-            core.mutate(lambda b: b.start_round(version=b.model_version, final=False))
+            core.mutate(lambda b: b.start_round(version=b.results.model_version, final=False))
         if book.phase == TRAINING and book.training_complete():
             self._finish_training()
         if book.phase == FINISHING:
             write_outputs(core, self.shards, self.settings, self.config)
             core.mutate(lambda b: setattr(b, "phase", DONE), always_save=True)
-            log.info("job done: %s", json.dumps(book.final_metrics))
+            log.info("job done: %s", json.dumps(book.results.final_metrics))
         return book.phase in (DONE, FAILED)
 
     def _finish_training(self) -> None:
@@ -148,9 +148,9 @@ class _Loop:
             book = self.core.book
             if book.phase == TRAINING and book.training_complete():
                 self.core.times.setdefault("training_done_at", time.time())
-                book.start_round(version=book.model_version, final=True)
+                book.start_round(version=book.results.model_version, final=True)
                 self.core.save()
-                log.info("training done at version %d; final evaluation", book.model_version)
+                log.info("training done at version %d; final evaluation", book.results.model_version)
 
     def shutdown(self, stop: threading.Event) -> None:
         """Wait until live workers have heard the end (or the grace passes), stop the shards."""

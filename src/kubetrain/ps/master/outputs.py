@@ -72,16 +72,16 @@ def metrics(core: MasterCore, settings: JobSettings, config: MasterConfig) -> di
     first = times.get("first_task_at", times.get("started_at", now))
     train_s = max(times.get("training_done_at", now) - first, 1e-9)
     out: dict[str, Any] = {
-        "test_accuracy": book.final_metrics.get("test_accuracy"),
-        "test_loss": book.final_metrics.get("test_loss"),
-        "train_loss": book.final_metrics.get("train_loss"),
+        "test_accuracy": book.results.final_metrics.get("test_accuracy"),
+        "test_loss": book.results.final_metrics.get("test_loss"),
+        "train_loss": book.results.final_metrics.get("train_loss"),
         "samples_per_second": c["records_trained"] / train_s,
         "world_size": len(book.workers),
         "wall_seconds": now - times.get("started_at", now),
         "train_seconds": train_s,
         "epochs": book.config.epochs,
-        "global_step": book.model_version,
-        "history": book.history,
+        "global_step": book.results.model_version,
+        "history": book.results.history,
         "mode": settings.mode,
         "model": settings.model,
         "num_ps": settings.num_ps,
@@ -93,8 +93,8 @@ def metrics(core: MasterCore, settings: JobSettings, config: MasterConfig) -> di
         "status": "failed" if book.phase == FAILED else "succeeded",
         **c,
     }
-    if "test_auc" in book.final_metrics:
-        out["test_auc"] = book.final_metrics["test_auc"]
+    if "test_auc" in book.results.final_metrics:
+        out["test_auc"] = book.results.final_metrics["test_auc"]
     if book.failure_reason:
         out["failure_reason"] = book.failure_reason
     return out

@@ -55,16 +55,16 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "failures": book.failures,
         "dropped": book.dropped,
         "next_lease": book.next_lease,
-        "evals": book.evals.to_json(),
-        "model_version": book.model_version,
+        "evals": book.results.evals.to_json(),
+        "model_version": book.results.model_version,
         "workers": {k: [w.incarnation, w.slot, w.alive] for k, w in book.workers.items()},
         "counters": book.counters,
-        "epoch_loss": {str(k): [v.total, v.records] for k, v in book.epoch_loss.items()},
-        "window_loss": [book.window_loss.total, book.window_loss.records],
-        "history": book.history,
-        "final_metrics": book.final_metrics,
+        "epoch_loss": {str(k): [v.total, v.records] for k, v in book.results.epoch_loss.items()},
+        "window_loss": [book.results.window_loss.total, book.results.window_loss.records],
+        "history": book.results.history,
+        "final_metrics": book.results.final_metrics,
         "max_task_seconds": book.max_task_seconds,
-        "epochs_logged": sorted(book.epochs_logged),
+        "epochs_logged": sorted(book.results.epochs_logged),
     }
 
 
@@ -91,19 +91,20 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     book.failures = {k: int(v) for k, v in raw["failures"].items()}
     book.dropped = {k: int(v) for k, v in raw["dropped"].items()}
     book.next_lease = int(raw["next_lease"])
-    book.evals = EvalBook.from_json(raw["evals"])
-    book.model_version = int(raw["model_version"])
+    results = book.results
+    results.evals = EvalBook.from_json(raw["evals"])
+    results.model_version = int(raw["model_version"])
     book.workers = {
         k: WorkerInfo(incarnation=str(v[0]), last_seen=now, slot=int(v[1]), alive=bool(v[2]))
         for k, v in raw["workers"].items()
     }
     book.counters.update({k: int(v) for k, v in raw["counters"].items()})
-    book.epoch_loss = {int(k): Loss(float(v[0]), int(v[1])) for k, v in raw["epoch_loss"].items()}
-    book.window_loss = Loss(float(raw["window_loss"][0]), int(raw["window_loss"][1]))
-    book.history = list(raw["history"])
-    book.final_metrics = {k: float(v) for k, v in raw["final_metrics"].items()}
+    results.epoch_loss = {int(k): Loss(float(v[0]), int(v[1])) for k, v in raw["epoch_loss"].items()}
+    results.window_loss = Loss(float(raw["window_loss"][0]), int(raw["window_loss"][1]))
+    results.history = list(raw["history"])
+    results.final_metrics = {k: float(v) for k, v in raw["final_metrics"].items()}
     book.max_task_seconds = float(raw["max_task_seconds"])
-    book.epochs_logged = {int(e) for e in raw.get("epochs_logged", ())}
+    results.epochs_logged = {int(e) for e in raw.get("epochs_logged", ())}
     return book
 
 

@@ -1,4 +1,4 @@
-"""The master's book of work: todo / doing / done per epoch, leases, failures, eval rounds.
+"""The master's book of work: todo / doing / done per epoch, leases, failures, eval rounds' tasks.
 
 Pure logic with no I/O and no clock of its own (callers pass `now`), so every rule is unit-tested:
 
@@ -9,6 +9,7 @@ Pure logic with no I/O and no clock of its own (callers pass `now`), so every ru
 - a finished task whose gradients landed on a PS shard past the checkpoint that shard restarted
   from is put back too: its update was lost (the PS failover ElasticDL designed, never built);
 - evaluation tasks have their own queue and are handed out first;
+- what the finished work produced (losses, history, final metrics) goes to `results`;
 - the whole book round-trips through JSON (`master_state`), so a restarted master carries on.
 """
 
@@ -17,9 +18,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from kubetrain.ps.common.evaluation import EvalBook, EvalResult, EvalRound, history_entry
+from kubetrain.ps.common.evaluation import EvalResult, EvalRound
 from kubetrain.ps.common.tasks import (
     DONE,
     EVAL,
@@ -32,7 +32,6 @@ from kubetrain.ps.common.tasks import (
     Directive,
     DoneEntry,
     Lease,
-    Loss,
     TaskRange,
     WorkerInfo,
     cut_epoch,
@@ -40,6 +39,7 @@ from kubetrain.ps.common.tasks import (
     task_from_id,
 )
 from kubetrain.ps.master.ledger import Ledger
+from kubetrain.ps.master.results import TrainingResults
 
 __all__ = ["COUNTERS", "TaskBook"]
 
@@ -72,16 +72,10 @@ class TaskBook:
     failures: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     next_lease: int = 1
-    evals: EvalBook = field(default_factory=EvalBook)
-    model_version: int = 0
     workers: dict[str, WorkerInfo] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
-    epoch_loss: dict[int, Loss] = field(default_factory=dict)
-    window_loss: Loss = field(default_factory=Loss)
-    history: list[dict[str, Any]] = field(default_factory=list)
-    final_metrics: dict[str, float] = field(default_factory=dict)
     max_task_seconds: float = 0.0
-    epochs_logged: set[int] = field(default_factory=set)
+    results: TrainingResults = field(default_factory=TrainingResults)
     ledger: Ledger = field(init=False)
 
     def __post_init__(self) -> None:
@@ -227,7 +221,7 @@ class TaskBook:
         c = self.counters
         c["tasks_dropped"] += 1
         if task.kind == EVAL:
-            self._closed(self.evals.drop(task.task_id))
+            self._closed(self.results.evals.drop(task.task_id))
             return
         self.dropped[task.task_id] = task.records
         c["records_dropped"] += task.records
@@ -281,7 +275,7 @@ class TaskBook:
             task = self._take_back(task_id)
         if task_id.startswith(EVAL):
             if eval_result is not None:
-                self._closed(self.evals.record(task_id, eval_result))
+                self._closed(self.results.evals.record(task_id, eval_result))
             return True, "evaluated"
         return self._report_train(task, task_id, lease, records, loss_sum, dict(versions or {}))
 
@@ -328,25 +322,11 @@ class TaskBook:
         self.ledger.add(task_id, entry)
         self.failures.pop(task_id, None)
         c["tasks_done"] += 1
-        self.epoch_loss.setdefault(task.epoch, Loss()).add(loss_sum, records)
-        self.window_loss.add(loss_sum, records)
-        # The report carries the versions its pushes produced: the freshest view of the model's
-        # step, so an epoch's history entry is stamped with the step it ended at, not with the
-        # last periodic poll of the shards.
-        if versions:
-            self.model_version = max(self.model_version, *(version for _, version in versions.values()))
-        self._maybe_log_epoch(task.epoch)
+        self.results.add_trained(task.epoch, loss_sum, records, versions)
+        epoch = task.epoch
+        if epoch not in self.results.epochs_logged and self.ledger.done_in_epoch(epoch) >= self._tasks_per_epoch:
+            self.results.log_epoch(epoch)
         return True, "done"
-
-    def _maybe_log_epoch(self, epoch: int) -> None:
-        """A history entry {step, epoch, loss} once every task of `epoch` is done."""
-        if epoch in self.epochs_logged:
-            return
-        if self.ledger.done_in_epoch(epoch) < self._tasks_per_epoch:
-            return
-        self.epochs_logged.add(epoch)
-        mean = self.epoch_loss[epoch].mean()
-        self.history.append({"step": self.model_version, "epoch": epoch, "loss": mean})
 
     # ----------------------------------------------------------------------------- PS restarts
 
@@ -370,9 +350,9 @@ class TaskBook:
     def start_round(self, *, version: int, final: bool) -> int:
         """Cut the test split into a new evaluation round (its tasks go out before training)."""
         c = self.config
-        rid = self.evals.next_round
+        rid = self.results.evals.next_round
         tasks = cut_split(c.test_shards, c.eval_records_per_task, kind=EVAL, split="test", eval_round=rid)
-        self.evals.open(
+        self.results.evals.open(
             version=version,
             epoch=max(self.epoch_created, 0),
             final=final,
@@ -384,21 +364,5 @@ class TaskBook:
         return rid
 
     def _closed(self, r: EvalRound | None) -> None:
-        if r is None:
-            return
-        train_loss = self.window_loss.mean()
-        if r.final and self.epoch_loss:
-            # The final round's loss is the last epoch's, as in the per-epoch entries (the window
-            # since the last periodic round would mix in every earlier epoch).
-            train_loss = self.epoch_loss[max(self.epoch_loss)].mean()
-        entry = history_entry(r, train_loss=train_loss)
-        self.window_loss = Loss()
-        self.history.append(entry)
-        if r.final:
-            self.final_metrics = {k: v for k, v in entry.items() if k.startswith("test_")}
-            if self.epoch_loss:
-                last = self.epoch_loss[max(self.epoch_loss)].mean()
-                if last is not None:
-                    self.final_metrics["train_loss"] = last
-            if self.phase == FINAL_EVAL:
-                self.phase = FINISHING
+        if self.results.close_round(r) and self.phase == FINAL_EVAL:
+            self.phase = FINISHING

@@ -1,0 +1,71 @@
+"""What a PS job has produced so far: losses, the model version, the history and the final metrics.
+
+The task book (`taskbook`) decides who trains what; this is the record of what came of it. Every
+finished training task adds its loss sum to its epoch's and to the window since the last
+evaluation round; an epoch whose tasks are all done gets one history entry `{step, epoch, loss}`
+(stamped with the model version its last task reached), and every closed evaluation round one
+more. The final round's test metrics and the last epoch's loss are the job's final metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubetrain.ps.common.evaluation import EvalBook, EvalRound, history_entry
+from kubetrain.ps.common.tasks import Loss
+
+__all__ = ["TrainingResults"]
+
+
+@dataclass
+class TrainingResults:
+    """Losses, model version, evaluation rounds, history and final metrics of one job."""
+
+    evals: EvalBook = field(default_factory=EvalBook)
+    model_version: int = 0
+    epoch_loss: dict[int, Loss] = field(default_factory=dict)
+    window_loss: Loss = field(default_factory=Loss)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    epochs_logged: set[int] = field(default_factory=set)
+
+    def add_trained(self, epoch: int, loss_sum: float, records: int, versions: Mapping[int, tuple[int, int]]) -> None:
+        """A training task of `epoch` finished, with its loss sum and the (generation, version) per shard."""
+        self.epoch_loss.setdefault(epoch, Loss()).add(loss_sum, records)
+        self.window_loss.add(loss_sum, records)
+        # The report carries the versions its pushes produced: the freshest view of the model's
+        # step, so an epoch's history entry is stamped with the step it ended at, not with the
+        # last periodic poll of the shards.
+        if versions:
+            self.model_version = max(self.model_version, *(version for _, version in versions.values()))
+
+    def log_epoch(self, epoch: int) -> None:
+        """The history entry {step, epoch, loss} of an epoch whose tasks are all done (once)."""
+        if epoch in self.epochs_logged:
+            return
+        self.epochs_logged.add(epoch)
+        mean = self.epoch_loss[epoch].mean()
+        self.history.append({"step": self.model_version, "epoch": epoch, "loss": mean})
+
+    def close_round(self, r: EvalRound | None) -> bool:
+        """Record a round that just closed (None: nothing closed); True when it was the final one."""
+        if r is None:
+            return False
+        train_loss = self.window_loss.mean()
+        if r.final and self.epoch_loss:
+            # The final round's loss is the last epoch's, as in the per-epoch entries (the window
+            # since the last periodic round would mix in every earlier epoch).
+            train_loss = self.epoch_loss[max(self.epoch_loss)].mean()
+        entry = history_entry(r, train_loss=train_loss)
+        self.window_loss = Loss()
+        self.history.append(entry)
+        if not r.final:
+            return False
+        self.final_metrics = {k: v for k, v in entry.items() if k.startswith("test_")}
+        if self.epoch_loss:
+            last = self.epoch_loss[max(self.epoch_loss)].mean()
+            if last is not None:
+                self.final_metrics["train_loss"] = last
+        return True
