@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kubetrain.errors import InvalidInputError
 from kubetrain.manifests.kinds import JobKind, kind_of
 
 JobObject = dict[str, Any]
@@ -29,13 +30,14 @@ class JobRef:
     uid: str = ""
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any], default_namespace: str = "default") -> JobRef:
-        """The reference of a job object (manifest or object returned by a backend)."""
+    def from_object(cls, obj: Mapping[str, Any], namespace: str = "default") -> JobRef:
+        """The reference of a job object (manifest or object returned by a backend); `namespace`
+        stands in when the object names none."""
         meta = obj.get("metadata") or {}
         return cls(
             kind=kind_of(obj),
             name=str(meta.get("name", "")),
-            namespace=str(meta.get("namespace") or default_namespace),
+            namespace=str(meta.get("namespace") or namespace),
             uid=str(meta.get("uid") or ""),
         )
 
@@ -77,6 +79,13 @@ class Backend(abc.ABC):
     def submit(self, manifest: Mapping[str, Any]) -> JobRef:
         """Create the job. If a job of that name exists and carries the same KFP run and task
         labels, adopt it (return its ref); if it belongs to someone else, raise JobConflictError."""
+
+    def dry_run(self, manifest: Mapping[str, Any]) -> JobObject:
+        """What the API server would store for `manifest`, creating nothing.
+
+        Only a backend with an API server can answer; the others refuse.
+        """
+        raise InvalidInputError(f"--dry-run asks the API server; the {self.name} backend has none")
 
     @abc.abstractmethod
     def get(self, ref: JobRef) -> JobObject:

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import yaml
 
-from kubetrain.backends import check_namespace, open_backend
+from kubetrain.backends import open_backend
 from kubetrain.backends.base import Backend
 from kubetrain.errors import InvalidInputError, KubetrainError, ManifestError
 from kubetrain.launcher import DELETE_AFTER_CHOICES, ON_TIMEOUT_CHOICES, AwaitOptions, DeleteAfter, OnTimeout, run_job
@@ -130,10 +130,8 @@ def dry_run(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
     """Print what the API server would store for `manifest`; nothing is created."""
     if args.local:
         raise InvalidInputError("--dry-run asks the API server; it cannot be combined with --local")
-    from kubetrain.backends.kubernetes import KubernetesBackend
-
-    namespace = check_namespace(args.namespace)
-    backend = KubernetesBackend(namespace=namespace, kubeconfig=args.kubeconfig, context=args.context)
+    # No owner reference: a dry run creates nothing for the launcher pod to own.
+    backend = open_backend("kubernetes", namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
     try:
         obj = backend.dry_run(manifest)
     finally:

@@ -206,7 +206,7 @@ class _Await:
         if status.phase == JobPhase.FAILED or obj is None:
             raise self._failed(status)
         self._stop_follower(drain=self._primary_ended(self.last_pods))
-        ref = JobRef.from_object(obj, default_namespace=self.ref.namespace)
+        ref = JobRef.from_object(obj, namespace=self.ref.namespace)
         result = JobResult(
             name=self.ref.name,
             namespace=self.ref.namespace,

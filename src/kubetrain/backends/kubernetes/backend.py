@@ -61,8 +61,10 @@ class KubernetesBackend(Backend):
         connection: Connection | None = None,
     ) -> None:
         conn = connection or connect(namespace=namespace, kubeconfig=kubeconfig, context=context)
-        self.namespace = conn.namespace
-        self._explicit_namespace = namespace
+        # Where a manifest naming no namespace goes (the connection's: kubeconfig context or pod).
+        self._namespace = conn.namespace
+        # Set only when the caller named one: a manifest in another namespace is then refused.
+        self._requested_namespace = namespace
         self._api = conn.api_client
         self._custom = client.CustomObjectsApi(self._api)
         self._core = client.CoreV1Api(self._api)
@@ -83,7 +85,7 @@ class KubernetesBackend(Backend):
             if e.status != 409:
                 raise create_error(kind, body, e) from e
             return self._adopt(kind, body)
-        return JobRef.from_object(created, default_namespace=body["metadata"]["namespace"])
+        return JobRef.from_object(created, namespace=body["metadata"]["namespace"])
 
     def dry_run(self, manifest: Mapping[str, Any]) -> JobObject:
         """What the API server would store (defaults and webhooks applied), creating nothing.
@@ -108,10 +110,11 @@ class KubernetesBackend(Backend):
         kind = kind_of(manifest)
         body: JobObject = copy.deepcopy(dict(manifest))
         meta = body.setdefault("metadata", {})
-        namespace = meta.get("namespace") or self.namespace
-        if self._explicit_namespace and namespace != self._explicit_namespace:
+        namespace = meta.get("namespace") or self._namespace
+        requested = self._requested_namespace
+        if requested and namespace != requested:
             raise ManifestError(
-                "metadata.namespace", f"{namespace!r} differs from the requested namespace {self._explicit_namespace!r}"
+                "metadata.namespace", f"{namespace!r} differs from the requested namespace {requested!r}"
             )
         if not meta.get("name"):
             raise ManifestError(
@@ -165,9 +168,9 @@ class KubernetesBackend(Backend):
             logger.info("%s %s/%s exists (%s); replacing it", kind.kind, ref.namespace, ref.name, phase.value)
             self.delete(ref)
             self._wait_gone(ref)
-            return JobRef.from_object(self._create(kind, body), default_namespace=ref.namespace)
+            return JobRef.from_object(self._create(kind, body), namespace=ref.namespace)
         logger.info("adopted existing %s %s/%s (%s)", kind.kind, ref.namespace, ref.name, phase.value)
-        return JobRef.from_object(existing, default_namespace=ref.namespace)
+        return JobRef.from_object(existing, namespace=ref.namespace)
 
     def _wait_gone(self, ref: JobRef) -> None:
         deadline = time.monotonic() + self._gone_wait_seconds
