@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TypedDict
 
 import yaml
 
@@ -89,8 +90,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(func=run)
 
 
-def build_spec(args: argparse.Namespace) -> JobSpec:
-    """The spec `render` prints, from its parsed flags."""
+class PresetArgs(TypedDict):
+    """What every preset takes from `render`'s flags, whatever the kind: the job's name and
+    namespace, the program's flags and the pods' options (typed, so each preset call is checked)."""
+
+    name: str
+    namespace: str | None
+    params: TrainingParams
+    pod: PodOptions
+    workspace_pvc: str | None
+
+
+def preset_args(args: argparse.Namespace) -> PresetArgs:
+    """The arguments every preset takes, from `render`'s parsed flags."""
     params = TrainingParams(
         data_dir=args.data,
         output_dir=args.output_dir,
@@ -100,9 +112,18 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
         lr=args.lr,
         model=args.model,
     )
-    pod = PodOptions(resources=Resources(cpu=args.cpu, memory=args.memory, gpus=args.gpus))
-    common = {"name": args.name, "params": params, "pod": pod, "workspace_pvc": args.workspace_pvc,
-              "namespace": args.namespace}  # fmt: skip
+    return PresetArgs(
+        name=args.name,
+        namespace=args.namespace,
+        params=params,
+        pod=PodOptions(resources=Resources(cpu=args.cpu, memory=args.memory, gpus=args.gpus)),
+        workspace_pvc=args.workspace_pvc,
+    )
+
+
+def build_spec(args: argparse.Namespace) -> JobSpec:
+    """The spec `render` prints, from its parsed flags."""
+    common = preset_args(args)
     if args.kind == "pytorchjob":
         return pytorch_job_spec(
             workers=args.workers if args.workers is not None else 0,
