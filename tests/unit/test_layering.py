@@ -1,15 +1,18 @@
 """The import layering the README describes: a lower layer never imports a higher one.
 
 Read from the source (every `import` and `from ... import`, function-local ones included), so a
-lazy import inside a function counts the same as one at the top. Within one layer, packages do
-not import each other; a package may import itself freely. No module reaches another through
-`importlib` or `__import__`, which would hide an import from this test.
+lazy import inside a function counts the same as one at the top. Relative imports are resolved
+against the importing module's package and checked like absolute ones; one that climbs above
+`kubetrain` fails. Within one layer, packages do not import each other; a package may import
+itself freely. Inside `ps/` the sub-packages have an order of their own (PS_IMPORTS). No module
+reaches another through `importlib` or `__import__`, which would hide an import from this test.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ import pytest
 import kubetrain
 
 ROOT = Path(kubetrain.__file__).resolve().parent
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 # Low to high. A module of layer i may import the packages of layers < i and its own package.
 LAYERS: list[tuple[str, ...]] = [
@@ -37,68 +41,185 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 LAYER_OF = {package: i for i, packages in enumerate(LAYERS) for package in packages}
 
+# Inside ps/: the sub-packages each one may import besides itself. The processes (master, server,
+# worker) share only common/ and proto/; harness/ runs servers and workers in one process.
+PS_IMPORTS: dict[str, frozenset[str]] = {
+    "proto": frozenset(),
+    "common": frozenset({"proto"}),
+    "master": frozenset({"common", "proto"}),
+    "server": frozenset({"common", "proto"}),
+    "worker": frozenset({"common", "proto"}),
+    "harness": frozenset({"common", "proto", "server", "worker"}),
+}
 
-def _files() -> list[tuple[Path, str]]:
-    """(module, top-level package) for every module, components/ and pipelines/ (symlinked in) included."""
-    files: list[tuple[Path, str]] = []
+Module = tuple[str, ...]  # a module's dotted name below kubetrain: ("ps", "master", "taskbook")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One module of the tree: its file and its name."""
+
+    path: Path
+    module: Module
+
+    @property
+    def package(self) -> Module:
+        """The package relative imports start from (the module's own for an `__init__.py`)."""
+        return self.module if self.path.name == "__init__.py" else self.module[:-1]
+
+    def __str__(self) -> str:
+        return ".".join(("kubetrain", *self.module))
+
+
+def _sources() -> list[Source]:
+    """Every module, components/ and pipelines/ (symlinked in) included; generated protobuf code not."""
+    found: list[Source] = []
     for directory, subdirs, names in os.walk(ROOT):  # does not follow the two symlinks
-        subdirs[:] = [d for d in subdirs if d not in ("proto", "__pycache__")]
+        subdirs[:] = [d for d in subdirs if d != "__pycache__"]
         for name in names:
-            if name.endswith(".py"):
+            if name.endswith(".py") and "_pb2" not in name:
                 path = Path(directory, name)
-                top = path.relative_to(ROOT).parts[0].removesuffix(".py")
-                if top != "__init__":
-                    files.append((path, top))
+                parts = path.relative_to(ROOT).with_suffix("").parts
+                if parts != ("__init__",):  # kubetrain/__init__.py holds the version and nothing else
+                    found.append(Source(path, parts[:-1] if parts[-1] == "__init__" else parts))
     for linked in ("components", "pipelines"):
-        files += [(p, linked) for p in sorted((ROOT / linked).resolve().glob("*.py"))]
-    return sorted(files)
+        for path in sorted((ROOT / linked).resolve().glob("*.py")):
+            found.append(Source(path, (linked,) if path.name == "__init__.py" else (linked, path.stem)))
+    return sorted(found, key=str)
 
 
-def _imported_packages(tree: ast.AST) -> set[str]:
-    found: set[str] = set()
+def _is_module(name: Module) -> bool:
+    path = ROOT.joinpath(*name) if name else ROOT
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _imported_modules(source: Source, tree: ast.AST) -> list[tuple[int, Module]]:
+    """(line, module) for every kubetrain module the source imports, relative imports resolved."""
+    found: list[tuple[int, Module]] = []
     for node in ast.walk(tree):
-        names: list[str] = []
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-            if node.module == "kubetrain":
-                names = [f"kubetrain.{alias.name}" for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "kubetrain" and len(parts) > 1 and not parts[1].startswith("__version"):
-                found.add(parts[1])
-    return found
+            for alias in node.names:
+                parts = tuple(alias.name.split("."))
+                if parts[0] == "kubetrain":
+                    found.append((node.lineno, parts[1:]))
+            continue
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        named = tuple(node.module.split(".")) if node.module else ()
+        if node.level:
+            package = source.package
+            climb = node.level - 1
+            if climb > len(package):
+                pytest.fail(f"{source.path}:{node.lineno}: relative import climbs above the kubetrain package")
+            base = package[: len(package) - climb] + named
+        elif named[:1] == ("kubetrain",):
+            base = named[1:]
+        else:
+            continue
+        for alias in node.names:
+            # `from X import a` imports the module X.a when there is one, else a name of X.
+            sub = (*base, alias.name)
+            found.append((node.lineno, sub if _is_module(sub) else base))
+    return [(line, name) for line, name in found if name and not name[0].startswith("__version")]
 
 
-@pytest.mark.parametrize(("path", "package"), _files(), ids=lambda v: str(v).rsplit("/src/", 1)[-1])
-def test_no_module_imports_a_higher_layer(path: Path, package: str) -> None:
-    assert package in LAYER_OF, f"{path}: package {package!r} has no layer; add it to LAYERS (and the README)"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def _ps_sub(module: Module) -> str:
+    return module[1] if len(module) > 1 else ""
+
+
+@pytest.mark.parametrize("source", _sources(), ids=str)
+def test_no_module_imports_a_higher_layer(source: Source) -> None:
+    package = source.module[0]
+    assert package in LAYER_OF, f"{source.path}: package {package!r} has no layer; add it to LAYERS (and the README)"
     mine = LAYER_OF[package]
-    for imported in sorted(_imported_packages(tree) - {package}):
-        assert imported in LAYER_OF, f"{path}: imports kubetrain.{imported}, which has no layer"
-        assert LAYER_OF[imported] < mine, (
-            f"{path} (layer {package}) imports kubetrain.{imported}, which is not below it: "
-            f"{' < '.join('/'.join(layer) for layer in LAYERS)}"
+    tree = ast.parse(source.path.read_text(encoding="utf-8"))
+    for line, imported in _imported_modules(source, tree):
+        where = f"{source.path}:{line} (layer {package}) imports kubetrain.{'.'.join(imported)}"
+        top = imported[0]
+        if top == package:
+            continue
+        assert top in LAYER_OF, f"{where}, which has no layer"
+        assert LAYER_OF[top] < mine, (
+            f"{where}, which is not below it: {' < '.join('/'.join(layer) for layer in LAYERS)}"
         )
 
 
-@pytest.mark.parametrize(("path", "package"), _files(), ids=lambda v: str(v).rsplit("/src/", 1)[-1])
-def test_no_import_detours(path: Path, package: str) -> None:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("source", [s for s in _sources() if s.module[0] == "ps"], ids=str)
+def test_ps_sub_packages_keep_their_order(source: Source) -> None:
+    mine = _ps_sub(source.module)
+    if not mine:
+        return  # ps/__init__.py: a docstring
+    assert mine in PS_IMPORTS, f"{source.path}: ps/{mine}/ has no entry in PS_IMPORTS (and the README)"
+    tree = ast.parse(source.path.read_text(encoding="utf-8"))
+    for line, imported in _imported_modules(source, tree):
+        theirs = _ps_sub(imported) if imported[0] == "ps" else None
+        if theirs is None or theirs == mine:
+            continue
+        assert theirs in PS_IMPORTS[mine], (
+            f"{source.path}:{line} (ps/{mine}) imports kubetrain.{'.'.join(imported)}; ps/{mine} may import only "
+            f"ps/{', ps/'.join(sorted(PS_IMPORTS[mine])) or '(nothing else)'}"
+        )
+
+
+@pytest.mark.parametrize("source", _sources(), ids=str)
+def test_no_import_detours(source: Source) -> None:
+    tree = ast.parse(source.path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = node.module if isinstance(node, ast.ImportFrom) else None
             names = [a.name for a in node.names]
             assert "importlib" not in (module or "") and not any(n.startswith("importlib") for n in names), (
-                f"{path}:{node.lineno}: importlib hides imports from the layering check; import directly"
+                f"{source.path}:{node.lineno}: importlib hides imports from the layering check; import directly"
             )
         if isinstance(node, ast.Name) and node.id == "__import__":
-            pytest.fail(f"{path}:{node.lineno}: __import__ hides imports from the layering check")
+            pytest.fail(f"{source.path}:{node.lineno}: __import__ hides imports from the layering check")
 
 
 def test_the_layers_cover_every_package() -> None:
     packages = {p.name.removesuffix(".py") for p in ROOT.iterdir() if p.name != "__pycache__"}
     packages -= {"__init__", "py.typed", "version"}
     assert packages - set(LAYER_OF) == set(), "every top-level package or module needs a layer"
+    ps = {p.name for p in (ROOT / "ps").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert ps == set(PS_IMPORTS), "every ps/ sub-package needs an entry in PS_IMPORTS"
+
+
+def _readme_tree() -> list[tuple[int, tuple[str, ...]]]:
+    """(indent, names) per line of the README's tree of src/kubetrain/ (names without / and .py)."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("```\n", text.index("The tree under `src/kubetrain/`")) + 4
+    rows = []
+    for line in text[start : text.index("```", start)].splitlines():
+        names = line[:36].split()  # the names' column; the description starts at column 36
+        rows.append((len(line) - len(line.lstrip()), tuple(n.removesuffix("/").removesuffix(".py") for n in names)))
+    return rows
+
+
+def test_the_readme_tree_shows_these_layers() -> None:
+    rows = _readme_tree()
+    assert [names for indent, names in rows if indent == 0] == LAYERS, "README's tree: one line per layer, as LAYERS"
+    first = next(i for i, (_, names) in enumerate(rows) if "ps" in names) + 1
+    ps_rows = [names for _, names in rows[first:]]
+    ps_rows = ps_rows[: next(i for i, (indent, _) in enumerate(rows[first:]) if indent == 0)]
+    assert {p for names in ps_rows for p in names} == set(PS_IMPORTS), "README's tree lists every ps/ sub-package"
+    for i, names in enumerate(ps_rows):
+        below = {p for lower in ps_rows[:i] for p in lower}
+        for package in names:
+            assert PS_IMPORTS[package] <= below, f"README's tree puts ps/{package} below what it imports"
+
+
+def test_relative_imports_are_resolved() -> None:
+    """The resolution itself, on made-up sources (so the rules above really see relative imports)."""
+    specs = Source(ROOT / "specs" / "jobs.py", ("specs", "jobs"))
+    tree = ast.parse("from ..launcher import options\nfrom . import common\nfrom .. import errors\n")
+    assert [m for _, m in _imported_modules(specs, tree)] == [
+        ("launcher", "options"),
+        ("specs", "common"),
+        ("errors",),
+    ]
+    init = Source(ROOT / "ps" / "common" / "__init__.py", ("ps", "common"))
+    assert [m for _, m in _imported_modules(init, ast.parse("from ..master import config\n"))] == [
+        ("ps", "master", "config")
+    ]
+    top = Source(ROOT / "cli.py", ("cli",))
+    with pytest.raises(pytest.fail.Exception, match="climbs above"):
+        _imported_modules(top, ast.parse("from .. import anything\n"))
