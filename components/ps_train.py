@@ -32,6 +32,7 @@ def ps_train(
     batch_size: int = 32,
     learning_rate: float = 0.002,
     architecture: str = "mlp",
+    model_module: str = "",
     seed: int = 0,
     image: str = "",
     cpu: str = "",
@@ -73,6 +74,11 @@ def ps_train(
         batch_size: Records per worker step.
         learning_rate: Learning rate of the parameter servers' optimizer.
         architecture: Model: mlp (dense) or wide_deep (wide & deep with embedding tables on the servers).
+        model_module: Your own model instead: an importable module path in `image` (e.g.
+            "my_team.ctr_model") defining custom_model(feature_shape, num_classes), loss(logits,
+            labels), optimizer(lr) (naming `optimizer`, which the servers apply) and feed(x, y),
+            as ElasticDL's model zoo does; checked before training (README, "Your own model on the
+            parameter servers"). Leave architecture at mlp. Empty: the built-in `architecture`.
         seed: Random seed.
         image: Training image; empty for kubetrain's parameter-server image of this version.
         cpu: CPU request of each worker pod (e.g. "2"); or set_cpu_request on the task.
@@ -109,8 +115,8 @@ def ps_train(
         dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
         run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, ps_replicas=ps_replicas,
         workers=workers, mode=mode, records_per_task=records_per_task, optimizer=optimizer, epochs=epochs,
-        batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, seed=seed,
-        image=image, cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,
+        batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, model_module=model_module,
+        seed=seed, image=image, cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,
         delete_after=delete_after, backoff_limit=backoff_limit, namespace=namespace,
         service_account=service_account, image_pull_secrets=image_pull_secrets, labels=labels, annotations=annotations,
         priority_class=priority_class, manifest_patch=manifest_patch,

@@ -26,6 +26,7 @@ from kubetrain.specs.scheduling import check_priority_class, check_user_metadata
 Framework = Literal["pytorch", "chainermn", "ps"]
 # The inputs that identify a task at run time; every training component takes them.
 IDENTITY_INPUTS = ("run_id", "task_id", "task_name")
+DEFAULT_ARCHITECTURE = "mlp"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +81,7 @@ class TrainingRequest(abc.ABC):
     epochs: int = 5
     batch_size: int = 32
     learning_rate: float = 0.002
-    architecture: str = "mlp"
+    architecture: str = DEFAULT_ARCHITECTURE
     seed: int = 0
     image: str = ""
     cpu: str = ""
@@ -227,6 +228,18 @@ class TrainingRequest(abc.ABC):
         return dataclasses.replace(
             pod, image_pull_secrets=tuple(self.image_pull_secrets or ()), priority_class=self.priority_class or None
         )
+
+    @property
+    def model_name(self) -> str:
+        """The model trained, as the report and the Model artifact name it."""
+        return self.architecture
+
+    def preflight(self, backend: str) -> None:
+        """Checks that need the training program's environment, made before anything is submitted.
+
+        Nothing by default; `backend` is where the job will run (`kubernetes` or `local`).
+        """
+        del backend
 
     @property
     def user_program(self) -> UserProgram | None:

@@ -17,6 +17,7 @@ from typing import ClassVar, Literal, cast
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime.program_request import TRAINJOB, ProgramRequest, choose_program, parse_command
 from kubetrain.kfp_runtime.request_base import (
+    DEFAULT_ARCHITECTURE,
     IDENTITY_INPUTS,
     Framework,
     JobIdentity,
@@ -40,6 +41,8 @@ from kubetrain.presets import (
     pytorch_trainjob_spec,
 )
 from kubetrain.ps.common.model_names import MODEL_NAMES as PS_MODEL_NAMES
+from kubetrain.ps.common.model_names import is_module_path
+from kubetrain.ps.common.optimizers import OptimizerSpec
 from kubetrain.specs import JobSpec
 from kubetrain.train.common import MODEL_NAMES as DDP_MODEL_NAMES
 
@@ -180,11 +183,40 @@ class PSRequest(TrainingRequest):
     mode: str = "async"
     records_per_task: int = 64
     optimizer: str = "adam"
+    model_module: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("mode", self.mode, ("async", "sync"))
         check_choice("optimizer", self.optimizer, ("sgd", "adam"))
+        if self.model_module and not is_module_path(self.model_module):
+            raise InvalidInputError(
+                f"model_module: got {self.model_module!r}; expected an importable module path such as "
+                "my_team.ctr_model (Python identifiers joined by dots, importable in the training image)"
+            )
+        if self.model_module and self.architecture != DEFAULT_ARCHITECTURE:
+            raise InvalidInputError(
+                f"architecture: got {self.architecture!r} with model_module={self.model_module!r}; the module's "
+                f"model replaces the built-in ones: leave architecture at {DEFAULT_ARCHITECTURE}, or model_module empty"
+            )
+
+    @property
+    def model_name(self) -> str:
+        """The user's model module, or the built-in architecture."""
+        return self.model_module or self.architecture
+
+    def preflight(self, backend: str) -> None:
+        """On the local backend the pods import from this machine's Python: check the module's contract now.
+
+        On a cluster the module lives in the training image, which the launcher cannot import from;
+        there every worker checks it before it trains anything.
+        """
+        if self.model_module and backend == "local":
+            # torch is imported only here: the launcher image has none, and needs none on a cluster.
+            from kubetrain.ps.worker.user_model import load_contract
+
+            servers = OptimizerSpec(name=self.optimizer, lr=self.learning_rate)
+            load_contract(self.model_module, lr=self.learning_rate, servers=servers)
 
     def to_spec(self, plan: JobPlan) -> JobSpec:
         """The parameter-server JobSet spec."""
@@ -196,4 +228,5 @@ class PSRequest(TrainingRequest):
             run_policy=self.run_policy(),
             ps=self.ps_replicas, workers=self.workers, mode=cast(Literal["async", "sync"], self.mode),
             records_per_task=self.records_per_task, optimizer=cast(Literal["sgd", "adam"], self.optimizer),
+            model_module=self.model_module,
         )  # fmt: skip

@@ -83,7 +83,7 @@ def _report_details(
         ("status", f"{result.phase.value} {result.reason}".strip()),
         ("backend", result.backend),
         ("image", request.chosen_image),
-        ("model", plan.params.model),
+        ("model", request.model_name),
         ("data", plan.params.data_dir),
         ("output", plan.params.output_dir),
         ("submit to end (s)", round(job_seconds, 1)),
@@ -110,7 +110,7 @@ def _fill_trainer_outputs(
     metrics = artifacts.read_metrics(output_dir)
     model_meta = {
         **_meta(result, request, plan),
-        "architecture": plan.params.model,
+        "architecture": request.model_name,
         "test_accuracy": float(metrics["test_accuracy"]),
         "world_size": int(metrics["world_size"]),
     }
@@ -167,6 +167,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
         checkpoint_dir=workspace.pod(RUNS_DIR, name, "checkpoints"),
     )
     plan = JobPlan(name=name, params=params, pod=request.pod_options(task_config))
+    request.preflight(kind)
     manifest = build_manifest(request.to_spec(plan))
     if request.manifest_patch:
         manifest = apply_manifest_patch(manifest, request.manifest_patch)  # checked before anything is submitted

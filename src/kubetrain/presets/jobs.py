@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
+from kubetrain.errors import SpecError
 from kubetrain.manifests.jobset import master_address, ps_addresses
 from kubetrain.presets.defaults import (
     CHAINERMN_IMAGE,
@@ -24,6 +25,7 @@ from kubetrain.presets.defaults import (
     under_torchrun,
     workspace_for,
 )
+from kubetrain.ps.common.model_names import is_module_path
 from kubetrain.specs import (
     ElasticPolicy,
     MPIJobSpec,
@@ -134,14 +136,22 @@ def ps_job_spec(
     kfp_task_id: str | None = None,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
+    model_module: str = "",
 ) -> PSJobSpec:
-    """Parameter-server training: `kubetrain.ps.master`, `.server` and `.worker` in one JobSet."""
+    """Parameter-server training: `kubetrain.ps.master`, `.server` and `.worker` in one JobSet.
+
+    With `model_module`, the workers train the model that module of the image defines
+    (`kubetrain.ps.worker.user_model`) instead of `params.model`, and are told the servers'
+    optimizer to check the module's `optimizer(lr)` against.
+    """
+    if model_module and not is_module_path(model_module):
+        raise SpecError("model_module", model_module, "an importable module path such as my_team.ctr_model")
     pod = pod or PodOptions()
     master_addr = master_address(name=name, port=PS_MASTER_PORT)
     ps_addrs = ",".join(ps_addresses(name=name, port=PS_SERVER_PORT, count=ps))
     state_dir = f"{params.output_dir}/ps-state"
     checkpoint_dir = params.checkpoint_dir or f"{params.output_dir}/ps-checkpoints"
-    master_args = (
+    master_args: tuple[str, ...] = (
         "--port", str(PS_MASTER_PORT), "--data", params.data_dir, "--output", params.output_dir,
         "--state-dir", state_dir, "--num-ps", str(ps), "--ps-addrs", ps_addrs,
         "--epochs", str(params.epochs), "--records-per-task", str(records_per_task), "--mode", mode,
@@ -155,7 +165,10 @@ def ps_job_spec(
         # One model version per round of every worker's gradient (ElasticDL's grads_to_wait).
         server_args += ("--grads-to-wait", str(workers))
     # Workers ask the master for the batch size and the model, so every worker trains alike.
-    worker_args = ("--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir)
+    worker_args: tuple[str, ...] = ("--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir)
+    if model_module:
+        master_args += ("--model-module", model_module)
+        worker_args += ("--optimizer", optimizer, "--lr", repr(float(params.lr)))
     return PSJobSpec(
         meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "ps-train", labels=labels, annotations=annotations),
         master=pod.replica(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kubetrain.data.dataset_format import read_dataset_info
 from kubetrain.ps.common.errors import PSConfigError
+from kubetrain.ps.common.model_names import is_module_path, user_model_ref
 from kubetrain.ps.common.rpc import parse_addrs
 from kubetrain.ps.common.tasks import BookConfig
 from kubetrain.ps.master.service import JobSettings
@@ -29,7 +30,7 @@ class MasterConfig:
     eval_records_per_task: int
     eval_every: int
     mode: str
-    model: str
+    model: str  # a built-in model, or `module:<path>` for a user's model module (model_names.user_model_ref)
     model_args: dict[str, object]
     batch_size: int
     seed: int
@@ -53,6 +54,14 @@ class MasterConfig:
             raise PSConfigError(f"--model-args: not JSON ({e}): {args.model_args!r}") from e
         if not isinstance(model_args, dict):
             raise PSConfigError(f"--model-args: got {args.model_args!r}; expected a JSON object")
+        model = args.model
+        if args.model_module:
+            # Checked here; imported by the workers only, so the master stays torch-free.
+            if not is_module_path(args.model_module):
+                raise PSConfigError(f"--model-module: got {args.model_module!r}; expected a module path such as a.b")
+            if args.model != "mlp":
+                raise PSConfigError(f"--model-module with --model {args.model}: one model or the other")
+            model = user_model_ref(args.model_module)
         addrs = tuple(parse_addrs(args.ps_addrs))
         if args.num_ps != len(addrs):
             raise PSConfigError(f"--num-ps {args.num_ps} but --ps-addrs lists {args.ps_addrs!r}")
@@ -64,7 +73,7 @@ class MasterConfig:
             port=args.port, bind=args.bind, data=args.data, output=args.output, state_dir=args.state_dir,
             ps_addrs=addrs, epochs=args.epochs, records_per_task=args.records_per_task,
             eval_records_per_task=args.eval_records_per_task, eval_every=args.eval_every, mode=args.mode,
-            model=args.model, model_args=model_args, batch_size=args.batch_size, seed=args.seed,
+            model=model, model_args=model_args, batch_size=args.batch_size, seed=args.seed,
             sharding=args.sharding, num_workers=args.num_workers, max_task_failures=args.max_task_failures,
             max_dropped_fraction=args.max_dropped_fraction, heartbeat_interval=args.heartbeat_interval,
             heartbeat_timeout=args.heartbeat_timeout, min_task_timeout=args.min_task_timeout,

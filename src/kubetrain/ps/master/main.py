@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=MODES, default="async")
     p.add_argument("--model", choices=MODEL_NAMES, default="mlp")
     p.add_argument("--model-args", default="{}", help="JSON object of model keyword arguments")
+    p.add_argument(
+        "--model-module",
+        default="",
+        help="train the model this module of the image defines (ps.worker.user_model's contract) "
+        "instead of --model, which must then stay mlp; the workers import it, not the master",
+    )
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sharding", choices=("dynamic", "static"), default="dynamic")

@@ -1,7 +1,9 @@
 """`python -m kubetrain.ps.worker`: get a task, train or evaluate it through the PS, report.
 
-A worker can join at any time: it asks the master for the job (model, batch size, mode), offers
-the shards its seeded initial parameters (the first offer wins), and loops on GetTask. Every
+A worker can join at any time: it asks the master for the job (model, batch size, mode), builds
+the model (a user's model module is imported and checked against its contract first,
+ps.worker.user_model, so a module that misses it fails before anything is trained), offers the
+shards its seeded initial parameters (the first offer wins), and loops on GetTask. Every
 call to the master or a shard is retried with backoff through their restarts, up to
 `--retry-deadline`, unless the master's state dir (`--state-dir`, or `$KUBETRAIN_PS_STATE_DIR`
 as the JobSet sets it) says the job has already ended: the master is then gone for good, and the
@@ -27,6 +29,8 @@ import torch
 
 from kubetrain.errors import ExitCode, KubetrainError
 from kubetrain.ps.common.errors import JobAbortedError, JobEndedError, PSConfigError, PSUnavailableError
+from kubetrain.ps.common.model_names import user_module_of
+from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.outcome import state_dir_from, stop_if_ended
 from kubetrain.ps.common.procs import setup_logging, stop_on_signals, worker_id_default
 from kubetrain.ps.common.rpc import call_with_retry, make_channel, parse_addr, parse_addrs
@@ -34,8 +38,9 @@ from kubetrain.ps.common.tasks import EVAL, TRAIN, TaskRange
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
 from kubetrain.ps.worker.client import PSClient
-from kubetrain.ps.worker.models import build_model
+from kubetrain.ps.worker.models import PSModel, build_model
 from kubetrain.ps.worker.trainer import ShardCache, TaskAbandoned, TaskProgress, Trainer
+from kubetrain.ps.worker.user_model import build_user_model, load_contract
 
 __all__ = ["build_parser", "main"]
 
@@ -65,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the master's state dir on the shared volume (default $KUBETRAIN_PS_STATE_DIR): "
         "a peer that cannot be reached after the master recorded the job's end is not retried",
     )
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=None,
+        help="the optimizer the parameter servers apply: a user's model module's optimizer(lr) must name it "
+        "(checked before training)",
+    )
+    p.add_argument("--lr", type=float, default=None, help="the servers' learning rate (with --optimizer)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--log-level", default="INFO")
     return p
@@ -105,6 +118,33 @@ class _Heartbeat(threading.Thread):
                     self._progress.abandon = True
 
 
+def _model(job: pb.JobInfo, data: ShardCache, args: argparse.Namespace) -> PSModel:
+    """The model the master names: a built-in one, or a user's module checked against the contract."""
+    module = user_module_of(job.model)
+    if module is None:
+        return build_model(
+            job.model,
+            feature_shape=data.info.feature_shape,
+            num_classes=data.info.num_classes,
+            seed=int(job.seed),
+            model_args=json.loads(job.model_args_json or "{}"),
+        )
+    if (args.optimizer is None) != (args.lr is None):
+        raise PSConfigError("--optimizer and --lr: give both (the servers' optimizer) or neither")
+    servers = None if args.optimizer is None else OptimizerSpec(name=args.optimizer, lr=args.lr)
+    contract = load_contract(module, lr=args.lr if args.lr is not None else 0.1, servers=servers)
+    first = data.info.shards("train")[0]
+    sample = data.records("train", 0, 0, min(2, first.records))
+    log.info("training the user's model module %s", module)
+    return build_user_model(
+        contract,
+        feature_shape=data.info.feature_shape,
+        num_classes=data.info.num_classes,
+        seed=int(job.seed),
+        sample=sample,
+    )
+
+
 def _task(msg: pb.Task) -> TaskRange:
     kind = EVAL if msg.kind == pb.EVALUATE else TRAIN
     return TaskRange(kind, msg.split, msg.shard, msg.start, msg.end, msg.epoch, msg.eval_round)
@@ -130,13 +170,7 @@ class Worker:
         if self.job.num_ps != len(ps_addrs):
             raise PSConfigError(f"the master says {self.job.num_ps} PS shards; --ps-addrs lists {len(ps_addrs)}")
         data = ShardCache(args.data)
-        model = build_model(
-            self.job.model,
-            feature_shape=data.info.feature_shape,
-            num_classes=data.info.num_classes,
-            seed=int(self.job.seed),
-            model_args=json.loads(self.job.model_args_json or "{}"),
-        )
+        model = _model(self.job, data, args)
         self._client = PSClient(
             ps_addrs,
             dense_names=[n for n, _ in model.named_parameters()],

@@ -36,6 +36,10 @@ class PSModel(nn.Module):  # type: ignore[misc]
     tables: tuple[TableConfig, ...] = ()
     binary: bool = False
 
+    def feed(self, x: npt.NDArray[np.float32], y: npt.NDArray[np.int64]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of data set records as the model's input and labels (a user's model brings its own)."""
+        return torch.from_numpy(x), torch.from_numpy(y)
+
     def ids(self, x: torch.Tensor) -> dict[str, npt.NDArray[np.int64]]:
         """The embedding ids each record needs, per table, shaped (batch, fields)."""
         del x

@@ -168,10 +168,9 @@ class Trainer:
             if progress.abandon:
                 raise TaskAbandoned(f"lease {lease} taken back by the master")
             t0 = time.monotonic()
-            xb = torch.from_numpy(x[lo : lo + self.batch_size])
-            yb = torch.from_numpy(y[lo : lo + self.batch_size])
+            xb, yb = self.model.feed(x[lo : lo + self.batch_size], y[lo : lo + self.batch_size])
             loss, landed, generations = self._step(xb, yb, generations)
-            n = len(xb)
+            n = len(y[lo : lo + self.batch_size])  # records, whatever shape the model's input has
             out.records += n
             out.loss_sum += loss * n
             for shard, (gen, version) in landed.items():
@@ -210,7 +209,7 @@ class Trainer:
                 worker_id=self.worker_id,
                 dense_grads=dense_grads,
                 sparse_grads=sparse_grads,
-                batch_size=len(xb),
+                batch_size=len(yb),
                 shards=targets,
             )
             rejected = []
@@ -282,8 +281,7 @@ class Trainer:
         scores: list[float] = []
         labels: list[int] = []
         for lo in range(0, len(x), batch):
-            xb = torch.from_numpy(x[lo : lo + batch])
-            yb = torch.from_numpy(y[lo : lo + batch])
+            xb, yb = self.model.feed(x[lo : lo + batch], y[lo : lo + batch])
             ids = self.model.ids(xb)
             unique = {}
             inverse = {}
