@@ -4,7 +4,7 @@ machine, as the operators would run them.
 The package imports nothing: its watchdog runs as `python -m kubetrain.backends.local.watchdog`
 and should start without loading the backend.
 
-Every replica ("pod") is one process in its own session, with its own loopback address
+Every replica ("pod") is one process tree in its own session, with its own loopback address
 (127.x.y.z, one block per job, see `addresses`), the environment its operator injects, its
 volumes mapped to local directories, and its stdout+stderr captured to a file (and, with
 `stream_logs`, printed as `[master-0] ...`). A supervisor thread per job plays the operator: it
@@ -41,11 +41,13 @@ put input data there and read outputs from there, see `claim_dir`), and
 `jobs/<namespace>/<name>-<uid8>/` per job with `logs/<pod>.<n>.log` (one file per container
 start) and `pods/<pod>/volumes/` (fresh emptyDirs).
 
-Processes never outlive their job: they are stopped (SIGTERM to every process of the replica's
-session, SIGKILL after a grace period capped at `max_grace_seconds`) and reaped on success,
-failure, deadline, `delete`, `suspend` and `close`, and when the backend is garbage-collected or
-the interpreter exits; if this process dies hard (SIGKILL), a watchdog process stops them
-(`watchdog`). Jobs live as long as this backend object; a job name submitted again with the
+Processes never outlive their job: each container runs under a child subreaper (`reaper`), so
+every process it starts stays in its process tree whatever it does to its session or environment;
+they are stopped (SIGTERM to every process of the container, SIGKILL after a grace period capped
+at `max_grace_seconds`, see `process`) and reaped on success, failure, deadline, `delete`,
+`suspend` and `close`, and when the backend is garbage-collected or the interpreter exits; if this
+process dies hard (SIGKILL), each reaper stops its container, and a watchdog process stops what is
+left (`watchdog`). Jobs live as long as this backend object; a job name submitted again with the
 same KFP run and task labels is adopted, with other labels it is a conflict.
 
 Not imitated: scheduling (nodeSelector, tolerations, resources are not enforced, GPUs are not

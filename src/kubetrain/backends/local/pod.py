@@ -108,6 +108,7 @@ class LocalPod:
                 sink=self.ctx.sink,
                 registry=self.ctx.registry,
                 on_output_closed=self.ctx.wake,
+                grace_seconds=self._grace(),
             )
         except PodStartError as e:
             self._cannot_run(str(e))

@@ -1,26 +1,35 @@
-"""Replica processes of the local backend: one session per pod, output captured to a file.
+"""Replica processes of the local backend: one container per pod, its processes ended with it, output captured.
 
-A container's processes all die with it; a local replica imitates that by running in its own
-session (`start_new_session=True`, so the replica is a session *and* process-group leader) and
-by killing every process of that session when the replica is stopped or its main process exits.
-The session, not the process group, is the unit: Open MPI's `mpirun` puts each local rank in a
-process group of its own, but all of them stay in the launcher's session. A process can still
-leave the session (`setsid`, a daemon's double fork); it keeps its environment, though, so every
-container's processes also carry a marker variable (:data:`CONTAINER_ENV`) with the container's
-own token, and a process with that marker counts as the container's wherever it went.
+A container's processes all die with it. A local replica imitates that with three nets, any one of
+which makes a process the container's (:func:`container_members`):
+
+- its tree: the container's first process is :mod:`.reaper`, a child subreaper that runs the
+  command, so every process the container starts stays below it in the process tree whatever it
+  does to its session or environment (`setsid env -i daemon &`), and the reaper kills what is left
+  when the command exits;
+- its session: the reaper starts in a session of its own (`start_new_session=True`), which the
+  command and its children share unless they leave it (Open MPI's `mpirun` puts each local rank in
+  a process group of its own, but all of them stay in the session);
+- its environment marker (:data:`CONTAINER_ENV`, the container's own token), which a process keeps
+  unless it clears its environment, and which is what finds `kubetrain run`'s steps (they have no
+  reaper of their own).
+
+Stopping a container kills its processes, the reaper last (:func:`kill_container`): while the
+reaper lives, a process whose parent was just killed is re-parented to it and stays in reach.
 
 If the Python process that supervises the replicas dies without cleaning up (SIGKILL, OOM), each
-replica's main process still receives SIGTERM through the parent-death signal (`setpriv
---pdeathsig`, when util-linux provides it), and the backend's watchdog (`watchdog`) stops
-every process of the sessions still registered with it (mpirun, for one, leaves its ranks).
+reaper receives SIGTERM through its parent-death signal and stops its container after the grace
+period, and the backend's watchdog (`watchdog`) does the same for every container still
+registered with it.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -29,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from kubetrain.backends.local import reaper
 from kubetrain.backends.local.logfile import LogStream
 
 LineSink = Callable[[str], None]
@@ -39,7 +49,10 @@ CONTAINER_ENV = "KUBETRAIN_LOCAL_CONTAINER"
 
 @dataclass(frozen=True)
 class ContainerId:
-    """What makes a process one container's: its session, or the container's environment marker."""
+    """What makes a process one container's: its reaper's tree or session (`sid`, the reaper's pid), or its marker.
+
+    `sid` -1: membership by the marker alone (`kubetrain run`'s steps, which share its session).
+    """
 
     sid: int
     token: str
@@ -64,7 +77,7 @@ class SessionRegistry(Protocol):
         """A container is gone."""
 
 
-_SETPRIV = shutil.which("setpriv")
+_REAPER = Path(reaper.__file__)
 # How often to look again while waiting for a session's processes to exit after SIGTERM.
 _EXIT_CHECK_SECONDS = 0.02
 # How long SIGKILLed processes may take to disappear (they are in uninterruptible I/O at worst).
@@ -76,7 +89,7 @@ def container_exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _has_marker(pid: str, marker: bytes) -> bool:
+def _has_marker(pid: int, marker: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return marker in f.read().split(b"\0")
@@ -85,36 +98,49 @@ def _has_marker(pid: str, marker: bytes) -> bool:
 
 
 def container_members(container: ContainerId) -> list[int]:
-    """Live (non-zombie) processes of a container: its session, and whatever carries its marker."""
+    """Live (non-zombie) processes of a container: its reaper's tree, its session, whatever carries its marker."""
     marker = f"{CONTAINER_ENV}={container.token}".encode()
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # the process exited while we looked
-            continue
-        # The command name is in parentheses and may contain anything: parse after the last ')'.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) <= 3 or fields[0] == b"Z":
-            continue
-        if int(fields[3]) == container.sid or _has_marker(entry.name, marker):
-            members.append(int(entry.name))
-    return members
+    table = reaper.process_table()
+    members = {pid for pid, (_, sid) in table.items() if sid == container.sid}
+    members.update(pid for pid in table if pid not in members and _has_marker(pid, marker))
+    # The tree counts only while its root is this container's reaper: a pid can be reused.
+    if container.sid in table and _has_marker(container.sid, marker):
+        members.update(reaper.descendants(container.sid, table))
+    return sorted(members)
 
 
 def signal_container(container: ContainerId, sig: int) -> int:
     """Send `sig` to every live process of the container; the number signalled."""
+    return _send(container_members(container), sig)
+
+
+def _send(pids: Sequence[int], sig: int) -> int:
     count = 0
-    for pid in container_members(container):
+    for pid in pids:
         try:
             os.kill(pid, sig)
             count += 1
         except ProcessLookupError:
             continue
     return count
+
+
+def kill_container(container: ContainerId, timeout_seconds: float = _KILL_WAIT_SECONDS) -> bool:
+    """SIGKILL every process of the container, its reaper last; True once none is left (within the timeout).
+
+    Last, because a process whose parent dies is re-parented to the reaper, where it is found again;
+    were the reaper gone, it would go to init, out of reach.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        members = container_members(container)
+        if not members:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        others = [pid for pid in members if pid != container.sid]
+        _send(others or members, signal.SIGKILL)
+        time.sleep(_EXIT_CHECK_SECONDS)  # SIGKILL is delivered asynchronously; nothing notifies us
 
 
 class ReplicaProcess:
@@ -131,10 +157,9 @@ class ReplicaProcess:
         sink: LineSink | None,
         registry: SessionRegistry | None = None,
         on_output_closed: Callable[[], None] | None = None,
+        grace_seconds: float = 3.0,
     ) -> None:
-        command = list(argv)
-        if _SETPRIV is not None:
-            command = [_SETPRIV, "--pdeathsig", "TERM", "--", *command]
+        """Start `argv` under the container's reaper; `grace_seconds` is what the reaper gives it if we die."""
         self._log = log
         self._prefix = prefix
         self._sink = sink
@@ -143,8 +168,8 @@ class ReplicaProcess:
         self._on_output_closed = on_output_closed
         token = uuid.uuid4().hex
         self._popen = subprocess.Popen(
-            command,
-            env={**env, CONTAINER_ENV: token},
+            [sys.executable, "-I", "-S", str(_REAPER), str(grace_seconds), str(os.getpid())],
+            env={**env, CONTAINER_ENV: token, reaper.COMMAND_ENV: json.dumps(list(argv))},
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -192,7 +217,8 @@ class ReplicaProcess:
         if rc is None:
             return None
         self._returncode = rc
-        # Like a container: when the main process ends, whatever it left behind ends too.
+        # Like a container: when the main process ends, whatever it left behind ends too. The reaper
+        # has ended its tree; this is for what left it another way (the reaper was killed).
         signal_container(self.container, signal.SIGKILL)
         self._unregister()
         return container_exit_code(rc)
@@ -214,13 +240,9 @@ class ReplicaProcess:
                 if self._popen.poll() is not None and not container_members(self.container):
                     break
                 time.sleep(_EXIT_CHECK_SECONDS)
-        signal_container(self.container, signal.SIGKILL)
+        # Return only once nothing of the container runs (SIGKILL is delivered asynchronously).
+        kill_container(self.container)
         self._returncode = self._popen.wait()
-        # SIGKILL is delivered asynchronously: return only once nothing of the session runs.
-        deadline = time.monotonic() + _KILL_WAIT_SECONDS
-        while container_members(self.container) and time.monotonic() < deadline:
-            signal_container(self.container, signal.SIGKILL)
-            time.sleep(_EXIT_CHECK_SECONDS)
         self._unregister()
         # The pipe closes once every process of the session is gone; all of them were just killed.
         self._reader.join(timeout=max(grace_seconds, 1.0))

@@ -1,13 +1,14 @@
 """A watchdog process that stops a local backend's replicas if the backend dies without doing it.
 
 The backend stops its replicas itself on every normal path (success, failure, delete, close,
-interpreter exit). A SIGKILL or the OOM killer leaves no such chance, and the parent-death signal
-of each replica (`process`) only reaches the replica's main process: `mpirun`, for one,
-exits on SIGTERM and leaves its ranks running. So each backend starts one small watchdog in its
-own session and tells it, over a pipe, which replica containers are alive (session and
-environment marker, `process.ContainerId`); when the pipe reaches end-of-file without a clean
-"bye" (the backend is gone), the watchdog SIGTERMs every process of those containers, SIGKILLs
-what is left after a grace period, and exits.
+interpreter exit). A SIGKILL or the OOM killer leaves no such chance. Each container's reaper
+(`reaper`) then gets its parent-death signal and stops its container; the watchdog is the second
+net, for a reaper that could not (killed too, or no parent-death signal on this system). Each
+backend starts one small watchdog in its own session and tells it, over a pipe, which replica
+containers are alive (reaper pid and session, environment marker: `process.ContainerId`); when
+the pipe reaches end-of-file without a clean "bye" (the backend is gone), the watchdog SIGTERMs
+every process of those containers (their reapers' trees included), SIGKILLs what is left after a
+grace period, reapers last (`process.kill_container`), and exits.
 
 Run as `python -m kubetrain.backends.local.watchdog GRACE_SECONDS`.
 """
@@ -21,7 +22,13 @@ import sys
 import threading
 import time
 
-from kubetrain.backends.local.process import CONTAINER_ENV, ContainerId, container_members, signal_container
+from kubetrain.backends.local.process import (
+    CONTAINER_ENV,
+    ContainerId,
+    container_members,
+    kill_container,
+    signal_container,
+)
 
 
 class Watchdog:
@@ -97,7 +104,7 @@ def main(argv: list[str]) -> int:
     while time.monotonic() < deadline and any(container_members(c) for c in containers):
         time.sleep(0.05)
     for container in containers:
-        signal_container(container, signal.SIGKILL)
+        kill_container(container)
     return 0
 
 
