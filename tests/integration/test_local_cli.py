@@ -224,12 +224,22 @@ def test_unreadable_inputs_of_launch_are_one_line_errors(tmp_path: Path) -> None
     done = _launch(listed, root)
     assert done.returncode == ExitCode.INVALID_INPUT
     assert "expected one job object (a mapping with apiVersion, kind, ...), found a list" in done.stderr
+    assert _result(done) == {
+        "error": f"{listed}: expected one job object (a mapping with apiVersion, kind, ...), found a list",
+        "error_type": "ManifestError",
+        "exit_code": ExitCode.INVALID_INPUT,
+    }
 
     latin = tmp_path / "latin.yaml"
     latin.write_bytes(b"kind: \xff\xfe\n")
     done = _launch(latin, root)
     assert done.returncode == ExitCode.INVALID_INPUT
     assert "not UTF-8 text" in done.stderr and "Traceback" not in done.stderr
+    assert _result(done) == {
+        "error": f"{latin}: not UTF-8 text (byte 6: invalid start byte); save the manifest as UTF-8",
+        "error_type": "ManifestError",
+        "exit_code": ExitCode.INVALID_INPUT,
+    }
 
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
