@@ -4,8 +4,8 @@
 `taskConfigPassthroughs`. The KFP driver then applies every task setting to the launcher pod
 itself (its `getTaskConfigOptions`: no passthroughs → everything is set on the pod), and kfp's
 executor hands the step an empty TaskConfig, which looks like a task with no settings. GPUs,
-tolerations and node selectors meant for the training pods land on the launcher, and the training
-pods get none. Nothing fails, so the step says so loudly in its log where it can tell: a GPU
+tolerations, node selectors and node affinity meant for the training pods land on the launcher,
+and the training pods get none. Nothing fails, so the step says so loudly in its log where it can tell: a GPU
 visible to the launcher (which never asks for one) is the sign; no TaskConfig at all (a library
 caller) is another.
 """
@@ -45,6 +45,6 @@ def passthrough_warning(
     banner = "!" * 100
     return (
         f"{banner}\nWARNING: this step runs without its TaskConfig passthroughs: {'; and '.join(reasons)}. "
-        "Resources, tolerations and node selectors set on the task go to this launcher pod, and the training "
-        f"pods get none.\nFix: {FIX}.\n{banner}"
+        "Resources, tolerations, node selectors and node affinity set on the task go to this launcher pod, and "
+        f"the training pods get none.\nFix: {FIX}.\n{banner}"
     )

@@ -2,8 +2,8 @@
 
 `kfp.components.load_component_from_file/url` (kfp 2.15–2.17) reads a component's inputs,
 outputs and executor from the YAML but drops its `taskConfigPassthroughs`: a pipeline built from
-the loaded component then applies task resources, tolerations and node selectors to the launcher
-pod instead of handing them to the training pods. The loaded component still works; its explicit
+the loaded component then applies task resources, tolerations, node selectors and node affinity
+to the launcher pod instead of handing them to the training pods. The loaded component still works; its explicit
 `cpu`, `memory` and `gpus` inputs set the training pods' resources either way. This loader
 restores the passthroughs the YAML declares.
 """
