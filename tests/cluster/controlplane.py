@@ -34,11 +34,14 @@ GO_WRAPPERS = REPO_ROOT / "tools" / "controlplane"
 NAME = "kubetrain"
 NAMESPACE = "kubetrain-e2e"
 LAUNCHER_USER = "kubetrain-launcher"
-AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+# The launcher user and every benchmark user are signed into this group, which holds the Role of
+# deploy/rbac.yaml; the audit log records the group's requests (metadata only) and nothing else.
+LAUNCHER_GROUP = "kubetrain-launchers"
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 rules:
   - level: Metadata
-    users: ["kubetrain-launcher"]
+    userGroups: ["{LAUNCHER_GROUP}"]
   - level: None
 """
 
@@ -72,6 +75,10 @@ class Cluster:
         if done.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)}: {done.stderr.strip()[-2000:]}")
         return done.stdout
+
+    def kwokctl(self, *args: str) -> str:
+        """Run kwokctl on this cluster (e.g. `get kubeconfig --user U --group G` signs a new user)."""
+        return _kwokctl(self.bin_dir, *args, "--name", NAME)
 
 
 def build() -> Path:
@@ -146,9 +153,7 @@ def up() -> Cluster:
     cluster.kubeconfig.write_text(_kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME))
     cluster.launcher_kubeconfig.write_text(
         # Without --group kwokctl signs the user into system:masters, which RBAC never checks.
-        _kwokctl(
-            bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER, "--group", "kubetrain-launchers"
-        )
+        _kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER, "--group", LAUNCHER_GROUP)
     )
     for relative in sorted(SOURCES):
         cluster.kubectl("apply", "--server-side", "-f", str(crd_dir() / relative))
@@ -166,8 +171,9 @@ def up() -> Cluster:
 
 
 def _operators(cluster: Cluster) -> None:
-    """Certificates, webhook registrations and the three operator processes (tests/cluster/operators.py)."""
+    """Certificates, webhook registrations, the four operator processes (tests/cluster/operators.py), runtimes."""
     files = operators.make_certs(OPERATORS / "certs")
+    trainer_module = operators.module_dir(GO_WRAPPERS / "trainer", "github.com/kubeflow/trainer/v2")
     operators.TRAINING_OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
     for name in ("tls.crt", "tls.key", "ca.crt"):
         (operators.TRAINING_OPERATOR_CERT_DIR / name).write_bytes(files[name])
@@ -181,9 +187,14 @@ def _operators(cluster: Cluster) -> None:
             files["ca.crt"],
         ),
         *operators.jobset_webhooks(operators.module_dir(GO_WRAPPERS / "jobset", "sigs.k8s.io/jobset"), files["ca.crt"]),
+        *operators.trainer_webhooks(trainer_module, files["ca.crt"]),
     ]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(hooks))
     operators.start(OPERATORS, cluster.bin_dir, cluster.kubeconfig)
+    # The runtimes TrainJobs name, through the Trainer's validating webhook: Trainer's own
+    # torch-distributed as upstream ships it, and kubetrain's MPI runtime as the README installs it.
+    cluster.kubectl("apply", "--server-side", "-f", str(trainer_module / "manifests/base/runtimes/torch_distributed.yaml"))
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "runtimes" / "kubetrain-mpi.yaml"))
 
 
 def _namespace() -> str:
@@ -211,14 +222,14 @@ def _node() -> str:
 
 
 def _user_binding() -> str:
-    """The Role of deploy/rbac.yaml bound to the test's launcher user (the file binds service accounts)."""
+    """The Role of deploy/rbac.yaml bound to the launchers' group (the file binds service accounts)."""
     return yaml.safe_dump(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": {"name": "kubetrain-launcher-e2e-user"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kubetrain-launcher"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": LAUNCHER_USER}],
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": LAUNCHER_GROUP}],
         }
     )
 

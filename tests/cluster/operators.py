@@ -1,4 +1,4 @@
-"""The three real operators as host processes against the kwokctl cluster, and kwok's pod stages.
+"""The four real operators as host processes against the kwokctl cluster, and kwok's pod stages.
 
 - training-operator (PyTorchJob scheme only, so the mpi-operator owns MPIJob v2beta1): its
   cert-controller rotator insists on a Secret and on certificate files in
@@ -8,6 +8,11 @@
 - JobSet: internal certificate management off, webhooks served on 127.0.0.1 with our
   certificate, the upstream webhook configurations registered by `clientConfig.url` and
   `caBundle` (what controller-runtime's envtest does; no cert-manager).
+- Kubeflow Trainer v2 (trainer-controller-manager): certificate management off, leader election
+  off; it has no cert-dir option, so it serves the certificate the training-operator's rotator
+  keeps in /tmp/k8s-webhook-server/serving-certs (one server certificate, SAN 127.0.0.1, for
+  every webhook here). Its defaulting and validating webhooks are registered by URL as above,
+  under the names upstream's kustomize patches give them. It needs the JobSet controller.
 
 Every process's pid is in `.cluster/operators/<name>.pid` and its log beside it; `stop()` ends them.
 
@@ -47,6 +52,8 @@ TRAINING_OPERATOR_WEBHOOK_PORT = 19443
 TRAINING_OPERATOR_HEALTH = "127.0.0.1:18081"
 JOBSET_WEBHOOK_PORT = 19444
 JOBSET_HEALTH = "127.0.0.1:18082"
+TRAINER_WEBHOOK_PORT = 19445
+TRAINER_HEALTH = "127.0.0.1:18083"
 MPI_OPERATOR_HEALTH = "127.0.0.1:8080"  # hard-coded in mpi-operator v0.8.0
 FAILED_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 SIM_LABEL = "kubetrain.dev/sim"
@@ -218,6 +225,23 @@ def training_operator_webhooks(module: Path, ca: bytes) -> list[dict[str, Any]]:
     return out
 
 
+def trainer_webhooks(trainer_module: Path, ca: bytes) -> list[dict[str, Any]]:
+    """Trainer v2's webhook configurations, named and scoped as its kustomize patches do."""
+    base = trainer_module / "manifests/base/webhook"
+    names = {"MutatingWebhookConfiguration": "defaulter.trainer.kubeflow.org",
+             "ValidatingWebhookConfiguration": "validator.trainer.kubeflow.org"}  # fmt: skip
+    configs = [c for c in yaml.safe_load_all((base / "manifests.yaml").read_text()) if c]
+    for config in configs:
+        patch_file = base / ("patch_mutating.yaml" if config["kind"].startswith("Mutating") else "patch_validating.yaml")
+        for op in yaml.safe_load(patch_file.read_text()):
+            parts = op["path"].strip("/").split("/")
+            if parts[0] == "webhooks" and parts[-1] == "objectSelector":
+                config["webhooks"][int(parts[1])]["objectSelector"] = op["value"]
+        config["metadata"]["name"] = names[config["kind"]]
+        _by_url(config, TRAINER_WEBHOOK_PORT, ca)
+    return configs
+
+
 def webhook_secret(files: dict[str, bytes]) -> dict[str, Any]:
     """The Secret the training-operator's rotator reads (it updates, never creates)."""
     return {
@@ -279,7 +303,7 @@ def wait_for(what: str, check: Callable[[], bool], deadline_s: float, log: Path 
 
 
 def start(state: Path, bin_dir: Path, kubeconfig: Path) -> None:
-    """Start the three operators (those not already running) and wait until each is healthy."""
+    """Start the four operators (those not already running) and wait until each is healthy."""
     state.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     init_template = state / "pytorch-init-container.yaml"
@@ -301,9 +325,19 @@ def start(state: Path, bin_dir: Path, kubeconfig: Path) -> None:
     }))  # fmt: skip
     _start(state, "jobset", [str(bin_dir / "jobset-controller"), f"--kubeconfig={kubeconfig}", f"--config={config}"],
            env)  # fmt: skip
+    trainer_config = state / "trainer-config.yaml"
+    trainer_config.write_text(yaml.safe_dump({
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False}, "certManagement": {"enable": False},
+        "webhook": {"port": TRAINER_WEBHOOK_PORT, "host": "127.0.0.1"},
+        "metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": TRAINER_HEALTH},
+    }))  # fmt: skip
+    _start(state, "trainer", [str(bin_dir / "trainer-controller-manager"), f"--kubeconfig={kubeconfig}",
+                              f"--config={trainer_config}"], env)  # fmt: skip
     for name, url in (("training-operator", f"http://{TRAINING_OPERATOR_HEALTH}/readyz"),
                       ("jobset", f"http://{JOBSET_HEALTH}/readyz"),
-                      ("mpi-operator", f"http://{MPI_OPERATOR_HEALTH}/healthz")):  # fmt: skip
+                      ("mpi-operator", f"http://{MPI_OPERATOR_HEALTH}/healthz"),
+                      ("trainer", f"http://{TRAINER_HEALTH}/readyz")):  # fmt: skip
         log = state / f"{name}.log"
 
         def healthy(name: str = name, url: str = url) -> bool:

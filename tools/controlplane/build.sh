@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Build the control-plane binaries from the Go module proxy, pinned by pins.env and the go.mod/go.sum
-# files here, into ~/.cache/kubetrain/controlplane/<hash of the pins>/bin. Only what is missing is
-# built; a second run with nothing changed returns at once. Prints the bin directory last.
+# files here. Each piece (one wrapper module) is cached by the hash of its own pins under
+# ~/.cache/kubetrain/controlplane/pieces/<dir>-<hash>/, so changing or adding one piece rebuilds only
+# that piece. The bin directory printed last, ~/.cache/kubetrain/controlplane/<hash of all pins>/bin,
+# holds links to the pieces' binaries. Only what is missing is built; a second run returns at once.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
 source "$here/pins.env"
 export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0
 export PATH="$PATH:/usr/local/go/bin"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/controlplane"
 hash=$(cat "$here/pins.env" "$here"/*/go.mod "$here"/*/go.sum | sha256sum | cut -c1-16)
-bin="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/controlplane/$hash/bin"
+bin="$cache/$hash/bin"
 mkdir -p "$bin"
 jobs="${KUBETRAIN_GO_JOBS:-2}"
 
@@ -22,10 +25,16 @@ k8s_ldflags() {
 
 build() {  # build DIR OUTPUT PACKAGE [LDFLAGS]
   local dir=$1 out=$2 pkg=$3 ldflags=${4:--s -w}
-  if [ -x "$bin/$out" ]; then return; fi
-  echo "controlplane: building $out ($pkg)" >&2
-  (cd "$here/$dir" && go build -p "$jobs" -ldflags "$ldflags" -o "$bin/$out.tmp" "$pkg")
-  mv "$bin/$out.tmp" "$bin/$out"
+  local key piece
+  key=$(cat "$here/pins.env" "$here/$dir/go.mod" "$here/$dir/go.sum" <(echo "$ldflags") | sha256sum | cut -c1-16)
+  piece="$cache/pieces/$dir-$key"
+  if [ ! -x "$piece/$out" ]; then
+    echo "controlplane: building $out ($pkg)" >&2
+    mkdir -p "$piece"
+    (cd "$here/$dir" && go build -p "$jobs" -ldflags "$ldflags" -o "$piece/$out.tmp" "$pkg")
+    mv "$piece/$out.tmp" "$piece/$out"
+  fi
+  ln -sfn "$piece/$out" "$bin/$out"
 }
 
 build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(k8s_ldflags)"
@@ -42,4 +51,5 @@ build kwok kwokctl sigs.k8s.io/kwok/cmd/kwokctl
 build training-operator training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1
 build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
 build jobset jobset-controller sigs.k8s.io/jobset
+build trainer trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 echo "$bin"

@@ -7,7 +7,8 @@
 - watch a single job in a reconnect loop that resumes from the last resourceVersion (`watch`);
 - connection errors, 5xx and 429 are retried with backoff and jitter (Retry-After honoured);
 - pods by the operator's label, logs with an explicit container, `previous` and `tail_lines`;
-- delete with foreground propagation (pods go with the job); suspend by merge patch.
+- delete with foreground propagation (pods go with the job; TrainJobs in the background, see
+  `delete`); suspend by merge patch.
 """
 
 from __future__ import annotations
@@ -279,15 +280,23 @@ class KubernetesBackend(Backend):
         return f"kubectl -n {ref.namespace} describe {ref.kind.plural} {ref.name}"
 
     def delete(self, ref: JobRef) -> None:
-        """Delete the job, its pods first (foreground). A job already gone is fine."""
+        """Delete the job and, through the garbage collector, its pods. A job already gone is fine.
+
+        Foreground (the job stays until its pods are gone), except for a TrainJob: Trainer v2.3
+        re-creates a TrainJob's JobSet (and an MPI job's SSH Secret and hostfile ConfigMap) while
+        the TrainJob waits in foreground deletion, so that deletion never ends (seen against the
+        real controller in tests/cluster). Deleted in the background, the TrainJob is gone at once
+        and the garbage collector removes the JobSet, its Jobs and pods after it.
+        """
         kind = ref.kind
         what = f"delete {kind.kind} {ref.namespace}/{ref.name}"
         self._watches.forget(ref)
+        propagation = "Background" if kind == TRAINJOB else "Foreground"
         try:
             self._retry.call(
                 what, self._custom.delete_namespaced_custom_object,
                 kind.group, kind.version, ref.namespace, kind.plural, ref.name,
-                body={"propagationPolicy": "Foreground"}, _request_timeout=REQUEST_TIMEOUT,
+                body={"propagationPolicy": propagation}, _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except ApiException as e:
             if e.status != 404:
