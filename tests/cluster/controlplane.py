@@ -34,6 +34,7 @@ GO_WRAPPERS = REPO_ROOT / "tools" / "controlplane"
 NAME = "kubetrain"
 NAMESPACE = "kubetrain-e2e"
 LAUNCHER_USER = "kubetrain-launcher"
+WORKSPACE_CLAIM = "kubetrain-workspace"
 # The launcher user and every benchmark user are signed into this group, which holds the Role of
 # deploy/rbac.yaml; the audit log records the group's requests (metadata only) and nothing else.
 LAUNCHER_GROUP = "kubetrain-launchers"
@@ -159,6 +160,7 @@ def up() -> Cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(crd_dir() / relative))
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_namespace())
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_node())
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_workspace())
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", "-", stdin=_user_binding())
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
@@ -219,6 +221,26 @@ def _node() -> str:
             },
         }
     )
+
+
+def _workspace() -> str:
+    """The ReadWriteMany workspace claim the pipelines mount, bound to a static volume by the real PV controller.
+
+    Nothing is ever written to it (kwok runs no container); it lets pods that mount the claim be
+    scheduled, as on a cluster with an RWX storage class.
+    """
+    volume = {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{NAMESPACE}-workspace"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "kubetrain-e2e",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/nonexistent/kubetrain-e2e"},
+                 "claimRef": {"namespace": NAMESPACE, "name": WORKSPACE_CLAIM}},
+    }  # fmt: skip
+    claim = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": WORKSPACE_CLAIM, "namespace": NAMESPACE},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "kubetrain-e2e", "volumeName": f"{NAMESPACE}-workspace",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }  # fmt: skip
+    return yaml.safe_dump_all([volume, claim])
 
 
 def _user_binding() -> str:

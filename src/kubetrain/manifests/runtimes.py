@@ -87,7 +87,12 @@ def kubetrain_mpi_runtime(image: str) -> Manifest:
                             "template": {
                                 "spec": {
                                     "template": {
-                                        "spec": {"securityContext": _restricted_pod(), "containers": [node_container]}
+                                        "spec": {
+                                            # No API access: a TrainJob's runtime patch cannot turn the token off.
+                                            "automountServiceAccountToken": False,
+                                            "securityContext": _restricted_pod(),
+                                            "containers": [node_container],
+                                        }
                                     }
                                 }
                             },
@@ -100,6 +105,7 @@ def kubetrain_mpi_runtime(image: str) -> Manifest:
                                 "spec": {
                                     "template": {
                                         "spec": {
+                                            "automountServiceAccountToken": False,
                                             "securityContext": _restricted_pod(),
                                             "containers": [launcher_container],
                                         }
@@ -132,9 +138,7 @@ def torch_distributed_runtime() -> Manifest:
                                 "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
                                 "spec": {
                                     "template": {
-                                        "spec": {
-                                            "containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE}]
-                                        }
+                                        "spec": {"containers": [{"name": "node", "image": TORCH_RUNTIME_IMAGE}]}
                                     }
                                 },
                             },
