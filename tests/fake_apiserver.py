@@ -4,23 +4,30 @@ This is NOT a cluster. It is a threaded HTTP server on 127.0.0.1 that speaks eno
 REST API for the official `kubernetes` client to run against it unchanged:
 
 - custom resources at /apis/<group>/<version>/namespaces/<ns>/<plural>[/<name>[/status]] for the
-  three kinds kubetrain runs (create, get, list, watch, merge-patch, delete), core pods, pod logs
-  (container, previous, tailLines, follow) and events (field selectors);
-- the watch protocol: chunked JSON lines of {type, object}, ADDED/MODIFIED/DELETED, BOOKMARK,
-  resourceVersion resumption, server-side timeoutSeconds, and 410 Gone for compacted versions;
+  kinds kubetrain runs (create, get, list, watch, merge-patch, delete), core pods (get, list and
+  watch by label selector), pod logs (container, previous, tailLines, follow) and events (field
+  selectors);
+- the watch protocol, for jobs and pods alike: chunked JSON lines of {type, object},
+  ADDED/MODIFIED/DELETED, BOOKMARK, resourceVersion resumption, server-side timeoutSeconds, and
+  410 Gone for compacted versions; a malformed resourceVersion or label selector is a 400;
 - create validates the body against the upstream CRD schema (tests/crds.py: the pinned modules) and,
   with fieldValidation=Strict, rejects unknown fields with 400 and their paths like the real
   server's strict decoder; other schema violations are 422;
 - faults on demand: 409/404/500/429 (with Retry-After), connections closed without a response,
   watches dropped mid-stream;
+- what the scripts play is checked too: a pod must look like one the kubelet reports (name,
+  namespace, labels, containers, a known phase, a status for each container it names);
 - it records every request (verb and resource, as RBAC sees them).
 
 The operator's part (conditions, pods, logs, events) is played by test scripts through methods on
-:class:`FakeApiServer`; see tests/integration/test_k8s_*.py.
+:class:`FakeApiServer`; see tests/integration/test_k8s_*.py. The HTTP side is in
+`fake_apiserver_http` (routing, verbs), `fake_apiserver_streams` (watches, followed logs) and
+`fake_apiserver_proto` (requests, faults, selectors); pods as scripts make them in `fake_apiserver_pods`.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import http.server
 import json
@@ -29,21 +36,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kubetrain.manifests.kinds import JobKind
 from tests.crd_schema import strict_errors
 from tests.fake_apiserver_http import Fault, Handler, Request, status_body
+from tests.fake_apiserver_pods import container_restarts, make_pod, now_rfc3339, pod_problems
+
+# Re-exported: scripts and benchmarks import them from here.
+__all__ = ["FakeApiServer", "Request", "container_restarts", "make_pod", "now_rfc3339"]
 
 Obj = dict[str, Any]
 _UNKNOWN = re.compile(r"Additional properties are not allowed \((.*) (?:was|were) unexpected\)")
-
-
-def now_rfc3339() -> str:
-    """The current time as the API server writes it."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def strict_decoding_errors(manifest: Mapping[str, Any], crd_dir: Path | None = None) -> tuple[list[str], list[str]]:
@@ -81,7 +86,7 @@ class FakeApiServer:
         self.events: list[Obj] = []
         self.requests: list[Request] = []
         self.faults: list[Fault] = []
-        self.watch_drops: list[int] = []  # drop the next watches after this many events each
+        self.watch_drops: list[tuple[str | None, int]] = []  # (resource or any, events before the drop)
         self.cut_epoch = 0  # open watches started in an older epoch are cut
         self.deletions: list[tuple[str, str, str, Obj]] = []  # (plural, ns, name, delete options)
         self.stopping = False
@@ -187,14 +192,35 @@ class FakeApiServer:
         self.set_status(kind, namespace, name, {"conditions": conds, **extra})
 
     def put_pod(self, pod: Obj) -> None:
-        """Create or replace a pod."""
+        """Create or replace a pod (as the kubelet's and the controllers' writes do) → a pod watch event."""
+        problems = pod_problems(pod)
+        if problems:
+            raise AssertionError(f"fake API server: the script's pod is not one the API server would hold: {problems}")
         with self.cv:
             meta = pod["metadata"]
+            key = (meta["namespace"], meta["name"])
+            old = self.pods.get(key)
+            if old is not None:
+                meta.setdefault("uid", old["metadata"]["uid"])
+                meta.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", now_rfc3339())
-            meta["resourceVersion"] = self._bump()
-            self.pods[(meta["namespace"], meta["name"])] = copy.deepcopy(pod)
-            self.cv.notify_all()
+            stored = self.pods[key] = copy.deepcopy(pod)
+            self._record("ADDED" if old is None else "MODIFIED", ("pods", *key), stored)
+            meta["resourceVersion"] = stored["metadata"]["resourceVersion"]
+
+    def delete_pod(self, namespace: str, name: str, *, graceful: bool = True) -> None:
+        """A controller deletes a pod (a Job past its backoffLimit deletes its pods): marked with a
+        deletionTimestamp first when `graceful`, as the kubelet then stops it, then gone."""
+        with self.cv:
+            key = (namespace, name)
+            pod = self.pods[key]
+            if graceful:
+                pod["metadata"]["deletionTimestamp"] = now_rfc3339()
+                pod["metadata"]["deletionGracePeriodSeconds"] = 30
+                self._record("MODIFIED", ("pods", *key), pod)
+            del self.pods[key]
+            self._record("DELETED", ("pods", *key), copy.deepcopy(pod))
 
     def append_log(self, namespace: str, pod: str, container: str, *lines: str, restart: int | None = None) -> None:
         """Lines written by the container instance `restart` (default: the current one)."""
@@ -225,10 +251,20 @@ class FakeApiServer:
         with self.cv:
             self.faults.append(Fault(match, status, times, retry_after, message))
 
-    def drop_watches(self, *after_events: int) -> None:
-        """Cut the next watches' connections mid-stream after this many events each."""
+    def drop_watches(self, *after_events: int, resource: str | None = None) -> None:
+        """Cut the next watches' connections (of `resource`, e.g. "pods"; None: any) mid-stream
+        after this many events each."""
         with self.cv:
-            self.watch_drops.extend(after_events)
+            self.watch_drops.extend((resource, n) for n in after_events)
+
+    def take_watch_drop(self, resource: str) -> int | None:
+        """After how many events to drop a new watch of `resource` (None: never)."""
+        with self.cv:
+            for i, (wanted, after) in enumerate(self.watch_drops):
+                if wanted in (None, resource):
+                    del self.watch_drops[i]
+                    return after
+        return None
 
     def cut_watches(self, *, expire: bool = False) -> None:
         """Cut every open watch now (as an API server restart would); `expire` also compacts
@@ -308,68 +344,26 @@ class FakeApiServer:
             # Foreground: the object is marked, its dependents (pods) go, then the object goes.
             obj["metadata"]["deletionTimestamp"] = now_rfc3339()
             self._record("MODIFIED", key, obj)
-            job_label = (
-                "jobset.sigs.k8s.io/jobset-name" if kind.plural == "jobsets" else "training.kubeflow.org/job-name"
+            job_label = (  # a TrainJob's pods are its JobSet's, labelled with its name
+                "jobset.sigs.k8s.io/jobset-name"
+                if kind.plural in ("jobsets", "trainjobs")
+                else "training.kubeflow.org/job-name"
             )
             for pkey, pod in list(self.pods.items()):
                 if pkey[0] == namespace and (pod["metadata"].get("labels") or {}).get(job_label) == name:
                     del self.pods[pkey]
+                    self._record("DELETED", ("pods", *pkey), copy.deepcopy(pod))
             del self.objects[key]
             self._record("DELETED", key, copy.deepcopy(obj))
             return 200, status_body(200, "", "deleted") | {"status": "Success"}
 
     def watch_events(self, plural: str, namespace: str, name: str | None, since: int) -> list[tuple[int, str, Obj]]:
+        """Events of `plural` ("pods" for pods) in `namespace` after resourceVersion `since`."""
         with self.cv:
+            # History is in resourceVersion order: skip what the watcher has seen without scanning it.
+            start = bisect.bisect_right(self.history, since, key=lambda h: h[0])
             return [
                 (rv, etype, obj)
-                for rv, etype, key, obj in self.history
-                if rv > since and key[0] == plural and key[1] == namespace and (name is None or key[2] == name)
+                for rv, etype, key, obj in self.history[start:]
+                if key[0] == plural and key[1] == namespace and (name is None or key[2] == name)
             ]
-
-
-def container_restarts(pod: Obj | None, container: str) -> int:
-    """The restart count of a pod's container (0 when unknown)."""
-    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or ():
-        if cs.get("name") == container:
-            return int(cs.get("restartCount") or 0)
-    return 0
-
-
-def make_pod(job: str, namespace: str, *, kind: JobKind, replica_type: str, index: int = 0, phase: str = "Pending",
-             container: str = "pytorch", waiting: str | None = None, waiting_message: str = "",
-             exit_code: int | None = None, restarts: int = 0, last_exit_code: int | None = None,
-             sidecar: bool = False, unschedulable: str | None = None, pod_name: str | None = None) -> Obj:  # fmt: skip
-    """A pod as an operator (and the kubelet) would leave it, labelled for `kind`."""
-    if kind.plural in ("jobsets", "trainjobs"):  # a TrainJob's pods are its JobSet's
-        labels = {"jobset.sigs.k8s.io/jobset-name": job, "jobset.sigs.k8s.io/replicatedjob-name": replica_type,
-                  "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": str(index)}  # fmt: skip
-        name = pod_name or f"{job}-{replica_type}-0-{index}-abcde"
-    else:
-        labels = {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": replica_type.lower(),
-                  "training.kubeflow.org/replica-index": str(index),
-                  "training.kubeflow.org/job-role": replica_type.lower()}  # fmt: skip
-        name = pod_name or f"{job}-{replica_type.lower()}-{index}"
-    containers = [{"name": container, "image": "example.com/train:1"}]
-    if sidecar:
-        containers.append({"name": "istio-proxy", "image": "istio/proxyv2"})
-    state: Obj
-    if waiting:
-        state = {"waiting": {"reason": waiting, "message": waiting_message}}
-    elif phase in ("Succeeded", "Failed"):
-        code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
-        state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}
-    elif phase == "Running":
-        state = {"running": {"startedAt": now_rfc3339()}}
-    else:
-        state = {"waiting": {"reason": "ContainerCreating"}}
-    cstatus: Obj = {"name": container, "state": state, "restartCount": restarts, "ready": phase == "Running",
-                    "image": "example.com/train:1", "imageID": ""}  # fmt: skip
-    if last_exit_code is not None:
-        cstatus["lastState"] = {"terminated": {"exitCode": last_exit_code, "reason": "Error"}}
-    status: Obj = {"phase": phase, "containerStatuses": [cstatus]}
-    if unschedulable:
-        status = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
-                                                      "reason": "Unschedulable", "message": unschedulable}]}  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"containers": containers}, "status": status}  # fmt: skip
