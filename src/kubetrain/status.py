@@ -9,7 +9,7 @@ stopped Running as finished.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -72,6 +72,10 @@ class JobStatus:
     start_time: datetime | None = None
     completion_time: datetime | None = None
     conditions: tuple[Condition, ...] = ()
+    # Every replica type the job has, whether or not it has pods yet: from its spec (replica specs,
+    # replicated jobs) and from its status (a TrainJob's runtime decides them; the Trainer lists
+    # them in `jobsStatus` from its first status on). Empty until the job says.
+    replica_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,8 +185,25 @@ def _decide(
     return None
 
 
+def spec_replica_names(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """The replica types a job's spec declares (none for a TrainJob: its runtime declares them)."""
+    kind = kind_of(obj)
+    spec: Mapping[str, Any] = obj.get("spec") or {}
+    if kind.replica_specs_key is not None:
+        return tuple(str(name) for name in spec.get(kind.replica_specs_key) or {})
+    if kind is JOBSET:
+        return tuple(str(r.get("name")) for r in spec.get("replicatedJobs") or () if r.get("name"))
+    return ()
+
+
 def parse_job_status(obj: Mapping[str, Any]) -> JobStatus:
-    """The JobStatus of a PyTorchJob, MPIJob or JobSet object as read from a backend."""
+    """The JobStatus of a PyTorchJob, MPIJob, JobSet or TrainJob object as read from a backend."""
+    parsed = _parse_status(obj)
+    names = dict.fromkeys((*spec_replica_names(obj), *parsed.replicas))
+    return replace(parsed, replica_names=tuple(names))
+
+
+def _parse_status(obj: Mapping[str, Any]) -> JobStatus:
     kind = kind_of(obj)
     status: Mapping[str, Any] = obj.get("status") or {}
     conditions = _conditions(status)

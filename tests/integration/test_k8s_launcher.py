@@ -124,7 +124,9 @@ class Env:
         player.start()
         be = backend or self.backend()
         try:
-            options = AwaitOptions(timeout_seconds=timeout, delete_after=delete_after, on_timeout=on_timeout, tuning=FAST)
+            options = AwaitOptions(
+                timeout_seconds=timeout, delete_after=delete_after, on_timeout=on_timeout, tuning=FAST
+            )
             return run_job(manifest, backend=be, options=options, log_sink=self.sink)
         finally:
             be.close()
@@ -153,7 +155,9 @@ def play_success(env: Env, kind: JobKind, name: str, replicas: list[tuple[str, i
         for pod in pods:
             api.put_pod(pod)
         api.set_conditions(kind, NS, name, cond("Created", f"{kind.kind}Created"))
+        # Pods and the job come through two watches: each line says only what its own watch saw.
         env.wait_line("Pending (ContainerCreating)")
+        env.wait_line("→ Created")
         for t, i in replicas:
             api.put_pod(make_pod(name, NS, kind=kind, replica_type=t, index=i, phase="Running", container=container))
         api.set_conditions(kind, NS, name, cond("Created"), cond("Running", f"{kind.kind}Running"),

@@ -64,6 +64,11 @@ def exercise(env: Env, kind: JobKind, build: Any, name: str, primary: tuple[str,
     pod = make_pod(name, NS, kind=kind, replica_type=primary[0], index=primary[1], container=container)
 
     def script(api: FakeApiServer) -> None:
+        if kind is TRAINJOB:
+            # The Trainer lists the runtime's replicated jobs from its first status on; the launcher
+            # follows no pod before the job has named its replicas.
+            api.set_status(kind, NS, name, {"jobsStatus": [{"name": "node", "active": 0, "ready": 0, "succeeded": 0,
+                                                            "failed": 0, "suspended": 0}]})  # fmt: skip
         api.put_pod(copy.deepcopy(pod))
         api.add_event(NS, "Pod", f"{name}-x", "FailedMount", "volume not ready")
         env.wait_line("FailedMount")  # pods and events were listed

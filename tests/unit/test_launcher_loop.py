@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo, PodWatch
 from kubetrain.errors import (
     InvalidInputError,
     JobCancelledError,
@@ -34,8 +34,17 @@ FAST: dict[str, Any] = {"pending_poll_seconds": 0.05, "watch_window_seconds": 2.
 
 
 def manifest(name: str = "train-abc", kind: str = "PyTorchJob") -> dict[str, Any]:
-    api = {"PyTorchJob": "kubeflow.org/v1", "MPIJob": "kubeflow.org/v2beta1"}[kind]
-    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ns"}, "spec": {}}
+    """A job naming its replicas in its spec, as every manifest does (the launcher follows Master 0)."""
+    if kind == "TrainJob":  # its runtime decides its replicas; the Trainer lists them in its status
+        spec: dict[str, Any] = {"runtimeRef": {"name": "kubetrain-mpi"}}
+        return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
+                "metadata": {"name": name, "namespace": "ns"}, "spec": spec}  # fmt: skip
+    api, key, replicas = {
+        "PyTorchJob": ("kubeflow.org/v1", "pytorchReplicaSpecs", ("Master", "Worker")),
+        "MPIJob": ("kubeflow.org/v2beta1", "mpiReplicaSpecs", ("Launcher", "Worker")),
+    }[kind]
+    spec = {key: {r: {"replicas": 1} for r in replicas}}
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ns"}, "spec": spec}
 
 
 def cond(ctype: str, status: str = "True", reason: str = "", message: str = "") -> dict[str, str]:
@@ -152,6 +161,10 @@ class MemoryBackend(Backend):
         with self.cv:
             return list(self.pod_list)
 
+    def watch_pods(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
+        self._call("watch_pods")
+        return MemoryPodWatch(self, timeout_seconds)
+
     def pod_log(
         self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
     ) -> Iterator[str]:
@@ -183,6 +196,37 @@ class MemoryBackend(Backend):
 
     def suspend(self, ref: JobRef) -> None:
         self._call("suspend")
+
+
+class MemoryPodWatch(PodWatch):
+    """The pod list each time the scenario sets it (set_pods notifies), until closed or timed out."""
+
+    def __init__(self, backend: MemoryBackend, timeout_seconds: float) -> None:
+        self.backend = backend
+        self.deadline = time.monotonic() + timeout_seconds
+        self.closed = False
+
+    def __iter__(self) -> Iterator[list[PodInfo]]:
+        cv = self.backend.cv
+        with cv:
+            last = list(self.backend.pod_list)
+        yield last
+        while True:
+            with cv:
+                while not self.closed and self.backend.pod_list == last:
+                    remaining = self.deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    cv.wait(remaining)
+                if self.closed:
+                    return
+                last = list(self.backend.pod_list)
+            yield last
+
+    def close(self) -> None:
+        with self.backend.cv:
+            self.closed = True
+            self.backend.cv.notify_all()
 
 
 class Scenario(threading.Thread):

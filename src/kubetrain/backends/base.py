@@ -58,6 +58,23 @@ class PodInfo:
     created: datetime | None = None
 
 
+class PodWatch(abc.ABC):
+    """A job's pods as they change: iterated by one thread, closed from any other.
+
+    Iterating yields the whole set of the job's pods (sorted by replica type, index and name), then
+    the whole set again each time a pod is added, changes or goes, until about the
+    `timeout_seconds` the backend was given have passed or :meth:`close` is called.
+    """
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[list[PodInfo]]:
+        """The pod sets, current first."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """End the iteration now, from any thread (a read blocked on the network returns). Idempotent."""
+
+
 @dataclass(frozen=True)
 class EventInfo:
     """One Kubernetes Event about the job or its pods."""
@@ -102,6 +119,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def pods(self, ref: JobRef) -> list[PodInfo]:
         """The job's pods now."""
+
+    @abc.abstractmethod
+    def watch_pods(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
+        """The job's pods now, then again at every change, for about `timeout_seconds`.
+
+        The backend tells its watcher of each change (no polling on the watcher's side) and, like
+        `watch`, a later call resumes where the previous one ended. Creating the stream does no I/O.
+        """
 
     @abc.abstractmethod
     def pod_log(

@@ -1,8 +1,9 @@
 """The launcher: submit a job, follow it to its end, clean up — the same loop on every backend.
 
-`loop` is the await loop (:func:`run_job`), `options` what it does with a job, `logs` the primary
-pod's log follower and the failed replicas' tails, `progress` the status lines it prints, and
-`signals` how SIGTERM/SIGINT become a clean cancellation.
+`loop` is the await loop (:func:`run_job`), `options` what it does with a job, `pods` the job's pod
+stream and what it remembers of each pod, `logs` the primary pod's log follower and the failed
+replicas' tails, `progress` the status lines it prints, and `signals` how SIGTERM/SIGINT become a
+clean cancellation.
 """
 
 from kubetrain.launcher.loop import run_job

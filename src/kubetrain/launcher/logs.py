@@ -8,14 +8,17 @@ What the old launchers and SDKs got wrong, and what this module does instead:
 - after a crash the current container's log is empty or gone: the follower reads the previous
   container's log (`previous=True`), and a failed job's tails do the same for restarted pods;
 - a dropped log stream is re-read from the start, skipping the lines already written, so the
-  launcher's log has each line once.
+  launcher's log has each line once;
+- the followed pod is index 0 of the most primary replica the job has (`primary_pod`); while that
+  replica has no pod yet (an MPI TrainJob's launcher, created once its nodes are Ready) the
+  follower waits for it rather than attaching to another pod whose log may never end (sshd).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from kubetrain.backends.base import Backend, JobRef, PodInfo
 from kubetrain.errors import BackendError
@@ -26,18 +29,47 @@ logger = logging.getLogger(__name__)
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
 
 
-def primary_pod(ref: JobRef, pods: Iterable[PodInfo]) -> PodInfo | None:
-    """The pod whose log is the job's log: rank 0 of the kind's primary replica (Master, Launcher, ...).
+def primary_pod(ref: JobRef, pods: Iterable[PodInfo], replicas: Collection[str]) -> PodInfo | None:
+    """The pod whose log is the job's log: index 0 of the most primary replica the job has.
 
-    Falls back to the first pod by (replica type, index) for jobs without such a replica (a JobSet
-    whose replicated jobs have other names).
+    `replicas` are the job's replica types as far as it has named them (JobStatus.replica_names).
+    The kind lists its primary replicas in order (`JobKind.primary_replica`: a TrainJob's launcher,
+    else its node); one the job has but that has no pod yet is waited for (None), never skipped:
+    an MPI TrainJob's launcher pod is created only once every node is Ready, and a node runs
+    sshd, whose log never ends, so following node 0 would never show mpirun's output. For the same
+    reason no pod is chosen before the job has named its replicas. A job with none of the kind's
+    primary replicas (a JobSet with other names) gets the first pod by (replica type, index).
     """
+    known = {name.lower() for name in replicas}
+    if not known:
+        return None
+    candidates = sorted(pods, key=lambda p: (p.replica_type.lower(), p.index, p.name))
+    for rtype in ref.kind.primary_replica:
+        for pod in candidates:
+            if pod.replica_type.lower() == rtype.lower() and pod.index == 0:
+                return pod
+        if rtype.lower() in known:
+            return None  # the job has this replica; its pod is still to come
+    return candidates[0] if candidates else None
+
+
+def guess_primary_pod(ref: JobRef, pods: Iterable[PodInfo]) -> PodInfo | None:
+    """The primary pod judged from the pods alone (the job never named its replicas): index 0 of
+    the first of the kind's primary replicas that has a pod, else the first pod."""
     candidates = sorted(pods, key=lambda p: (p.replica_type.lower(), p.index, p.name))
     for rtype in ref.kind.primary_replica:
         for pod in candidates:
             if pod.replica_type.lower() == rtype.lower() and pod.index == 0:
                 return pod
     return candidates[0] if candidates else None
+
+
+def choose_primary(ref: JobRef, pods: Iterable[PodInfo], replicas: Collection[str], *, final: bool) -> PodInfo | None:
+    """`primary_pod`; once the job has ended (`final`) without naming its replicas, the best guess."""
+    if replicas:
+        return primary_pod(ref, pods, replicas)
+    # Nothing will block any more: at the end every log is read without following.
+    return guess_primary_pod(ref, pods) if final else None
 
 
 def failed_pods(pods: Iterable[PodInfo]) -> list[PodInfo]:
@@ -49,34 +81,29 @@ def failed_pods(pods: Iterable[PodInfo]) -> list[PodInfo]:
     ]
 
 
-def capture_failure_tails(backend: Backend, ref: JobRef, pods: Iterable[PodInfo], tail_lines: int) -> dict[str, str]:
-    """The last `tail_lines` lines of each failed pod's log, keyed `pod/container`.
+def read_tail(backend: Backend, ref: JobRef, pod: PodInfo, tail_lines: int) -> str:
+    """The last `tail_lines` lines of the pod's crashed (or last) container, or why they cannot be read.
 
-    Called before any deletion (the old launchers deleted failed jobs first, and the logs with
-    them). A pod still running after a crash contributes its previous container's log. A log that
-    cannot be read is reported as such rather than silently missing.
+    A pod still running after a crash (restarted, or in CrashLoopBackOff) contributes its previous
+    container's log: the current one is empty or belongs to the next attempt.
     """
-    tails: dict[str, str] = {}
-    for pod in failed_pods(pods):
-        previous = pod.phase not in TERMINAL_POD_PHASES and pod.restart_count > 0
-        key = f"{pod.name}/{pod.container}"
-        try:
-            lines = list(backend.pod_log(ref, pod, follow=False, tail_lines=tail_lines, previous=previous))
-        except BackendError as e:
-            tails[key] = f"<log unavailable: {e}>"
-            continue
-        tails[key] = "\n".join(line.rstrip("\n") for line in lines[-tail_lines:])
-    return tails
+    previous = pod.phase not in TERMINAL_POD_PHASES and pod.restart_count > 0
+    try:
+        lines = list(backend.pod_log(ref, pod, follow=False, tail_lines=tail_lines, previous=previous))
+    except BackendError as e:
+        return f"<log unavailable: {e}>"
+    return "\n".join(line.rstrip("\n") for line in lines[-tail_lines:])
 
 
 class LogFollower(threading.Thread):
     """Follows the primary pod's log into the sink until the pod ends or the launcher stops it.
 
-    It waits for news rather than for a clock: the launcher calls :meth:`notify` whenever the job's
-    status changes (a pod started, the job ended), and `poll_seconds` only bounds the wait for
-    changes nobody reports (a pod that restarts while the job stays Running). `job_done` asks it to
-    read what is left of the log once more, without following, and return; `stop` asks it to return
-    at the next line. It never raises: a log that cannot be read is a line in the sink, not a failed job.
+    It is told rather than asking: the pod tracker hands it every new set of the job's pods and
+    the await loop the job's replica names (:meth:`notify`); it lists nothing itself. It waits for
+    that news; `poll_seconds` only bounds the wait before a log read that failed (a transient API
+    error) is tried again. `job_done` asks it to read what is left of the log once more, without
+    following, and return; `stop` asks it to return at the next line. It never raises: a log that
+    cannot be read is a line in the sink, not a failed job.
     """
 
     def __init__(
@@ -101,11 +128,25 @@ class LogFollower(threading.Thread):
         self._emitted: dict[tuple[str, int], int] = {}  # (pod, restart count) -> lines written
         self._done: set[tuple[str, int]] = set()  # container instances read to their end
         self._news = threading.Event()
+        self._lock = threading.Lock()
+        self._pods: list[PodInfo] = []
+        self._replicas: tuple[str, ...] = ()
         self.lines = 0
 
-    def notify(self) -> None:
-        """Something changed (the job's status, its end, a stop request): look at the pods again now."""
+    def notify(self, *, pods: list[PodInfo] | None = None, replicas: Collection[str] | None = None) -> None:
+        """News: the job's pods now, its replica names, or only "look again" (its end, a stop request)."""
+        with self._lock:
+            if pods is not None:
+                self._pods = list(pods)
+            if replicas is not None:
+                self._replicas = tuple(replicas)
         self._news.set()
+
+    def primary(self, *, final: bool) -> PodInfo | None:
+        """The pod this follower follows (or will), from what it was told."""
+        with self._lock:
+            pods, replicas = self._pods, self._replicas
+        return choose_primary(self._ref, pods, replicas, final=final)
 
     def run(self) -> None:
         """Thread body: follow, and report (not raise) whatever goes wrong."""
@@ -115,7 +156,7 @@ class LogFollower(threading.Thread):
             self._sink(f"log streaming stopped: {e}")
 
     def _wait(self) -> bool:
-        """Wait for news (or one poll interval); False when the follower should return."""
+        """Wait for news (at most one poll interval); False when the follower should return."""
         if self._stop_event.is_set():
             return False
         self._news.wait(self._poll)
@@ -128,11 +169,7 @@ class LogFollower(threading.Thread):
             self._news.clear()
             # The job has ended: this pass reads what is left of the log, and is the last.
             final = self._job_done.is_set()
-            try:
-                pod = primary_pod(self._ref, self._backend.pods(self._ref))
-            except BackendError as e:
-                logger.debug("listing pods for logs failed: %s", e)
-                pod = None
+            pod = self.primary(final=final)
             if pod is None or (pod.phase == "Pending" and pod.restart_count == 0):
                 if final or not self._wait():
                     return
@@ -149,12 +186,14 @@ class LogFollower(threading.Thread):
                 self._read(pod, instance=(pod.name, pod.restart_count - 1), previous=True, follow=False)
             current = (pod.name, pod.restart_count)
             if current in self._done or pod.phase == "Pending":
-                if final or pod.phase in TERMINAL_POD_PHASES or not self._wait():
+                # Read to its end: wait for news (a restart, or a new primary pod after a JobSet
+                # restart); being told costs nothing, so only the job's end stops the wait.
+                if final or not self._wait():
                     return
                 continue
             follow = pod.phase not in TERMINAL_POD_PHASES and not final
             new_lines = self._read(pod, instance=current, previous=False, follow=follow)
-            if final or (not follow and current in self._done):
+            if final:
                 return
             if new_lines == 0 and not self._wait():
                 return

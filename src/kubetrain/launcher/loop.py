@@ -3,12 +3,16 @@
 One loop for both backends (Kubernetes and local), written against :class:`Backend` only:
 
 - submit (the backend adopts a job of the same name that carries this run and task's labels);
-- watch the job with bounded windows under one overall deadline; a line per status transition
-  and per pod phase change (with reasons such as ImagePullBackOff and the time spent pending);
-- follow the primary pod's log in a thread (waits while Pending, previous container after a crash);
+- watch the job with bounded windows under one overall deadline, and its pods in a thread of
+  their own (`pods.PodTracker`); a line per status transition and per pod change (with reasons
+  such as ImagePullBackOff, CrashLoopBackOff and the time spent pending) as it happens; events
+  are listed while the job or a pod is pending;
+- follow the primary pod's log in a thread (waits while Pending and while the job's primary
+  replica has no pod yet, previous container after a crash);
 - Succeeded → :class:`JobResult`; Failed → :class:`JobFailedError` with the condition's reason and
-  message and the tail of every failed replica's log, read before anything is deleted; an MPIJob
-  the mpi-operator rejected (no condition, only a ValidationError event) is a failure too;
+  message and the tail of every pod that failed or crashed, read before anything is deleted (for
+  a pod its controller deleted meanwhile, the tail read when it crashed); an MPIJob the
+  mpi-operator rejected (no condition, only a ValidationError event) is a failure too;
 - deadline → delete (or suspend) the job, then :class:`JobTimeoutError`;
 - SIGTERM/SIGINT (the KFP run was cancelled) → delete the job, then :class:`JobCancelledError`.
 
@@ -26,8 +30,9 @@ from typing import Any
 
 from kubetrain.backends.base import Backend, JobObject, JobRef, PodInfo
 from kubetrain.errors import JobCancelledError, JobFailedError, JobTimeoutError
-from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, capture_failure_tails, primary_pod
+from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, choose_primary, read_tail
 from kubetrain.launcher.options import AwaitOptions
+from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summary
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
 from kubetrain.launcher.signals import CancelGuard, Cancelled
 from kubetrain.manifests.kinds import kind_of
@@ -39,6 +44,9 @@ logger = logging.getLogger(__name__)
 REJECTION_REASONS = frozenset({"ValidationError"})
 # Phases that mean the job got going (the start timeout no longer applies).
 STARTED = frozenset({JobPhase.RUNNING, JobPhase.RESTARTING, JobPhase.SUCCEEDED, JobPhase.FAILED})
+# Bounds the wait for the pod tracker to stop; closing its stream wakes it at once, this only covers
+# a read the close cannot wake (it then ends with its window, and what it sees is ignored).
+TRACKER_STOP_SECONDS = 5.0
 
 
 def run_job(
@@ -93,7 +101,9 @@ class _Await:
         self.job_done = threading.Event()
         self.stop_logs = threading.Event()
         self.follower: LogFollower | None = None
-        self.last_pods: list[PodInfo] = []
+        self.tracker: PodTracker | None = None
+        self.final_pods: list[PodInfo] | None = None  # the look at the pods once the job ended
+        self.replicas: tuple[str, ...] = ()  # the job's replica names, as far as it has said
 
     def run(self, start: float) -> JobResult:
         deadline = start + self.opts.timeout_seconds
@@ -101,8 +111,9 @@ class _Await:
         try:
             self.guard.check()
             progress = ProgressReporter(self.ref, self.sink)
+            listeners: list[PodListener] = [progress.pods]
             if self.opts.stream_logs:
-                self.follower = LogFollower(
+                follower = self.follower = LogFollower(
                     self.backend,
                     self.ref,
                     self.sink,
@@ -111,18 +122,28 @@ class _Await:
                     stop=self.stop_logs,
                     kubectl_hint=self.backend.name == "kubernetes",
                 )
-                self.follower.start()
+                listeners.append(lambda pods: follower.notify(pods=pods))
+                follower.start()
+            self.tracker = PodTracker(
+                self.backend,
+                self.ref,
+                listeners=listeners,
+                sink=self.sink,
+                tail_lines=self.opts.tuning.log_tail_lines,
+                window_seconds=self.opts.tuning.watch_window_seconds,
+            )
+            self.tracker.start()
             status, obj = self._await(progress, deadline, start_by)
             return self._finish(status, obj)
         except Cancelled as c:
-            self._stop_follower(drain=False)
+            self._stop_watchers()
             raise self._cancelled(c.signal_name) from None
         except _Deadline as d:
-            self._stop_follower(drain=False)
+            self._stop_watchers()
             raise self._timed_out(d) from None
         finally:
-            # Whatever happened, no thread keeps reading logs after run_job returns.
-            self._stop_follower(drain=False)
+            # Whatever happened, no thread keeps reading pods or logs after run_job returns.
+            self._stop_watchers()
 
     # -- waiting ---------------------------------------------------------------------------------
 
@@ -147,18 +168,16 @@ class _Await:
                 with self.guard.interruptible():
                     for obj in stream:
                         status = parse_job_status(obj)
-                        changed = progress.job(status)
+                        progress.job(status)
+                        # Which replicas the job has decides which pod's log is its log.
+                        self.replicas = tuple(dict.fromkeys((*self.replicas, *status.replica_names)))
                         if self.follower is not None:
-                            # Replica counts move as pods start and end: the follower looks now.
-                            self.follower.notify()
+                            self.follower.notify(replicas=self.replicas)
                         if self.on_status is not None:
                             self.on_status(status)
                         if status.phase.terminal:
-                            self.last_pods = self.backend.pods(self.ref)
-                            progress.pods(self.last_pods)
+                            self._settle_pods()
                             return status, obj
-                        if changed or self._eager(status, progress):
-                            progress.pods(self.backend.pods(self.ref))
                         if status.phase in STARTED:
                             start_by = None
                         if self.cancel.is_set() or time.monotonic() >= (deadline if start_by is None else limit):
@@ -182,8 +201,7 @@ class _Await:
         return status.phase == JobPhase.RUNNING and (progress.still_pending() or not progress.any_pods())
 
     def _look_closer(self, status: JobStatus, progress: ProgressReporter) -> JobStatus | None:
-        """List pods and events; a Failed status when the operator rejected the job."""
-        progress.pods(self.backend.pods(self.ref))
+        """List events (pods come from the pod tracker); a Failed status when the operator rejected the job."""
         events = self.backend.events(self.ref)
         progress.events(events)
         if status.phase != JobPhase.PENDING:
@@ -205,7 +223,7 @@ class _Await:
     def _finish(self, status: JobStatus, obj: JobObject | None) -> JobResult:
         if status.phase == JobPhase.FAILED or obj is None:
             raise self._failed(status)
-        self._stop_follower(drain=self._primary_ended(self.last_pods))
+        self._stop_follower(drain=self._primary_ended(self._settle_pods()))
         ref = JobRef.from_object(obj, namespace=self.ref.namespace)
         result = JobResult(
             name=self.ref.name,
@@ -228,13 +246,13 @@ class _Await:
 
     def _failed(self, status: JobStatus) -> JobFailedError:
         """Capture the failed replicas' log tails, then apply the delete policy; return the error."""
-        pods = self.backend.pods(self.ref)
+        pods = self._settle_pods()
         self._stop_follower(drain=self._primary_ended(pods))
-        tails = capture_failure_tails(self.backend, self.ref, pods, self.opts.tuning.log_tail_lines)
+        tails, notes = self._failure_tails(pods)
         label = f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
         parts = [f"{label} failed: {status.reason or 'Failed'}" + (f": {status.message}" if status.message else "")]
         for key, tail in tails.items():
-            parts.append(f"--- last {self.opts.tuning.log_tail_lines} lines of {key} ---\n{tail}")
+            parts.append(f"--- last {self.opts.tuning.log_tail_lines} lines of {key}{notes.get(key, '')} ---\n{tail}")
         if not tails and status.reason not in REJECTION_REASONS:
             parts.append("(no failed pod left to read logs from; cleanPodPolicy may have removed them)")
         for line in parts:
@@ -274,10 +292,48 @@ class _Await:
         self.backend.delete(self.ref)
         self.sink(f"deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}: {why}")
 
+    def _failure_tails(self, pods: list[PodInfo]) -> tuple[dict[str, str], dict[str, str]]:
+        """The log tail of every pod that failed or crashed while the launcher watched, keyed
+        `pod/container`, and for pods gone by now a note saying where their tail comes from."""
+        tails: dict[str, str] = {}
+        notes: dict[str, str] = {}
+        lines = self.opts.tuning.log_tail_lines
+        here = {pod.name for pod in pods}
+        book = self.tracker.book if self.tracker is not None else PodBook()
+        for pod in book.failed():
+            key = f"{pod.name}/{pod.container}"
+            if pod.name in here:
+                tails[key] = read_tail(self.backend, self.ref, pod, lines)
+                continue
+            # Its controller deleted it (a Job past its backoffLimit): the tail read at its crash.
+            kept = book.tails.get(pod.name)
+            tails[key] = kept.text if kept is not None else "<not read: the pod was deleted before it could be>"
+            seen = kept.pod if kept is not None else pod
+            notes[key] = f" (pod deleted since; read when it crashed: {crash_summary(seen)})"
+        return tails, notes
+
+    def _settle_pods(self) -> list[PodInfo]:
+        """Stop following the pods and take one look at them, the same for the progress lines, the
+        log follower and the failure tails (the pod stream may trail the job's terminal status)."""
+        if self.final_pods is None:
+            if self.tracker is not None:
+                self.tracker.stop(TRACKER_STOP_SECONDS)
+            pods = self.backend.pods(self.ref)
+            if self.tracker is not None:
+                self.tracker.settle(pods)
+            self.final_pods = pods
+        return self.final_pods
+
     def _primary_ended(self, pods: list[PodInfo]) -> bool:
         """Whether the followed pod has ended, so its log stream ends by itself and is worth draining."""
-        primary = primary_pod(self.ref, pods)
+        primary = choose_primary(self.ref, pods, self.replicas, final=True)
         return primary is not None and primary.phase in TERMINAL_POD_PHASES
+
+    def _stop_watchers(self) -> None:
+        """End the pod tracker and the log follower (no draining: the job did not end by itself)."""
+        if self.tracker is not None:
+            self.tracker.stop(TRACKER_STOP_SECONDS)
+        self._stop_follower(drain=False)
 
     def _stop_follower(self, *, drain: bool) -> None:
         self.job_done.set()

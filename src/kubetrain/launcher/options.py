@@ -20,8 +20,9 @@ class Tuning:
     # A watch window while nothing is expected but a status change (the backend reconnects
     # inside it; the window only bounds how long the loop goes without checking its deadline).
     watch_window_seconds: float = 300.0
-    # While the job or a pod is pending, pods and events are looked at this often, so that
-    # ImagePullBackOff, Unschedulable and operator rejections are reported promptly.
+    # While the job or a pod is pending, events are listed this often, so that FailedScheduling,
+    # FailedMount and operator rejections are reported promptly (pods are watched: a pod's
+    # ImagePullBackOff or CrashLoopBackOff is reported as it happens).
     pending_poll_seconds: float = 5.0
     log_tail_lines: int = 50
     # How long the primary pod's log may take to flush after the pod ended.

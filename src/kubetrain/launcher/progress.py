@@ -9,6 +9,7 @@ restart count, or a new Warning event. Pending pods say how long they have been 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
@@ -57,9 +58,13 @@ def describe_pod(pod: PodInfo) -> str:
 
 
 class ProgressReporter:
-    """Remembers what it last reported and writes a line for each change."""
+    """Remembers what it last reported and writes a line for each change.
+
+    Thread-safe: job statuses and events come from the await loop, pod sets from the pod tracker.
+    """
 
     def __init__(self, ref: JobRef, sink: LogSink, *, clock: WallClock = utc_now) -> None:
+        self._lock = threading.RLock()
         self._ref = ref
         self._sink = sink
         self._clock = clock
@@ -76,6 +81,10 @@ class ProgressReporter:
 
     def job(self, status: JobStatus) -> bool:
         """Report a phase change or a new restart of the job; True when something was written."""
+        with self._lock:
+            return self._job(status)
+
+    def _job(self, status: JobStatus) -> bool:
         changed = False
         if status.phase != self._phase:
             before = self._phase.value if self._phase else "submitted"
@@ -91,6 +100,10 @@ class ProgressReporter:
 
     def pods(self, pods: Iterable[PodInfo]) -> None:
         """Report every pod whose phase, waiting reason or restart count changed, and pods that went."""
+        with self._lock:
+            self._report_pods(pods)
+
+    def _report_pods(self, pods: Iterable[PodInfo]) -> None:
         now = self._clock()
         seen: set[str] = set()
         for pod in pods:
@@ -148,25 +161,32 @@ class ProgressReporter:
 
     def still_pending(self) -> bool:
         """Whether some pod was last seen Pending (the launcher then looks more often)."""
-        return any(state[0] == "Pending" for state in self._pods.values())
+        with self._lock:
+            return any(state[0] == "Pending" for state in self._pods.values())
 
     def pending_summary(self) -> str:
         """`pod: reason, pending Ns` for every pod last seen Pending (for a start-timeout message)."""
         now = self._clock()
         parts = []
-        for name, (phase, reason, _) in sorted(self._pods.items()):
-            if phase == "Pending":
-                pending = _seconds(self._pending_since.get(name), now)
-                took = f", pending {pending:.0f}s" if pending is not None else ""
-                parts.append(f"{name}: {reason or 'Pending'}{took}")
+        with self._lock:
+            for name, (phase, reason, _) in sorted(self._pods.items()):
+                if phase == "Pending":
+                    pending = _seconds(self._pending_since.get(name), now)
+                    took = f", pending {pending:.0f}s" if pending is not None else ""
+                    parts.append(f"{name}: {reason or 'Pending'}{took}")
         return "; ".join(parts)
 
     def any_pods(self) -> bool:
         """Whether any pod of the job has been seen."""
-        return bool(self._pods)
+        with self._lock:
+            return bool(self._pods)
 
     def events(self, events: Iterable[EventInfo]) -> None:
         """Report Warning events not reported before (FailedScheduling, FailedMount, BackOff, ...)."""
+        with self._lock:
+            self._report_events(events)
+
+    def _report_events(self, events: Iterable[EventInfo]) -> None:
         for event in events:
             key = (event.involved_object, event.reason, event.message)
             if event.type != "Warning" or key in self._events:

@@ -2,8 +2,8 @@
 
 `backend` holds the Backend implementation; `config` finds the cluster and the namespace,
 `objects` turns API objects into the launcher's records, `retry` retries transient failures,
-`errors` maps HTTP statuses to kubetrain's errors, `watch` follows one job across reconnects and
-`stream` frames watch and log streams.
+`errors` maps HTTP statuses to kubetrain's errors, `watch` follows one job, and its pods, across
+reconnects and `stream` frames watch and log streams.
 """
 
 from kubetrain.backends.kubernetes.backend import KubernetesBackend

@@ -4,7 +4,8 @@
   (the old launchers' `spec.cleanPodPolicy`, `activeDeadlineSecond`);
 - a 409 on create adopts the existing job when it carries this KFP run and task's labels (a
   retried or restarted launcher re-attaches) and fails clearly otherwise;
-- watch a single job in a reconnect loop that resumes from the last resourceVersion (`watch`);
+- watch a single job, and its pods, in reconnect loops that resume from the last resourceVersion
+  (`watch`, `watch_pods`);
 - connection errors, 5xx and 429 are retried with backoff and jitter (Retry-After honoured);
 - pods by the operator's label, logs with an explicit container, `previous` and `tail_lines`;
 - delete with foreground propagation (pods go with the job; TrainJobs in the background, see
@@ -24,13 +25,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo, PodWatch
 from kubetrain.backends.kubernetes.config import Connection, connect, job_name_for_task, launcher_pod_from_env
 from kubetrain.backends.kubernetes.errors import api_error, create_error
 from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
 from kubetrain.backends.kubernetes.stream import close_response, stream_lines
-from kubetrain.backends.kubernetes.watch import JobWatches
+from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
@@ -74,6 +75,7 @@ class KubernetesBackend(Backend):
         self._resubmit_failed = resubmit_failed
         self._gone_wait_seconds = gone_wait_seconds
         self._watches = JobWatches(self._custom, self._retry, server_watch_seconds=server_watch_seconds)
+        self._pod_watches = PodWatches(self._core, self._retry, server_watch_seconds=server_watch_seconds)
 
     # -- create ----------------------------------------------------------------------------------
 
@@ -223,6 +225,10 @@ class KubernetesBackend(Backend):
         items = json.loads(response.data).get("items") or []
         return sorted((pod_info(ref.kind, p) for p in items), key=lambda p: (p.replica_type, p.index, p.name))
 
+    def watch_pods(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
+        """The job's pods (by the operator's job-name label) now, then at every change; see PodWatches."""
+        return self._pod_watches.watch(ref, timeout_seconds=timeout_seconds)
+
     def pod_log(
         self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
     ) -> Iterator[str]:
@@ -291,6 +297,7 @@ class KubernetesBackend(Backend):
         kind = ref.kind
         what = f"delete {kind.kind} {ref.namespace}/{ref.name}"
         self._watches.forget(ref)
+        self._pod_watches.forget(ref)
         propagation = "Background" if kind == TRAINJOB else "Foreground"
         try:
             self._retry.call(

@@ -1,21 +1,13 @@
-"""Streams of the Kubernetes backend: watch and log line framing, and the watch's resume state."""
+"""Streams of the Kubernetes backend: watch and log line framing, and ending a streamed response."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.backends.base import JobObject
-
-
-@dataclass
-class WatchState:
-    """The last object a watch delivered and the resourceVersion to resume from."""
-
-    obj: JobObject
-    resource_version: str
+logger = logging.getLogger(__name__)
 
 
 def stream_lines(response: Any) -> Iterator[bytes]:
@@ -34,6 +26,19 @@ def json_lines(response: Any) -> Iterator[dict[str, Any]]:
     for line in stream_lines(response):
         if line.strip():
             yield json.loads(line)
+
+
+def shutdown_response(response: Any) -> None:
+    """Stop reads of a streamed response from another thread: its socket is shut down for reading,
+    so a read blocked on it returns at once (closing the socket would leave that read blocked)."""
+    shutdown = getattr(response, "shutdown", None)  # urllib3 ≥ 2.3
+    try:
+        if shutdown is not None:
+            shutdown()
+        else:
+            response.close()
+    except (OSError, RuntimeError, ValueError) as e:  # already released or closed: nothing to stop
+        logger.debug("shutting a streamed response down: %s", e)
 
 
 def close_response(response: Any) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo, PodWatch
 from kubetrain.backends.local.addresses import allocate_block
 from kubetrain.backends.local.conditions import rfc3339
 from kubetrain.backends.local.env import ensure_python_shims, inherited_environment, search_path
@@ -31,7 +31,7 @@ from kubetrain.backends.local.operators.pytorchjob import PyTorchJobController
 from kubetrain.backends.local.operators.trainjob import TrainJobController, runtime_key
 from kubetrain.backends.local.podspec import PodContext
 from kubetrain.backends.local.process import LineSink
-from kubetrain.backends.local.record import JobRecord, stop_all
+from kubetrain.backends.local.record import JobRecord, RecordPodWatch, stop_all
 from kubetrain.backends.local.supervisor import supervise
 from kubetrain.backends.local.validate import validate_manifest
 from kubetrain.backends.local.watchdog import Watchdog
@@ -330,6 +330,10 @@ class LocalBackend(Backend):
     def pods(self, ref: JobRef) -> list[PodInfo]:
         """The job's pods now."""
         return [info for info, _ in self._record(ref).pods]
+
+    def watch_pods(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
+        """The job's pods now, then whenever the supervisor sees one change, for about `timeout_seconds`."""
+        return RecordPodWatch(self._record(ref), timeout_seconds=timeout_seconds)
 
     def pod_log(
         self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False

@@ -5,10 +5,12 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kubetrain.backends.base import EventInfo, JobObject, JobRef, PodInfo
+from kubetrain.backends.base import EventInfo, JobObject, JobRef, PodInfo, PodWatch
 from kubetrain.backends.local.addresses import AddressBlock
 from kubetrain.backends.local.operators.controller import Controller
 from kubetrain.backends.local.pod import LocalPod
@@ -32,6 +34,7 @@ class JobRecord:
     delete_requested: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     subscribers: list[queue.Queue[JobObject | None]] = field(default_factory=list)
+    pod_subscribers: list[queue.Queue[list[PodInfo] | None]] = field(default_factory=list)
     events: list[EventInfo] = field(default_factory=list)
     pods: list[tuple[PodInfo, LocalPod | None]] = field(default_factory=list)
     broken: str | None = None
@@ -66,9 +69,21 @@ class JobRecord:
         self.wake.set()
 
     def snapshot_pods(self) -> None:
-        """Record the pods as they are now (read by other threads without touching the controller)."""
+        """Record the pods as they are now (read by other threads without touching the controller);
+        tell pod watchers when any of them changed."""
         live = [(pod.info(), pod) for pod in self.controller.pods()]
-        self.pods = [*live, *((info, None) for info in self.controller.extra_pod_infos())]
+        pods = [*live, *((info, None) for info in self.controller.extra_pod_infos())]
+        with self.lock:
+            changed = [info for info, _ in pods] != [info for info, _ in self.pods]
+            self.pods = pods
+            if changed:
+                infos = self.pod_infos()
+                for subscriber in self.pod_subscribers:
+                    subscriber.put(infos)
+
+    def pod_infos(self) -> list[PodInfo]:
+        """The pods now, in the order pod watches deliver them (replica type, index, name)."""
+        return sorted((info for info, _ in self.pods), key=lambda p: (p.replica_type, p.index, p.name))
 
     def add_event(self, etype: str, reason: str, message: str, involved: str) -> None:
         """Record an Event."""
@@ -76,10 +91,53 @@ class JobRecord:
             self.events.append(EventInfo(etype, reason, message, involved, last_timestamp=datetime.now(UTC)))
 
     def end_watches(self) -> None:
-        """The object is gone: end every watch."""
+        """The object is gone: end every watch, of the job and of its pods."""
         with self.lock:
             for subscriber in self.subscribers:
                 subscriber.put(None)
+            for pod_subscriber in self.pod_subscribers:
+                pod_subscriber.put(None)
+
+
+class RecordPodWatch(PodWatch):
+    """A pod watch on a local job: the supervisor hands every changed pod set to its queue."""
+
+    def __init__(self, record: JobRecord, *, timeout_seconds: float) -> None:
+        self._record = record
+        self._deadline = time.monotonic() + timeout_seconds
+        self._queue: queue.Queue[list[PodInfo] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._subscribed = False
+
+    def __iter__(self) -> Iterator[list[PodInfo]]:
+        record = self._record
+        with self._lock:
+            if self._closed:
+                return
+            # Subscribed while the record's lock is held: no change falls between the first set and the queue.
+            with record.lock:
+                self._queue.put(record.pod_infos())
+                record.pod_subscribers.append(self._queue)
+            self._subscribed = True
+        try:
+            while (remaining := self._deadline - time.monotonic()) > 0:
+                try:
+                    pods = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    return
+                if pods is None:
+                    return
+                yield pods
+        finally:
+            with record.lock:
+                record.pod_subscribers.remove(self._queue)
+
+    def close(self) -> None:
+        """End the iteration now; idempotent, from any thread."""
+        with self._lock:
+            self._closed = True
+            self._queue.put(None)
 
 
 def stop_all(records: dict[tuple[str, str, str], JobRecord]) -> None:
