@@ -289,6 +289,7 @@ def play_success_master_only(env: Env) -> Any:
         api.append_log(NS, "train-master-0", "pytorch", "done")
         api.set_conditions(PYTORCHJOB, NS, "train", cond("Running"))
         env.wait_line("→ Running")
+        env.wait_line("following the pods of the job stopped")  # said while the job runs
         api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Succeeded"))
         api.set_conditions(PYTORCHJOB, NS, "train", cond("Succeeded", "PyTorchJobSucceeded"))
 

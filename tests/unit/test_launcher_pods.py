@@ -8,14 +8,15 @@ and with real processes in tests/integration/test_local_launcher_pods.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from kubetrain.backends.base import JobRef
-from kubetrain.errors import JobFailedError
+from kubetrain.backends.base import JobRef, PodInfo
+from kubetrain.errors import BackendError, JobFailedError
 from kubetrain.launcher.logs import primary_pod
-from kubetrain.launcher.pods import PodBook, crashed
+from kubetrain.launcher.pods import PodBook, PodTracker, crashed
 from kubetrain.manifests.kinds import JOBSET, PYTORCHJOB, TRAINJOB, JobKind
 from kubetrain.status import parse_job_status
 from tests.unit.test_launcher_loop import MemoryBackend, cond, launch, manifest, pod
@@ -94,6 +95,35 @@ def test_the_book_keeps_the_last_state_of_pods_that_are_gone() -> None:
     book.update([done])
     book.update([])
     assert book.failed() == [looping], "a pod that succeeded and went is no failure"
+
+
+class LogsGoneAfterOneRead(MemoryBackend):
+    """The first log read works; later ones fail as for a pod its controller has deleted."""
+
+    def pod_log(
+        self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
+    ) -> Iterator[str]:
+        if any(call.startswith("log ") for call in self.calls):
+            self._call(f"log {pod.name} refused")
+            raise BackendError(f'pods "{pod.name}" not found')
+        return super().pod_log(ref, pod, follow=follow, tail_lines=tail_lines, previous=previous)
+
+
+def test_a_tail_that_cannot_be_read_any_more_keeps_the_one_read_at_the_earlier_crash() -> None:
+    backend = LogsGoneAfterOneRead()
+    backend.add_log("w", "ValueError: corrupt record 17", previous=True)
+    tracker = PodTracker(backend, ref(PYTORCHJOB), listeners=[], sink=backend.sink, tail_lines=5, window_seconds=30)
+    tracker.start()
+    try:
+        backend.set_pods(pod("w", "Worker", 0, "Running", restart_count=1, reason="CrashLoopBackOff"))
+        backend.wait_for(lambda: "log w previous=True follow=False tail=5" in backend.calls, "the first tail read")
+        backend.set_pods(pod("w", "Worker", 0, "Running", restart_count=2, reason="CrashLoopBackOff"))
+        backend.wait_for(lambda: "log w refused" in backend.calls, "the second tail read")
+    finally:
+        tracker.stop(10)
+    assert not tracker.is_alive()
+    assert tracker.book.tails["w"].text == "ValueError: corrupt record 17"
+    assert tracker.book.tails["w"].pod.restart_count == 1
 
 
 # -- the await loop --------------------------------------------------------------------------------

@@ -81,18 +81,23 @@ def failed_pods(pods: Iterable[PodInfo]) -> list[PodInfo]:
     ]
 
 
-def read_tail(backend: Backend, ref: JobRef, pod: PodInfo, tail_lines: int) -> str:
-    """The last `tail_lines` lines of the pod's crashed (or last) container, or why they cannot be read.
+def crash_tail(backend: Backend, ref: JobRef, pod: PodInfo, tail_lines: int) -> str:
+    """The last `tail_lines` lines of the pod's crashed (or last) container; BackendError if unreadable.
 
     A pod still running after a crash (restarted, or in CrashLoopBackOff) contributes its previous
     container's log: the current one is empty or belongs to the next attempt.
     """
     previous = pod.phase not in TERMINAL_POD_PHASES and pod.restart_count > 0
+    lines = list(backend.pod_log(ref, pod, follow=False, tail_lines=tail_lines, previous=previous))
+    return "\n".join(line.rstrip("\n") for line in lines[-tail_lines:])
+
+
+def read_tail(backend: Backend, ref: JobRef, pod: PodInfo, tail_lines: int) -> str:
+    """`crash_tail`, or why it cannot be read (a failure report names every failed pod)."""
     try:
-        lines = list(backend.pod_log(ref, pod, follow=False, tail_lines=tail_lines, previous=previous))
+        return crash_tail(backend, ref, pod, tail_lines)
     except BackendError as e:
         return f"<log unavailable: {e}>"
-    return "\n".join(line.rstrip("\n") for line in lines[-tail_lines:])
 
 
 class LogFollower(threading.Thread):
@@ -129,6 +134,8 @@ class LogFollower(threading.Thread):
         self._done: set[tuple[str, int]] = set()  # container instances read to their end
         self._news = threading.Event()
         self._lock = threading.Lock()
+        self._pods_told = threading.Condition(self._lock)
+        self._pods_version = 0  # how many pod sets it was told
         self._pods: list[PodInfo] = []
         self._replicas: tuple[str, ...] = ()
         self.lines = 0
@@ -138,8 +145,10 @@ class LogFollower(threading.Thread):
         with self._lock:
             if pods is not None:
                 self._pods = list(pods)
+                self._pods_version += 1
             if replicas is not None:
                 self._replicas = tuple(replicas)
+            self._pods_told.notify_all()
         self._news.set()
 
     def primary(self, *, final: bool) -> PodInfo | None:
@@ -160,6 +169,16 @@ class LogFollower(threading.Thread):
         if self._stop_event.is_set():
             return False
         self._news.wait(self._poll)
+        return not self._stop_event.is_set()
+
+    def _wait_for_pods(self, seen: int) -> bool:
+        """Wait until told a pod set newer than version `seen` (at most one poll interval); False
+        when the follower should return."""
+        with self._pods_told:
+            self._pods_told.wait_for(
+                lambda: self._pods_version != seen or self._stop_event.is_set() or self._job_done.is_set(),
+                timeout=self._poll,
+            )
         return not self._stop_event.is_set()
 
     def _follow(self) -> None:
@@ -192,10 +211,19 @@ class LogFollower(threading.Thread):
                     return
                 continue
             follow = pod.phase not in TERMINAL_POD_PHASES and not final
+            with self._lock:
+                seen = self._pods_version
             new_lines = self._read(pod, instance=current, previous=False, follow=follow)
             if final:
                 return
-            if new_lines == 0 and not self._wait():
+            if follow:
+                # A followed stream ends when its container does; the pod stream tells why (ended,
+                # restarted) a moment later. Wait for that rather than re-read what is known so far
+                # (a stream cut while the container runs is re-read after one poll interval, from
+                # where it stopped: lines already written are skipped).
+                if not self._wait_for_pods(seen):
+                    return
+            elif new_lines == 0 and not self._wait():
                 return
 
     def _read(self, pod: PodInfo, *, instance: tuple[str, int], previous: bool, follow: bool) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from kubetrain.backends.base import Backend, JobRef, PodInfo, PodWatch
 from kubetrain.errors import BackendError
-from kubetrain.launcher.logs import failed_pods, read_tail
+from kubetrain.launcher.logs import crash_tail, failed_pods
 from kubetrain.launcher.progress import LogSink
 
 logger = logging.getLogger(__name__)
@@ -145,12 +145,21 @@ class PodTracker(threading.Thread):
                 # backoffLimit), and with it the only copy of why it crashed. Outside the lock, so
                 # that stop() never waits on a log read longer than its own bound.
                 for pod in crashes:
-                    tail = CrashTail(pod, read_tail(self._backend, self._ref, pod, self._tail_lines))
-                    with self._lock:
-                        self.book.tails[pod.name] = tail
+                    self._capture(pod)
         finally:
             stream.close()
         return True
+
+    def _capture(self, pod: PodInfo) -> None:
+        try:
+            text = crash_tail(self._backend, self._ref, pod, self._tail_lines)
+        except BackendError as e:
+            with self._lock:
+                if pod.name in self.book.tails:
+                    return  # gone already: the tail read at its earlier crash stays
+            text = f"<log unavailable: {e}>"
+        with self._lock:
+            self.book.tails[pod.name] = CrashTail(pod, text)
 
     def _take(self, pods: list[PodInfo]) -> list[PodInfo]:
         crashes = self.book.update(pods)
