@@ -90,6 +90,9 @@ class FakeApiServer:
         self.cut_epoch = 0  # open watches started in an older epoch are cut
         self.deletions: list[tuple[str, str, str, Obj]] = []  # (plural, ns, name, delete options)
         self.stopping = False
+        # kwok's kubelet keeps a followed log open after the container ended (a real kubelet ends
+        # it): the launcher must not depend on the server ending the stream.
+        self.log_streams_outlive_pods = False
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 

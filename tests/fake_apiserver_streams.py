@@ -145,8 +145,9 @@ def serve_log(handler: Handler, ns: str, name: str, query: Mapping[str, str]) ->
     while True:
         with api.cv:
             current = api.pods.get((ns, name))
-            ended = (api.stopping or current is None or current["status"].get("phase") in ("Succeeded", "Failed")
-                     or container_restarts(current, container) != instance)  # fmt: skip
+            ended = api.stopping or current is None or (not api.log_streams_outlive_pods and (
+                current["status"].get("phase") in ("Succeeded", "Failed") or container_restarts(current, container) != instance
+            ))  # fmt: skip
             new = list(api.logs.get(key, []))[sent:]
             if not new and not ended:
                 api.cv.wait(0.5)

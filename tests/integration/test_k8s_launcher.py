@@ -174,6 +174,30 @@ def play_success(env: Env, kind: JobKind, name: str, replicas: list[tuple[str, i
     return script
 
 
+def test_a_followed_log_the_server_never_ends_does_not_hold_the_launcher(env: Env) -> None:
+    """kwok's kubelet keeps a followed log open after the container ended: the launcher reads the rest and returns.
+
+    The drain bound is set far beyond this test's timeout: waiting for the server to end the stream
+    would fail the test; reading what is left without following returns at once.
+    """
+    env.api.log_streams_outlive_pods = True
+    lines = [f"step {i}" for i in range(5)]
+    script = play_success(env, PYTORCHJOB, "quiet", [("Master", 0)], lines)
+    be = env.backend()
+    player = threading.Thread(target=script, args=(env.api,), daemon=True)
+    player.start()
+    try:
+        tuning = Tuning(pending_poll_seconds=0.2, watch_window_seconds=3.0, log_drain_seconds=3600.0)
+        result = run_job(pytorch_manifest("quiet", workers=0), backend=be,
+                         options=AwaitOptions(timeout_seconds=60, tuning=tuning), log_sink=env.sink)  # fmt: skip
+    finally:
+        be.close()
+        player.join(20)
+    assert result.phase == JobPhase.SUCCEEDED
+    printed = [line for line in env.lines if line.startswith("[quiet-master-0] ")]
+    assert printed == [f"[quiet-master-0] {line}" for line in lines], printed
+
+
 def test_success_strict_create_progress_logs_and_foreground_delete(env: Env) -> None:
     script = play_success(env, PYTORCHJOB, "train", [("Master", 0), ("Worker", 0)], ["epoch 1 loss=0.9", "done"])
     result = env.launch(pytorch_manifest(), script)

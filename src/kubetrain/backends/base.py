@@ -9,6 +9,7 @@ them apart.
 from __future__ import annotations
 
 import abc
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,6 +76,29 @@ class PodWatch(abc.ABC):
         """End the iteration now, from any thread (a read blocked on the network returns). Idempotent."""
 
 
+class LogStream:
+    """A followed pod log's lines as they come, which another thread can end.
+
+    This default wraps a plain iterator: :meth:`close` makes the iteration stop at the next line.
+    A backend whose reads can block (an HTTP stream) ends a blocked read at once instead.
+    """
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines = lines
+        self._closed = threading.Event()
+
+    def __iter__(self) -> Iterator[str]:
+        """The lines, until the log ends or :meth:`close` is called."""
+        for line in self._lines:
+            if self._closed.is_set():
+                return
+            yield line
+
+    def close(self) -> None:
+        """End the iteration, from any thread. Idempotent."""
+        self._closed.set()
+
+
 @dataclass(frozen=True)
 class EventInfo:
     """One Kubernetes Event about the job or its pods."""
@@ -133,6 +157,10 @@ class Backend(abc.ABC):
         self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None = None, previous: bool = False
     ) -> Iterator[str]:
         """Lines of one pod's log (its replica container, named explicitly)."""
+
+    def follow_log(self, ref: JobRef, pod: PodInfo) -> LogStream:
+        """The pod's current log, followed until its container ends or the stream is closed."""
+        return LogStream(self.pod_log(ref, pod, follow=True))
 
     @abc.abstractmethod
     def events(self, ref: JobRef) -> list[EventInfo]:

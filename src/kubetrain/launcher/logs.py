@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Collection, Iterable
 
-from kubetrain.backends.base import Backend, JobRef, PodInfo
+from kubetrain.backends.base import Backend, JobRef, LogStream, PodInfo
 from kubetrain.errors import BackendError
 from kubetrain.launcher.progress import LogSink, describe_pod
 
@@ -138,6 +138,7 @@ class LogFollower(threading.Thread):
         self._pods_version = 0  # how many pod sets it was told
         self._pods: list[PodInfo] = []
         self._replicas: tuple[str, ...] = ()
+        self._stream: LogStream | None = None  # the stream being followed, for end_follow
         self.lines = 0
 
     def notify(self, *, pods: list[PodInfo] | None = None, replicas: Collection[str] | None = None) -> None:
@@ -150,6 +151,19 @@ class LogFollower(threading.Thread):
                 self._replicas = tuple(replicas)
             self._pods_told.notify_all()
         self._news.set()
+
+    def end_follow(self) -> None:
+        """The job and its primary pod have ended: stop waiting on the followed stream now.
+
+        The whole log is there to read, so the follower's last pass reads what it has not
+        written yet without following. Waiting for the server to end the stream instead would
+        cost whatever it takes to (a kubelet ends it when the container exits; kwok never does).
+        """
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+        self.notify()
 
     def primary(self, *, final: bool) -> PodInfo | None:
         """The pod this follower follows (or will), from what it was told."""
@@ -231,8 +245,16 @@ class LogFollower(threading.Thread):
         skip = self._emitted.get(instance, 0)
         count = new = 0
         prefix = f"[{pod.name}{' (previous)' if previous else ''}] "
+        lines: Iterable[str]
+        if follow:
+            stream = self._backend.follow_log(self._ref, pod)
+            with self._lock:
+                self._stream = stream
+            lines = stream
+        else:
+            lines = self._backend.pod_log(self._ref, pod, follow=False, previous=previous)
         try:
-            for line in self._backend.pod_log(self._ref, pod, follow=follow, previous=previous):
+            for line in lines:
                 count += 1
                 if count <= skip:
                     continue
@@ -246,6 +268,10 @@ class LogFollower(threading.Thread):
             # ContainerCreating, a rotated log, a dropped stream: try again on the next round.
             logger.debug("reading the log of %s failed: %s", pod.name, e)
             return new
+        finally:
+            if follow:
+                with self._lock:
+                    self._stream = None
         if not follow or previous:
             self._done.add(instance)
         return new

@@ -342,7 +342,9 @@ class _Await:
             return
         follower.notify()
         if drain:
-            # The primary pod has ended: its log stream ends by itself; give it time to flush.
+            # The primary pod has ended, so its whole log can be read: the follower stops following
+            # and reads the rest (log_drain_seconds bounds a read that still hangs).
+            follower.end_follow()
             follower.join(self.opts.tuning.log_drain_seconds)
         self.stop_logs.set()
         follower.notify()

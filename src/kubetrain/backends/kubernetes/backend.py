@@ -25,12 +25,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo, PodWatch
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, LogStream, PodInfo, PodWatch
 from kubetrain.backends.kubernetes.config import Connection, connect, job_name_for_task, launcher_pod_from_env
 from kubetrain.backends.kubernetes.errors import api_error, create_error
 from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
-from kubetrain.backends.kubernetes.stream import close_response, stream_lines
+from kubetrain.backends.kubernetes.stream import FollowedLog, close_response, stream_lines
 from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
@@ -234,18 +234,7 @@ class KubernetesBackend(Backend):
     ) -> Iterator[str]:
         """Lines of the pod's replica container; `previous` reads the container before the last restart."""
         what = f"log of pod {ref.namespace}/{pod.name} container {pod.container}"
-        kwargs: dict[str, Any] = {"container": pod.container, "follow": follow, "previous": previous}
-        if tail_lines is not None:
-            kwargs["tail_lines"] = tail_lines
-        # A followed log may be quiet for hours: no read timeout then (the thread is a daemon).
-        timeout = (REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT
-        try:
-            response = self._retry.call(
-                what, self._core.read_namespaced_pod_log, pod.name, ref.namespace,
-                _preload_content=False, _request_timeout=timeout, **kwargs,
-            )  # fmt: skip
-        except ApiException as e:
-            raise api_error(what, e) from e
+        response = self._log_response(ref, pod, follow=follow, tail_lines=tail_lines, previous=previous)
         try:
             for raw in stream_lines(response):
                 yield raw.decode("utf-8", "replace")
@@ -253,6 +242,26 @@ class KubernetesBackend(Backend):
             raise BackendError(f"{what}: stream broken: {e}") from e
         finally:
             close_response(response)
+
+    def _log_response(self, ref: JobRef, pod: PodInfo, *, follow: bool, tail_lines: int | None, previous: bool) -> Any:
+        what = f"log of pod {ref.namespace}/{pod.name} container {pod.container}"
+        kwargs: dict[str, Any] = {"container": pod.container, "follow": follow, "previous": previous}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        # A followed log may be quiet for hours: no read timeout then (the thread is a daemon).
+        timeout = (REQUEST_TIMEOUT[0], None) if follow else REQUEST_TIMEOUT
+        try:
+            return self._retry.call(
+                what, self._core.read_namespaced_pod_log, pod.name, ref.namespace,
+                _preload_content=False, _request_timeout=timeout, **kwargs,
+            )  # fmt: skip
+        except ApiException as e:
+            raise api_error(what, e) from e
+
+    def follow_log(self, ref: JobRef, pod: PodInfo) -> LogStream:
+        """The pod's log followed; :meth:`LogStream.close` from another thread ends a blocked read at once."""
+        return FollowedLog(lambda: self._log_response(ref, pod, follow=True, tail_lines=None, previous=False),
+                            what=f"log of pod {ref.namespace}/{pod.name} container {pod.container}")  # fmt: skip
 
     def events(self, ref: JobRef) -> list[EventInfo]:
         """Events about the job object and (Warnings only) its pods, oldest first."""

@@ -1,11 +1,16 @@
-"""Streams of the Kubernetes backend: watch and log line framing, and ending a streamed response."""
+"""Streams of the Kubernetes backend: watch and log line framing, followed logs, ending a streamed response."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from kubetrain.backends.base import LogStream
+from kubetrain.backends.kubernetes.retry import TRANSPORT_ERRORS
+from kubetrain.errors import BackendError
 
 logger = logging.getLogger(__name__)
 
@@ -46,3 +51,34 @@ def close_response(response: Any) -> None:
     back to the pool with the rest of its body still on the wire."""
     response.close()
     response.release_conn()
+
+
+class FollowedLog(LogStream):
+    """A followed log over HTTP: `close` shuts the socket down, so a read blocked on it returns."""
+
+    def __init__(self, open_response: Callable[[], Any], *, what: str) -> None:
+        super().__init__(iter(()))
+        self._open = open_response
+        self._what = what
+        self._response: Any = None
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._response = self._open()
+        try:
+            for raw in stream_lines(self._response):
+                yield raw.decode("utf-8", "replace")
+        except TRANSPORT_ERRORS as e:
+            if not self._closed.is_set():
+                raise BackendError(f"{self._what}: stream broken: {e}") from e
+        finally:
+            close_response(self._response)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed.set()
+            if self._response is not None:
+                shutdown_response(self._response)
