@@ -68,6 +68,7 @@ class MemoryBackend(Backend):
         self.logs: dict[tuple[str, bool], list[str]] = {}
         self.event_list: list[EventInfo] = []
         self.calls: list[str] = []
+        self.windows: list[float] = []  # the timeout of every job watch the launcher opened
         self.deleted = threading.Event()
         self.lines: list[str] = []
 
@@ -134,6 +135,8 @@ class MemoryBackend(Backend):
             return copy.deepcopy(self.versions[-1])
 
     def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
+        with self.cv:
+            self.windows.append(timeout_seconds)
         self._call("watch")
         deadline = time.monotonic() + timeout_seconds
         with self.cv:
@@ -381,6 +384,45 @@ def test_image_pull_backoff_is_reported_with_pending_time() -> None:
         in (pending[0])
     )
     assert ", pending " in pending[0]
+
+
+def test_looks_at_a_pending_job_back_off_while_they_find_nothing_new() -> None:
+    """Events are listed after each pending window; the window doubles up to its maximum while
+    nothing new turns up, and starts again when the job's phase changes."""
+    backend = MemoryBackend()
+    marks: dict[str, int] = {}
+
+    def script(b: MemoryBackend) -> None:
+        b.wait_for(lambda: len(b.windows) >= 5, "five pending windows")
+        with b.cv:
+            marks["created"] = len(b.windows)
+        b.set_conditions(cond("Created"))
+        b.wait_for(lambda: len(b.windows) >= marks["created"] + 3, "three more windows")
+        b.set_conditions(cond("Created"), cond("Succeeded"))
+
+    launch(backend, script, tuning={"pending_poll_seconds": 0.01, "pending_poll_max_seconds": 0.04})
+    assert backend.windows[:5] == pytest.approx([0.01, 0.02, 0.04, 0.04, 0.04])
+    after = backend.windows[marks["created"] :]
+    restart = next(i for i, w in enumerate(after) if w == pytest.approx(0.01))
+    assert after[restart : restart + 2] == pytest.approx([0.01, 0.02]), backend.windows
+    assert max(backend.windows) == pytest.approx(0.04)
+    assert backend.calls.count("events") >= 5
+
+
+def test_a_look_that_finds_news_keeps_the_short_interval() -> None:
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        for i in range(4):  # a new Warning before every look
+            count = b.calls.count("events")
+            b.add_event(
+                EventInfo(type="Warning", reason="FailedScheduling", message=f"0/{i} nodes", involved_object="Pod/x")
+            )
+            b.wait_for(lambda count=count: b.calls.count("events") > count, "a look at the events")
+        b.set_conditions(cond("Created"), cond("Succeeded"))
+
+    launch(backend, script, tuning={"pending_poll_seconds": 0.01, "pending_poll_max_seconds": 0.04})
+    assert backend.windows[:4] == pytest.approx([0.01] * 4), backend.windows
 
 
 def test_timeout_deletes_the_job() -> None:

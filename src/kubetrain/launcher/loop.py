@@ -151,6 +151,7 @@ class _Await:
         self, progress: ProgressReporter, deadline: float, start_by: float | None
     ) -> tuple[JobStatus, JobObject | None]:
         status: JobStatus | None = None
+        look_every = self.opts.tuning.pending_poll_seconds  # backs off while looking finds nothing new
         while True:
             self.guard.check()
             if start_by is not None and status is not None and status.phase in STARTED:
@@ -160,9 +161,8 @@ class _Await:
             if remaining <= 0:
                 raise _Deadline(status, not_started=limit != deadline, pods=progress.pending_summary())
             eager = status is None or self._eager(status, progress)
-            window = min(
-                remaining, self.opts.tuning.pending_poll_seconds if eager else self.opts.tuning.watch_window_seconds
-            )
+            window = min(remaining, look_every if eager else self.opts.tuning.watch_window_seconds)
+            phase_before = status.phase if status is not None else None
             stream = self.backend.watch(self.ref, timeout_seconds=window)
             try:
                 with self.guard.interruptible():
@@ -188,10 +188,14 @@ class _Await:
                     closer()
             if status is not None and self._eager(status, progress):
                 with self.guard.interruptible():
-                    rejected = self._look_closer(status, progress)
+                    rejected, news = self._look_closer(status, progress)
                 if rejected is not None:
                     progress.job(rejected)
                     return rejected, None
+                if phase_before is not None and status.phase != phase_before:
+                    look_every = self.opts.tuning.pending_poll_seconds
+                elif not news:
+                    look_every = min(look_every * 2, self.opts.tuning.pending_poll_max_seconds)
 
     @staticmethod
     def _eager(status: JobStatus, progress: ProgressReporter) -> bool:
@@ -200,18 +204,19 @@ class _Await:
             return True
         return status.phase == JobPhase.RUNNING and (progress.still_pending() or not progress.any_pods())
 
-    def _look_closer(self, status: JobStatus, progress: ProgressReporter) -> JobStatus | None:
-        """List events (pods come from the pod tracker); a Failed status when the operator rejected the job."""
+    def _look_closer(self, status: JobStatus, progress: ProgressReporter) -> tuple[JobStatus | None, int]:
+        """List events (pods come from the pod tracker): a Failed status when the operator rejected
+        the job, and how many events were new."""
         events = self.backend.events(self.ref)
-        progress.events(events)
+        news = progress.events(events)
         if status.phase != JobPhase.PENDING:
-            return None
+            return None, news
         for event in events:
             # mpi-operator validates in its controller: an invalid MPIJob gets this event and no
             # condition, ever. Without this check the launcher would wait until its timeout.
             if event.type == "Warning" and event.reason in REJECTION_REASONS and self._about_job(event.involved_object):
-                return JobStatus(phase=JobPhase.FAILED, reason=event.reason, message=event.message)
-        return None
+                return JobStatus(phase=JobPhase.FAILED, reason=event.reason, message=event.message), news
+        return None, news
 
     def _about_job(self, involved_object: str) -> bool:
         """Whether an event's object (`Kind/name` or `name`) is the job itself, not one of its pods."""

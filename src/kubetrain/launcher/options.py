@@ -20,18 +20,29 @@ class Tuning:
     # A watch window while nothing is expected but a status change (the backend reconnects
     # inside it; the window only bounds how long the loop goes without checking its deadline).
     watch_window_seconds: float = 300.0
-    # While the job or a pod is pending, events are listed this often, so that FailedScheduling,
-    # FailedMount and operator rejections are reported promptly (pods are watched: a pod's
-    # ImagePullBackOff or CrashLoopBackOff is reported as it happens).
+    # While the job or a pod is pending, events are listed after this long, so that
+    # FailedScheduling, FailedMount and operator rejections (an MPIJob's ValidationError, a
+    # FailedCreate refused by admission or quota) are reported promptly (pods are watched: a pod's
+    # ImagePullBackOff or CrashLoopBackOff is reported as it happens). The interval doubles after
+    # each look that finds nothing new, up to pending_poll_max_seconds, and starts again when the
+    # job's phase changes: a thousand jobs queued behind an operator must not cost the API server
+    # a thousand listings every few seconds.
     pending_poll_seconds: float = 5.0
+    pending_poll_max_seconds: float = 60.0
     log_tail_lines: int = 50
-    # How long the primary pod's log may take to flush after the pod ended.
+    # A bound on the last read of the primary pod's log once it has ended (the launcher stops
+    # following it and reads the rest; this only limits a read that hangs).
     log_drain_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("watch_window_seconds", "pending_poll_seconds", "log_drain_seconds"):
             if not getattr(self, name) > 0:
                 raise InvalidInputError(f"{name}: got {getattr(self, name)!r}; expected a positive number")
+        if self.pending_poll_max_seconds < self.pending_poll_seconds:
+            raise InvalidInputError(
+                f"pending_poll_max_seconds: got {self.pending_poll_max_seconds!r}; expected at least "
+                f"pending_poll_seconds ({self.pending_poll_seconds!r})"
+            )
         if self.log_tail_lines < 1:
             raise InvalidInputError(f"log_tail_lines: got {self.log_tail_lines!r}; expected ≥ 1")
 

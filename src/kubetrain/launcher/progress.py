@@ -181,12 +181,13 @@ class ProgressReporter:
         with self._lock:
             return bool(self._pods)
 
-    def events(self, events: Iterable[EventInfo]) -> None:
-        """Report Warning events not reported before (FailedScheduling, FailedMount, BackOff, ...)."""
+    def events(self, events: Iterable[EventInfo]) -> int:
+        """Report Warning events not reported before (FailedScheduling, FailedMount, BackOff, ...); how many."""
         with self._lock:
-            self._report_events(events)
+            return self._report_events(events)
 
-    def _report_events(self, events: Iterable[EventInfo]) -> None:
+    def _report_events(self, events: Iterable[EventInfo]) -> int:
+        reported = 0
         for event in events:
             key = (event.involved_object, event.reason, event.message)
             if event.type != "Warning" or key in self._events:
@@ -194,3 +195,5 @@ class ProgressReporter:
             self._events.add(key)
             count = f" (x{event.count})" if event.count > 1 else ""
             self._sink(f"event on {event.involved_object}: {event.reason}: {event.message}{count}")
+            reported += 1
+        return reported
