@@ -56,7 +56,10 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number `attempt` (1-based)."""
         if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_retry_after_seconds)
+            # At least what the server asked for, plus up to a quarter more: a thousand launchers
+            # told "32 s" by API Priority and Fairness must not all come back in the same second.
+            wait = max(retry_after, 0.0) * (1.0 + self.rng.random() / 4)
+            return float(min(wait, self.max_retry_after_seconds))
         ceiling = min(self.max_delay_seconds, self.initial_delay_seconds * 2 ** (attempt - 1))
         # Full jitter: uniform in [ceiling/2, ceiling], never zero so a storm still backs off.
         return float(ceiling / 2 + self.rng.random() * ceiling / 2)
