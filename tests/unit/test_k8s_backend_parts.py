@@ -151,6 +151,39 @@ def test_retrier_gives_up_with_a_backend_error_after_the_limit() -> None:
         retrier.call("get X", forbidden)
 
 
+def _throttled(retry_after: str) -> ApiException:
+    error = ApiException(status=429, reason="Too Many Requests")
+    error.headers = {"Retry-After": retry_after}
+    return error
+
+
+def test_throttling_spends_its_own_budget_not_the_attempts() -> None:
+    """A 429 is the server asking to wait: ten in a row do not exhaust three attempts."""
+    slept: list[float] = []
+    retrier = Retrier(RetryPolicy(attempts=3, sleep=slept.append, rng=random.Random(2), max_throttled_seconds=100))
+    replies = [_throttled("2")] * 10
+
+    def throttled_ten_times() -> str:
+        if replies:
+            raise replies.pop()
+        return "deleted"
+
+    assert retrier.call("delete X", throttled_ten_times) == "deleted"
+    assert len(slept) == 10 and all(2.0 <= s <= 2.5 for s in slept)
+
+
+def test_throttling_past_its_budget_is_a_backend_error_naming_it() -> None:
+    slept: list[float] = []
+    retrier = Retrier(RetryPolicy(sleep=slept.append, rng=random.Random(3), max_throttled_seconds=30))
+
+    def always_throttled() -> str:
+        raise _throttled("10")
+
+    with pytest.raises(BackendError, match=r"delete X: the API server kept throttling this client \(HTTP 429\)"):
+        retrier.call("delete X", always_throttled)
+    assert sum(slept) <= 30
+
+
 # -- pods ----------------------------------------------------------------------------------------------
 
 

@@ -41,10 +41,16 @@ class RetryPolicy:
     initial_delay_seconds: float = 0.5
     max_delay_seconds: float = 20.0
     max_retry_after_seconds: float = 60.0
+    # A 429 is the server asking to come back later, not a failure: it spends this budget (per
+    # call) instead of an attempt. A thousand launchers under one service account are throttled
+    # together by API Priority and Fairness; giving up after a few tries left finished jobs undeleted.
+    max_throttled_seconds: float = 900.0
     rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.max_throttled_seconds < 0:
+            raise InvalidInputError(f"max_throttled_seconds: got {self.max_throttled_seconds!r}; expected ≥ 0")
         if self.attempts < 1:
             raise InvalidInputError(f"attempts: got {self.attempts!r}; expected ≥ 1")
         if not 0 < self.initial_delay_seconds <= self.max_delay_seconds:
@@ -95,6 +101,7 @@ class Retrier:
     def call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)`, retried while transient; non-transient errors propagate unchanged."""
         attempt = 0
+        throttled = 0.0
         while True:
             attempt += 1
             try:
@@ -102,7 +109,25 @@ class Retrier:
             except (ApiException, *TRANSPORT_ERRORS) as e:
                 if not is_transient(e):
                     raise
+                if isinstance(e, ApiException) and e.status == 429:
+                    attempt -= 1
+                    throttled += self.wait_throttled(what, throttled, e)
+                    continue
                 self.backoff(what, attempt, e)
+
+    def wait_throttled(self, what: str, so_far: float, error: ApiException) -> float:
+        """Sleep as a 429 asks (Retry-After, else the first backoff step); how long. BackendError
+        once the call has been throttled for `max_throttled_seconds`."""
+        delay = self.policy.delay(1, retry_after_seconds(error))
+        if so_far + delay > self.policy.max_throttled_seconds:
+            raise BackendError(
+                f"{what}: the API server kept throttling this client (HTTP 429) for {so_far:.0f}s: "
+                f"{api_message(error)}; it is overloaded, or this identity's share of API Priority and "
+                "Fairness is too small for the launchers sharing it"
+            ) from error
+        logger.warning("%s throttled (HTTP 429); again in %.1fs", what, delay)
+        self.policy.sleep(delay)
+        return delay
 
     def backoff(self, what: str, attempt: int, error: BaseException) -> None:
         """Sleep before retry `attempt + 1`, or raise BackendError when the attempts are spent."""
