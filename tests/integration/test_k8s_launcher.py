@@ -361,6 +361,19 @@ def test_5xx_429_and_dropped_connections_are_retried(env: Env) -> None:
     assert len(env.requests("create", "pytorchjobs")) >= 1
 
 
+def test_a_throttled_launcher_waits_as_told_beyond_its_attempts(env: Env) -> None:
+    """API Priority and Fairness answering 429 to every kind of request (create, watches, delete)
+    ten times each is waited out, although the launcher gives up after 3 failures."""
+    for verb in ("create", "watch", "list", "delete"):
+        env.api.fail_next(10, 429, retry_after=0.01, message="too many requests", match=lambda r, v=verb: r.verb == v)
+    script = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["ok"])
+    backend = env.backend(retry=RetryPolicy(attempts=3, initial_delay_seconds=0.01, max_delay_seconds=0.02))
+    result = env.launch(pytorch_manifest(workers=0), script, backend=backend)
+    assert result.phase == JobPhase.SUCCEEDED
+    assert all(f.times == 0 for f in env.api.faults), "every injected 429 was answered"
+    assert ("pytorchjobs", NS, "train") not in env.api.objects, "the job was deleted in the end"
+
+
 def test_a_5xx_storm_beyond_the_retry_limit_is_an_infrastructure_error(env: Env) -> None:
     env.api.fail_next(1000, 503, message="etcdserver: leader changed")
     backend = env.backend(retry=RetryPolicy(attempts=4, initial_delay_seconds=0.01, max_delay_seconds=0.02))

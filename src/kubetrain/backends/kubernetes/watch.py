@@ -109,6 +109,7 @@ def _windows(
     """The cursor's state now, then after every change, until `deadline` (or the interrupt)."""
     yield cursor.view()
     failures = 0
+    throttled = 0.0  # seconds this watch has waited on 429s, a budget of its own (Retrier.wait_throttled)
     what = cursor.what
     while (remaining := deadline - time.monotonic()) > 0 and not (interrupt and interrupt.closed):
         server_timeout = max(1, min(math.ceil(remaining), server_watch_seconds))
@@ -137,7 +138,7 @@ def _windows(
                         continue
                     changed = cursor.apply(str(etype), obj)
                     cursor.resource_version = version
-                    failures = 0
+                    failures, throttled = 0, 0.0
                     if changed:
                         yield cursor.view()
             finally:
@@ -151,6 +152,8 @@ def _windows(
                 gone = True
             elif not is_transient(e):
                 raise api_error(what, e) from e
+            elif e.status == 429:
+                throttled += retry.wait_throttled(what, throttled, e)
             else:
                 failures += 1
                 retry.backoff(what, failures, e)
