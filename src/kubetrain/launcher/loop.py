@@ -176,7 +176,12 @@ class _Await:
                         if self.on_status is not None:
                             self.on_status(status)
                         if status.phase.terminal:
-                            self._settle_pods()
+                            if status.phase == JobPhase.SUCCEEDED:
+                                # Nothing the pods do now changes a success: no wait, no last listing.
+                                if self.tracker is not None:
+                                    self.tracker.stop(0)
+                            else:
+                                self._settle_pods()
                             return status, obj
                         if status.phase in STARTED:
                             start_by = None
@@ -228,7 +233,9 @@ class _Await:
     def _finish(self, status: JobStatus, obj: JobObject | None) -> JobResult:
         if status.phase == JobPhase.FAILED or obj is None:
             raise self._failed(status)
-        self._stop_follower(drain=self._primary_ended(self._settle_pods()))
+        # The job succeeded: the primary pod's log is all there (or, if a success policy ended the
+        # job before it, all there is); the follower reads the rest without following.
+        self._stop_follower(drain=True)
         ref = JobRef.from_object(obj, namespace=self.ref.namespace)
         result = JobResult(
             name=self.ref.name,
