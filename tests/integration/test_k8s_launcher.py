@@ -429,6 +429,27 @@ def test_image_pull_backoff_and_unschedulable_are_reported(env: Env) -> None:
     assert "event on Pod/train-worker-0: FailedScheduling: 0/3 nodes are available" in text
 
 
+def test_events_are_asked_of_the_job_and_its_pending_pods_never_of_the_whole_namespace(env: Env) -> None:
+    """The API server filters a namespace's events for every listing: a thousand launchers each
+    listing every Warning of the namespace would cost it the square of the jobs."""
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master"))
+        api.add_event(NS, "Pod", "train-master-0", "FailedMount", "volume not ready")
+        api.add_event(NS, "Pod", "other-job-master-0", "FailedMount", "someone else's volume")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Created"))
+        env.wait_line("FailedMount")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Failed", "PyTorchJobFailed", "gave up"))
+
+    with pytest.raises(JobFailedError):
+        env.launch(pytorch_manifest(workers=0), script)
+    selectors = {r.query.get("fieldSelector", "") for r in env.requests("list", "events")}
+    assert selectors <= {"involvedObject.name=train", "involvedObject.name=train-master-0,type=Warning"}, selectors
+    assert "event on Pod/train-master-0: FailedMount: volume not ready" in env.lines
+    assert not any("someone else's" in line for line in env.lines)
+
+
 def test_mpijob_rejected_by_the_operator_fails_with_the_validation_event(env: Env) -> None:
     message = "Invalid MPIJob: spec.mpiReplicaSpecs[Launcher].replicas: Invalid value: 2: must be 1"
 

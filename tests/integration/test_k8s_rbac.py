@@ -70,7 +70,7 @@ def exercise(env: Env, kind: JobKind, build: Any, name: str, primary: tuple[str,
             api.set_status(kind, NS, name, {"jobsStatus": [{"name": "node", "active": 0, "ready": 0, "succeeded": 0,
                                                             "failed": 0, "suspended": 0}]})  # fmt: skip
         api.put_pod(copy.deepcopy(pod))
-        api.add_event(NS, "Pod", f"{name}-x", "FailedMount", "volume not ready")
+        api.add_event(NS, "Pod", pod["metadata"]["name"], "FailedMount", "volume not ready")  # the pending pod's
         env.wait_line("FailedMount")  # pods and events were listed
         api.put_pod(make_pod(name, NS, kind=kind, replica_type=primary[0], index=primary[1], container=container,
                              phase="Running"))  # fmt: skip

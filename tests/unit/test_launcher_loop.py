@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -188,7 +188,7 @@ class MemoryBackend(Backend):
             if ended:
                 return
 
-    def events(self, ref: JobRef) -> list[EventInfo]:
+    def events(self, ref: JobRef, *, pods: Sequence[str] = ()) -> list[EventInfo]:
         self._call("events")
         with self.cv:
             return list(self.event_list)

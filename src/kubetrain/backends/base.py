@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -163,8 +163,12 @@ class Backend(abc.ABC):
         return LogStream(self.pod_log(ref, pod, follow=True))
 
     @abc.abstractmethod
-    def events(self, ref: JobRef) -> list[EventInfo]:
-        """Events about the job object and its pods, oldest first."""
+    def events(self, ref: JobRef, *, pods: Sequence[str] = ()) -> list[EventInfo]:
+        """Events about the job object and (Warnings only) about the pods named in `pods`, oldest first.
+
+        The launcher names the pods still pending: their FailedMount, FailedScheduling and the like
+        are what it reports. A backend may report more.
+        """
 
     @abc.abstractmethod
     def delete(self, ref: JobRef) -> None:

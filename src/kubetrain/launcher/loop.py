@@ -212,7 +212,7 @@ class _Await:
     def _look_closer(self, status: JobStatus, progress: ProgressReporter) -> tuple[JobStatus | None, int]:
         """List events (pods come from the pod tracker): a Failed status when the operator rejected
         the job, and how many events were new."""
-        events = self.backend.events(self.ref)
+        events = self.backend.events(self.ref, pods=progress.pending_pods())
         news = progress.events(events)
         if status.phase != JobPhase.PENDING:
             return None, news

@@ -159,6 +159,12 @@ class ProgressReporter:
             out += f": {pod.message}"
         return out
 
+    def pending_pods(self) -> list[str]:
+        """The pods last seen Pending, longest pending first (their Warning events are worth a look)."""
+        with self._lock:
+            names = [name for name, state in self._pods.items() if state[0] == "Pending"]
+            return sorted(names, key=lambda n: (self._pending_since.get(n) is None, self._pending_since.get(n), n))
+
     def still_pending(self) -> bool:
         """Whether some pod was last seen Pending (the launcher then looks more often)."""
         with self._lock:

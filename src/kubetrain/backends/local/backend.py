@@ -350,8 +350,8 @@ class LocalBackend(Backend):
             return iter(())
         return read_log(path, stream=stream, follow=follow, tail_lines=tail_lines)
 
-    def events(self, ref: JobRef) -> list[EventInfo]:
-        """Events about the job and its pods, oldest first."""
+    def events(self, ref: JobRef, *, pods: Sequence[str] = ()) -> list[EventInfo]:
+        """Events about the job and all its pods, oldest first (kept in memory: asking costs nothing)."""
         record = self._record(ref)
         with record.lock:
             return list(record.events)
