@@ -65,7 +65,9 @@ def _pins_hash() -> str:
 def _module_dirs() -> dict[str, Path]:
     go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
     if go is None:
-        raise CRDsUnavailableError("`go` is not on the PATH: install Go 1.26, or set KUBETRAIN_CRD_DIR to a CRD directory")
+        raise CRDsUnavailableError(
+            "`go` is not on the PATH: install Go 1.26, or set KUBETRAIN_CRD_DIR to a CRD directory"
+        )
     modules = sorted({module for module, _ in SOURCES.values()})
     env = {**os.environ, "GOFLAGS": "-mod=readonly", "GOTOOLCHAIN": "local"}
     done = subprocess.run(

@@ -141,6 +141,11 @@ def up() -> Cluster:
             "--kwok-controller-binary", str(bin_dir / "kwok"),
             "--etcd-binary", str(bin_dir / "etcd"),
             "--kube-authorization", "--kube-admission", "--kube-audit-policy", str(policy),
+            # One instance of each, nothing to elect: under load (bench/scale.py) a lease renewal
+            # times out and an electing scheduler or controller-manager exits, and nothing here
+            # restarts them (kwokctl's binary runtime has no kubelet).
+            "--extra-args", "kube-scheduler=leader-elect=false",
+            "--extra-args", "kube-controller-manager=leader-elect=false",
             "--config", str(stages),
             "--wait", "3m",
         )  # fmt: skip
@@ -195,7 +200,9 @@ def _operators(cluster: Cluster) -> None:
     operators.start(OPERATORS, cluster.bin_dir, cluster.kubeconfig)
     # The runtimes TrainJobs name, through the Trainer's validating webhook: Trainer's own
     # torch-distributed as upstream ships it, and kubetrain's MPI runtime as the README installs it.
-    cluster.kubectl("apply", "--server-side", "-f", str(trainer_module / "manifests/base/runtimes/torch_distributed.yaml"))
+    cluster.kubectl(
+        "apply", "--server-side", "-f", str(trainer_module / "manifests/base/runtimes/torch_distributed.yaml")
+    )
     cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "runtimes" / "kubetrain-mpi.yaml"))
 
 

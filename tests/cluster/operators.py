@@ -34,6 +34,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -232,7 +233,9 @@ def trainer_webhooks(trainer_module: Path, ca: bytes) -> list[dict[str, Any]]:
              "ValidatingWebhookConfiguration": "validator.trainer.kubeflow.org"}  # fmt: skip
     configs = [c for c in yaml.safe_load_all((base / "manifests.yaml").read_text()) if c]
     for config in configs:
-        patch_file = base / ("patch_mutating.yaml" if config["kind"].startswith("Mutating") else "patch_validating.yaml")
+        patch_file = base / (
+            "patch_mutating.yaml" if config["kind"].startswith("Mutating") else "patch_validating.yaml"
+        )
         for op in yaml.safe_load(patch_file.read_text()):
             parts = op["path"].strip("/").split("/")
             if parts[0] == "webhooks" and parts[-1] == "objectSelector":
@@ -277,8 +280,12 @@ _STARTED: dict[str, subprocess.Popen[bytes]] = {}
 def _start(state: Path, name: str, argv: list[str], env: dict[str, str]) -> None:
     if _pid(state, name) is not None:
         return
+    # Under a keeper that restarts it when it exits, as the operator's Deployment would: under load
+    # an operator loses its leader-election lease and exits (mpi-operator cannot turn election off).
+    keeper = [sys.executable, "-m", "tests.cluster.keepalive", *argv]
     with (state / f"{name}.log").open("ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(keeper, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                cwd=Path(__file__).resolve().parents[2])  # fmt: skip
     _STARTED[name] = proc
     (state / f"{name}.pid").write_text(str(proc.pid))
 

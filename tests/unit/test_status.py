@@ -24,7 +24,10 @@ def test_last_condition_false_does_not_mean_finished() -> None:
 
 def test_failed_wins_and_carries_reason_and_message() -> None:
     status = {
-        "conditions": [_cond("Running", "False"), _cond("Failed", reason="PyTorchJobFailed", message="master exited 1")],
+        "conditions": [
+            _cond("Running", "False"),
+            _cond("Failed", reason="PyTorchJobFailed", message="master exited 1"),
+        ],
         "replicaStatuses": {"Master": {"failed": 1}, "Worker": {"active": 2}},
         "startTime": "2026-01-01T00:00:00Z",
     }

@@ -92,7 +92,9 @@ def test_trainjob_rules_are_checked_before_submission() -> None:
     from kubetrain.specs import EnvVar
 
     with pytest.raises(SpecError, match="PET_MASTER_ADDR"):
-        pytorch_trainjob_spec(name="tj", params=PARAMS, pod=PodOptions(env=(EnvVar(name="PET_MASTER_ADDR", value="x"),)))
+        pytorch_trainjob_spec(
+            name="tj", params=PARAMS, pod=PodOptions(env=(EnvVar(name="PET_MASTER_ADDR", value="x"),))
+        )
     trainjob = build_manifest(pytorch_trainjob_spec(name="tj", params=PARAMS))
     trainjob["spec"]["trainer"]["env"] = [{"name": "PET_NNODES", "value": "9"}]
     with pytest.raises(ManifestError, match="PET_NNODES are set by the Trainer"):
