@@ -16,11 +16,15 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 BENCHMARKS = (
     "download.py",
-    "launcher.py",
+    "short_jobs.py",
+    "kfp_step.py",
     "ddp_vs_torchrun.py",
     "chainermn_vs_mpirun.py",
     "ps_stragglers.py",
     "ps_vs_ddp.py",
+    # Against the e2e tier's real control plane (started if needed, built first on a cold machine).
+    "api_cost.py",
+    "scale.py",
 )
 
 
