@@ -10,7 +10,9 @@ protocol: strict create, adoption, watch resumption, retries, cleanup and report
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +111,7 @@ class Env:
         delete_after: DeleteAfter = "success",
         on_timeout: OnTimeout = "delete",
         backend: KubernetesBackend | None = None,
+        tuning: Tuning = FAST,
     ) -> JobResult:
         """run_job in this thread while `script` plays the operator; the script's errors surface too."""
         errors: list[BaseException] = []
@@ -125,7 +128,7 @@ class Env:
         be = backend or self.backend()
         try:
             options = AwaitOptions(
-                timeout_seconds=timeout, delete_after=delete_after, on_timeout=on_timeout, tuning=FAST
+                timeout_seconds=timeout, delete_after=delete_after, on_timeout=on_timeout, tuning=tuning
             )
             return run_job(manifest, backend=be, options=options, log_sink=self.sink)
         finally:
@@ -457,10 +460,15 @@ def test_mpijob_rejected_by_the_operator_fails_with_the_validation_event(env: En
         api.wait_job(MPIJOB, NS, "mpi")
         api.add_event(NS, "MPIJob", "mpi", "ValidationError", message)
 
+    # A long job-watch window: the look at the events, in its own thread, ends the open HTTP watch.
+    tuning = dataclasses.replace(FAST, watch_window_seconds=120.0)
+    started = time.monotonic()
     with pytest.raises(JobFailedError, match="must be 1") as info:
-        env.launch(mpi_manifest(), script, timeout=60)
+        env.launch(mpi_manifest(), script, timeout=300, tuning=tuning)
+    assert time.monotonic() - started < 30
     assert info.value.reason == "ValidationError"
     assert env.requests("list", "events")
+    assert len(env.requests("watch", "mpijobs")) == 1
 
 
 def test_mpijob_success_follows_the_launcher_pod(env: Env) -> None:

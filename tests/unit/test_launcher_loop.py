@@ -8,6 +8,7 @@ real condition with a deadline; no test depends on timing.
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import signal
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo, PodWatch
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, JobWatch, PodInfo, PodWatch
 from kubetrain.errors import (
     InvalidInputError,
     JobCancelledError,
@@ -69,6 +70,7 @@ class MemoryBackend(Backend):
         self.event_list: list[EventInfo] = []
         self.calls: list[str] = []
         self.windows: list[float] = []  # the timeout of every job watch the launcher opened
+        self.event_times: list[float] = []  # when each look at the events came
         self.deleted = threading.Event()
         self.lines: list[str] = []
 
@@ -134,30 +136,11 @@ class MemoryBackend(Backend):
         with self.cv:
             return copy.deepcopy(self.versions[-1])
 
-    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> JobWatch:
         with self.cv:
             self.windows.append(timeout_seconds)
         self._call("watch")
-        deadline = time.monotonic() + timeout_seconds
-        with self.cv:
-            # As KubernetesBackend: the first watch starts from the current state (a relist); a later
-            # one resumes from the last version delivered (its resourceVersion), so a version set
-            # while the launcher was between two watch windows is still delivered, in order.
-            index = len(self.versions) - 1 if self.watched is None else self.watched
-            self.watched = index
-            obj = copy.deepcopy(self.versions[index])
-        yield obj
-        while True:
-            with self.cv:
-                while index == len(self.versions) - 1:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return
-                    self.cv.wait(remaining)
-                index += 1
-                self.watched = index
-                obj = copy.deepcopy(self.versions[index])
-            yield obj
+        return MemoryJobWatch(self, timeout_seconds)
 
     def pods(self, ref: JobRef) -> list[PodInfo]:
         self._call("pods")
@@ -189,6 +172,8 @@ class MemoryBackend(Backend):
                 return
 
     def events(self, ref: JobRef, *, pods: Sequence[str] = ()) -> list[EventInfo]:
+        with self.cv:
+            self.event_times.append(time.monotonic())
         self._call("events")
         with self.cv:
             return list(self.event_list)
@@ -199,6 +184,44 @@ class MemoryBackend(Backend):
 
     def suspend(self, ref: JobRef) -> None:
         self._call("suspend")
+
+
+class MemoryJobWatch(JobWatch):
+    """The job's versions in order, until closed or timed out."""
+
+    def __init__(self, backend: MemoryBackend, timeout_seconds: float) -> None:
+        self.backend = backend
+        self.deadline = time.monotonic() + timeout_seconds
+        self.closed = False
+
+    def __iter__(self) -> Iterator[JobObject]:
+        b = self.backend
+        with b.cv:
+            # As KubernetesBackend: the first watch starts from the current state (a relist); a later
+            # one resumes from the last version delivered (its resourceVersion), so a version set
+            # while the launcher was between two watch windows is still delivered, in order.
+            index = len(b.versions) - 1 if b.watched is None else b.watched
+            b.watched = index
+            obj = copy.deepcopy(b.versions[index])
+        yield obj
+        while True:
+            with b.cv:
+                while not self.closed and index == len(b.versions) - 1:
+                    remaining = self.deadline - time.monotonic()
+                    if remaining <= 0:
+                        return
+                    b.cv.wait(remaining)
+                if self.closed:
+                    return
+                index += 1
+                b.watched = index
+                obj = copy.deepcopy(b.versions[index])
+            yield obj
+
+    def close(self) -> None:
+        with self.backend.cv:
+            self.closed = True
+            self.backend.cv.notify_all()
 
 
 class MemoryPodWatch(PodWatch):
@@ -386,27 +409,33 @@ def test_image_pull_backoff_is_reported_with_pending_time() -> None:
     assert ", pending " in pending[0]
 
 
+def _gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
 def test_looks_at_a_pending_job_back_off_while_they_find_nothing_new() -> None:
-    """Events are listed after each pending window; the window doubles up to its maximum while
-    nothing new turns up, and starts again when the job's phase changes."""
+    """Events are listed while the job is pending; the interval doubles up to its maximum while
+    nothing new turns up, and starts again when the job's phase changes. The job watch is one
+    window throughout: looking costs no watch request."""
     backend = MemoryBackend()
     marks: dict[str, int] = {}
 
     def script(b: MemoryBackend) -> None:
-        b.wait_for(lambda: len(b.windows) >= 5, "five pending windows")
+        b.wait_for(lambda: len(b.event_times) >= 5, "five looks")
         with b.cv:
-            marks["created"] = len(b.windows)
+            marks["created"] = len(b.event_times)
         b.set_conditions(cond("Created"))
-        b.wait_for(lambda: len(b.windows) >= marks["created"] + 3, "three more windows")
+        b.wait_for(lambda: len(b.event_times) >= marks["created"] + 3, "three more looks")
         b.set_conditions(cond("Created"), cond("Succeeded"))
 
-    launch(backend, script, tuning={"pending_poll_seconds": 0.01, "pending_poll_max_seconds": 0.04})
-    assert backend.windows[:5] == pytest.approx([0.01, 0.02, 0.04, 0.04, 0.04])
-    after = backend.windows[marks["created"] :]
-    restart = next(i for i, w in enumerate(after) if w == pytest.approx(0.01))
-    assert after[restart : restart + 2] == pytest.approx([0.01, 0.02]), backend.windows
-    assert max(backend.windows) == pytest.approx(0.04)
-    assert backend.calls.count("events") >= 5
+    launch(backend, script, tuning={"pending_poll_seconds": 0.05, "pending_poll_max_seconds": 0.2,
+                                    "watch_window_seconds": 30.0})  # fmt: skip
+    gaps = _gaps(backend.event_times)
+    assert gaps[:4] == pytest.approx([0.1, 0.2, 0.2, 0.2], abs=0.04), gaps
+    after = gaps[marks["created"] - 1 :]  # from the last look before Created
+    restart = next(i for i, g in enumerate(after) if g < 0.09)
+    assert after[restart + 1] == pytest.approx(0.1, abs=0.04), gaps
+    assert backend.calls.count("watch") == 1
 
 
 def test_a_look_that_finds_news_keeps_the_short_interval() -> None:
@@ -421,8 +450,56 @@ def test_a_look_that_finds_news_keeps_the_short_interval() -> None:
             b.wait_for(lambda count=count: b.calls.count("events") > count, "a look at the events")
         b.set_conditions(cond("Created"), cond("Succeeded"))
 
-    launch(backend, script, tuning={"pending_poll_seconds": 0.01, "pending_poll_max_seconds": 0.04})
-    assert backend.windows[:4] == pytest.approx([0.01] * 4), backend.windows
+    launch(backend, script, tuning={"pending_poll_seconds": 0.05, "pending_poll_max_seconds": 0.4})
+    gaps = _gaps(backend.event_times[:4])
+    assert max(gaps) < 0.09, gaps
+
+
+class ThrottledEvents(MemoryBackend):
+    """Every events listing hangs as a 429 with a long Retry-After would, until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def events(self, ref: JobRef, *, pods: Sequence[str] = ()) -> list[EventInfo]:
+        self._call("events")
+        self.release.wait(30)
+        return []
+
+
+def test_a_look_held_up_by_the_server_does_not_delay_noticing_the_end() -> None:
+    """Under load the API server answers a look at the events 429 with Retry-After of half a
+    minute; the job ending meanwhile is noticed at once, not after the look."""
+    backend = ThrottledEvents()
+    ended: dict[str, float] = {}
+
+    def script(b: MemoryBackend) -> None:
+        b.wait_for(lambda: "events" in b.calls, "a look at the events")
+        ended["at"] = time.monotonic()
+        b.set_conditions(cond("Created"), cond("Succeeded"))
+
+    try:
+        launch(backend, script, tuning={"pending_poll_seconds": 0.05, "watch_window_seconds": 30.0})
+        returned = time.monotonic()
+    finally:
+        backend.release.set()
+    assert returned - ended["at"] < 5.0  # not the look's 30 s
+    assert backend.calls.count("watch") == 1
+
+
+def test_a_rejection_found_by_a_look_ends_a_long_watch_window() -> None:
+    """The mpi-operator's ValidationError (no condition, ever) ends the wait at the next look,
+    even though the job watch's window is long."""
+    backend = MemoryBackend()
+    backend.add_event(EventInfo(type="Warning", reason="ValidationError", message="spec.slotsPerWorker: bad",
+                                involved_object="MPIJob/train-abc"))  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(JobFailedError, match="ValidationError"):
+        launch(backend, lambda b: None, kind="MPIJob",
+               tuning={"pending_poll_seconds": 0.05, "watch_window_seconds": 60.0})  # fmt: skip
+    assert time.monotonic() - started < 10.0
+    assert backend.calls.count("watch") == 1
 
 
 def test_timeout_deletes_the_job() -> None:

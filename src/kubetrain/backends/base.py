@@ -59,6 +59,24 @@ class PodInfo:
     created: datetime | None = None
 
 
+class JobWatch(abc.ABC):
+    """One job object as it changes: iterated by one thread, closed from any other.
+
+    Iterating yields the job object, current state first, then each new version, until about the
+    `timeout_seconds` the backend was given have passed or :meth:`close` is called. Closable so that
+    the launcher's look at events, in a thread of its own, can end the wait when it finds the job
+    rejected, without the job watch being cut into short windows for it.
+    """
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[JobObject]:
+        """The job object's versions, current first."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """End the iteration now, from any thread (a read blocked on the network returns). Idempotent."""
+
+
 class PodWatch(abc.ABC):
     """A job's pods as they change: iterated by one thread, closed from any other.
 
@@ -133,11 +151,11 @@ class Backend(abc.ABC):
         """The job object now (with `status`). Raises BackendError if it is gone."""
 
     @abc.abstractmethod
-    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
-        """Yield the job object each time it changes, starting with its current state.
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> JobWatch:
+        """The job object now, then each time it changes, for about `timeout_seconds`.
 
-        Returns (ends the iteration) after about `timeout_seconds` without raising, so the caller
-        can check its own deadline and call again; implementations hide reconnects and re-lists.
+        The iteration ends after about `timeout_seconds` without raising, so the caller can check
+        its own deadline and call again; implementations hide reconnects and re-lists.
         """
 
     @abc.abstractmethod

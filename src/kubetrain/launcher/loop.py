@@ -6,7 +6,8 @@ One loop for both backends (Kubernetes and local), written against :class:`Backe
 - watch the job with bounded windows under one overall deadline, and its pods in a thread of
   their own (`pods.PodTracker`); a line per status transition and per pod change (with reasons
   such as ImagePullBackOff, CrashLoopBackOff and the time spent pending) as it happens; events
-  are listed while the job or a pod is pending;
+  are listed while the job or a pod is pending, in a thread of their own too
+  (`pending.PendingLook`), so that no look delays noticing the job's end;
 - follow the primary pod's log in a thread (waits while Pending and while the job's primary
   replica has no pod yet, previous container after a crash);
 - Succeeded → :class:`JobResult`; Failed → :class:`JobFailedError` with the condition's reason and
@@ -28,10 +29,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubetrain.backends.base import Backend, JobObject, JobRef, PodInfo
+from kubetrain.backends.base import Backend, JobObject, JobRef, JobWatch, PodInfo
 from kubetrain.errors import JobCancelledError, JobFailedError, JobTimeoutError
 from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, choose_primary, read_tail
 from kubetrain.launcher.options import AwaitOptions
+from kubetrain.launcher.pending import REJECTION_REASONS, PendingLook
 from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summary
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
 from kubetrain.launcher.signals import CancelGuard, Cancelled
@@ -40,8 +42,6 @@ from kubetrain.status import JobPhase, JobResult, JobStatus, parse_job_status
 
 logger = logging.getLogger(__name__)
 
-# Reasons of Warning events that mean "the operator rejected this job and will never set a condition".
-REJECTION_REASONS = frozenset({"ValidationError"})
 # Phases that mean the job got going (the start timeout no longer applies).
 STARTED = frozenset({JobPhase.RUNNING, JobPhase.RESTARTING, JobPhase.SUCCEEDED, JobPhase.FAILED})
 # Bounds the wait for the pod tracker to stop; closing its stream wakes it at once, this only covers
@@ -104,6 +104,9 @@ class _Await:
         self.tracker: PodTracker | None = None
         self.final_pods: list[PodInfo] | None = None  # the look at the pods once the job ended
         self.replicas: tuple[str, ...] = ()  # the job's replica names, as far as it has said
+        self.look: PendingLook | None = None
+        self._stream: JobWatch | None = None  # the open job watch, which the look may close
+        self._stream_lock = threading.Lock()
 
     def run(self, start: float) -> JobResult:
         deadline = start + self.opts.timeout_seconds
@@ -151,7 +154,8 @@ class _Await:
         self, progress: ProgressReporter, deadline: float, start_by: float | None
     ) -> tuple[JobStatus, JobObject | None]:
         status: JobStatus | None = None
-        look_every = self.opts.tuning.pending_poll_seconds  # backs off while looking finds nothing new
+        look = self.look = PendingLook(self.backend, self.ref, progress, self.opts.tuning, on_rejected=self._wake)
+        look.start()
         while True:
             self.guard.check()
             if start_by is not None and status is not None and status.phase in STARTED:
@@ -160,14 +164,16 @@ class _Await:
             remaining = limit - time.monotonic()
             if remaining <= 0:
                 raise _Deadline(status, not_started=limit != deadline, pods=progress.pending_summary())
-            eager = status is None or self._eager(status, progress)
-            window = min(remaining, look_every if eager else self.opts.tuning.watch_window_seconds)
-            phase_before = status.phase if status is not None else None
-            stream = self.backend.watch(self.ref, timeout_seconds=window)
+            stream = self.backend.watch(self.ref, timeout_seconds=min(remaining, self.opts.tuning.watch_window_seconds))
+            with self._stream_lock:
+                self._stream = stream
+                if look.rejected is not None:
+                    stream.close()  # the look found the rejection before this window opened
             try:
                 with self.guard.interruptible():
                     for obj in stream:
                         status = parse_job_status(obj)
+                        look.job(status)
                         progress.job(status)
                         # Which replicas the job has decides which pod's log is its log.
                         self.replicas = tuple(dict.fromkeys((*self.replicas, *status.replica_names)))
@@ -176,6 +182,7 @@ class _Await:
                         if self.on_status is not None:
                             self.on_status(status)
                         if status.phase.terminal:
+                            look.stop()
                             if status.phase == JobPhase.SUCCEEDED:
                                 # Nothing the pods do now changes a success: no wait, no last listing.
                                 if self.tracker is not None:
@@ -188,45 +195,18 @@ class _Await:
                         if self.cancel.is_set() or time.monotonic() >= (deadline if start_by is None else limit):
                             break
             finally:
-                closer: Callable[[], None] | None = getattr(stream, "close", None)
-                if closer is not None:
-                    closer()
-            if status is not None and self._eager(status, progress):
-                with self.guard.interruptible():
-                    rejected, news = self._look_closer(status, progress)
-                if rejected is not None:
-                    progress.job(rejected)
-                    return rejected, None
-                if phase_before is not None and status.phase != phase_before:
-                    look_every = self.opts.tuning.pending_poll_seconds
-                elif not news:
-                    look_every = min(look_every * 2, self.opts.tuning.pending_poll_max_seconds)
+                with self._stream_lock:
+                    self._stream = None
+                stream.close()
+            if look.rejected is not None:
+                progress.job(look.rejected)
+                return look.rejected, None
 
-    @staticmethod
-    def _eager(status: JobStatus, progress: ProgressReporter) -> bool:
-        """Whether pods and events deserve a look every pending-poll interval."""
-        if status.phase in (JobPhase.PENDING, JobPhase.CREATED, JobPhase.RESTARTING):
-            return True
-        return status.phase == JobPhase.RUNNING and (progress.still_pending() or not progress.any_pods())
-
-    def _look_closer(self, status: JobStatus, progress: ProgressReporter) -> tuple[JobStatus | None, int]:
-        """List events (pods come from the pod tracker): a Failed status when the operator rejected
-        the job, and how many events were new."""
-        events = self.backend.events(self.ref, pods=progress.pending_pods())
-        news = progress.events(events)
-        if status.phase != JobPhase.PENDING:
-            return None, news
-        for event in events:
-            # mpi-operator validates in its controller: an invalid MPIJob gets this event and no
-            # condition, ever. Without this check the launcher would wait until its timeout.
-            if event.type == "Warning" and event.reason in REJECTION_REASONS and self._about_job(event.involved_object):
-                return JobStatus(phase=JobPhase.FAILED, reason=event.reason, message=event.message), news
-        return None, news
-
-    def _about_job(self, involved_object: str) -> bool:
-        """Whether an event's object (`Kind/name` or `name`) is the job itself, not one of its pods."""
-        kind, _, name = involved_object.rpartition("/")
-        return name == self.ref.name and kind in ("", self.ref.kind.kind)
+    def _wake(self, _rejected: JobStatus) -> None:
+        """The look found the job rejected: end the job watch's window now (from the look's thread)."""
+        with self._stream_lock:
+            if self._stream is not None:
+                self._stream.close()
 
     # -- endings ---------------------------------------------------------------------------------
 
@@ -342,7 +322,10 @@ class _Await:
         return primary is not None and primary.phase in TERMINAL_POD_PHASES
 
     def _stop_watchers(self) -> None:
-        """End the pod tracker and the log follower (no draining: the job did not end by itself)."""
+        """End the look at events, the pod tracker and the log follower (no draining: the job did
+        not end by itself)."""
+        if self.look is not None:
+            self.look.stop()
         if self.tracker is not None:
             self.tracker.stop(TRACKER_STOP_SECONDS)
         self._stop_follower(drain=False)

@@ -25,7 +25,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, LogStream, PodInfo, PodWatch
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, JobWatch, LogStream, PodInfo, PodWatch
 from kubetrain.backends.kubernetes.config import Connection, connect, job_name_for_task, launcher_pod_from_env
 from kubetrain.backends.kubernetes.errors import api_error, create_error
 from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
@@ -210,8 +210,8 @@ class KubernetesBackend(Backend):
         except ApiException as e:
             raise api_error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
 
-    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
-        """The job's current state, then every change, for about `timeout_seconds`."""
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> JobWatch:
+        """The job's current state, then every change, for about `timeout_seconds`; see JobWatches."""
         return self._watches.watch(ref, timeout_seconds=timeout_seconds)
 
     def pods(self, ref: JobRef) -> list[PodInfo]:

@@ -7,8 +7,11 @@ calls, so the launcher can call again after each window without a fresh list.
 
 - a job (:class:`JobWatches`): a DELETED event ends the watch with the backend's "job deleted" error;
 - a job's pods (:class:`PodWatches`): the pods the operator labels with the job's name; each
-  change yields the whole set again, and the stream can be closed from another thread (the
-  launcher follows pods in a thread of their own and ends that thread when the job ends).
+  change yields the whole set again.
+
+Either stream can be closed from another thread: the launcher follows pods in a thread of their
+own and ends it when the job ends, and its look at events ends the job watch when it finds the job
+rejected.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kubetrain.backends.base import JobObject, JobRef, PodInfo, PodWatch
+from kubetrain.backends.base import JobObject, JobRef, JobWatch, PodInfo, PodWatch
 from kubetrain.backends.kubernetes.errors import api_error, deleted_error
 from kubetrain.backends.kubernetes.objects import pod_info, pod_selector
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, is_transient
@@ -230,21 +233,43 @@ class JobWatches:
         """Drop the job's resume point (it is being deleted)."""
         self._cursors.pop((ref.namespace, ref.name), None)
 
-    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
-        """The job's current state, then every change, for about `timeout_seconds`."""
-        key = (ref.namespace, ref.name)
-        deadline = time.monotonic() + timeout_seconds
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> JobWatch:
+        """The job's current state, then every change, for about `timeout_seconds`; closable from any thread."""
+        return _KubernetesJobWatch(self, (ref.namespace, ref.name), ref, time.monotonic() + timeout_seconds)
+
+    def _cursor(self, key: tuple[str, str], ref: JobRef) -> _JobCursor:
         cursor = self._cursors.get(key)
         if cursor is None:
             cursor = _JobCursor(self._custom, self._retry, ref)
             cursor.relist()
             self._cursors[key] = cursor
+        return cursor
+
+
+class _KubernetesJobWatch(JobWatch):
+    def __init__(self, owner: JobWatches, key: tuple[str, str], ref: JobRef, deadline: float) -> None:
+        self._owner = owner
+        self._key = key
+        self._ref = ref
+        self._deadline = deadline
+        self._interrupt = _Interrupt()
+
+    def __iter__(self) -> Iterator[JobObject]:
+        if self._interrupt.closed:
+            return
+        owner = self._owner
         try:
-            yield from _windows(cursor, self._retry, deadline=deadline, server_watch_seconds=self._server_watch_seconds)
+            yield from _windows(
+                owner._cursor(self._key, self._ref), owner._retry, deadline=self._deadline,
+                server_watch_seconds=owner._server_watch_seconds, interrupt=self._interrupt,
+            )  # fmt: skip
         except JobFailedError:
             # The job was deleted: a job created later under its name must not resume this history.
-            self._cursors.pop(key, None)
+            owner.forget(self._ref)
             raise
+
+    def close(self) -> None:
+        self._interrupt.close()
 
 
 # -- one job's pods ------------------------------------------------------------------------------

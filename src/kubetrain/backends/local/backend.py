@@ -8,18 +8,16 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import queue
 import shutil
 import sys
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, PodInfo, PodWatch
+from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, JobWatch, PodInfo, PodWatch
 from kubetrain.backends.local.addresses import allocate_block
 from kubetrain.backends.local.conditions import rfc3339
 from kubetrain.backends.local.env import ensure_python_shims, inherited_environment, search_path
@@ -31,7 +29,7 @@ from kubetrain.backends.local.operators.pytorchjob import PyTorchJobController
 from kubetrain.backends.local.operators.trainjob import TrainJobController, runtime_key
 from kubetrain.backends.local.podspec import PodContext
 from kubetrain.backends.local.process import LineSink
-from kubetrain.backends.local.record import JobRecord, RecordPodWatch, stop_all
+from kubetrain.backends.local.record import JobRecord, RecordJobWatch, RecordPodWatch, stop_all
 from kubetrain.backends.local.supervisor import supervise
 from kubetrain.backends.local.validate import validate_manifest
 from kubetrain.backends.local.watchdog import Watchdog
@@ -303,29 +301,9 @@ class LocalBackend(Backend):
         with record.lock:
             return copy.deepcopy(record.obj)
 
-    def watch(self, ref: JobRef, *, timeout_seconds: float) -> Iterator[JobObject]:
+    def watch(self, ref: JobRef, *, timeout_seconds: float) -> JobWatch:
         """The object now, then every new version, until `timeout_seconds` pass or the job is deleted."""
-        record = self._record(ref)
-        updates: queue.Queue[JobObject | None] = queue.Queue()
-        with record.lock:
-            updates.put(copy.deepcopy(record.obj))
-            record.subscribers.append(updates)
-        deadline = time.monotonic() + timeout_seconds
-        try:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                try:
-                    item = updates.get(timeout=remaining)
-                except queue.Empty:
-                    return
-                if item is None:
-                    return
-                yield item
-        finally:
-            with record.lock:
-                record.subscribers.remove(updates)
+        return RecordJobWatch(self._record(ref), timeout_seconds=timeout_seconds)
 
     def pods(self, ref: JobRef) -> list[PodInfo]:
         """The job's pods now."""

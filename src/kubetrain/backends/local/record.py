@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import copy
 import queue
 import threading
@@ -9,12 +10,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Generic, TypeVar
 
-from kubetrain.backends.base import EventInfo, JobObject, JobRef, PodInfo, PodWatch
+from kubetrain.backends.base import EventInfo, JobObject, JobRef, JobWatch, PodInfo, PodWatch
 from kubetrain.backends.local.addresses import AddressBlock
 from kubetrain.backends.local.operators.controller import Controller
 from kubetrain.backends.local.pod import LocalPod
 from kubetrain.manifests.kinds import JOBSET
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -99,45 +103,71 @@ class JobRecord:
                 pod_subscriber.put(None)
 
 
-class RecordPodWatch(PodWatch):
-    """A pod watch on a local job: the supervisor hands every changed pod set to its queue."""
+class _RecordWatch(abc.ABC, Generic[T]):
+    """A watch on a local job: the supervisor hands every new state to the watch's queue."""
 
     def __init__(self, record: JobRecord, *, timeout_seconds: float) -> None:
         self._record = record
         self._deadline = time.monotonic() + timeout_seconds
-        self._queue: queue.Queue[list[PodInfo] | None] = queue.Queue()
+        self._queue: queue.Queue[T | None] = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
-        self._subscribed = False
 
-    def __iter__(self) -> Iterator[list[PodInfo]]:
+    @abc.abstractmethod
+    def _subscribers(self) -> list[queue.Queue[T | None]]:
+        """The record's list this watch's queue joins (called with the record's lock held)."""
+
+    @abc.abstractmethod
+    def _current(self) -> T:
+        """The state now (called with the record's lock held)."""
+
+    def __iter__(self) -> Iterator[T]:
         record = self._record
         with self._lock:
             if self._closed:
                 return
-            # Subscribed while the record's lock is held: no change falls between the first set and the queue.
+            # Subscribed while the record's lock is held: no change falls between the first state and the queue.
             with record.lock:
-                self._queue.put(record.pod_infos())
-                record.pod_subscribers.append(self._queue)
-            self._subscribed = True
+                self._queue.put(self._current())
+                self._subscribers().append(self._queue)
         try:
             while (remaining := self._deadline - time.monotonic()) > 0:
                 try:
-                    pods = self._queue.get(timeout=remaining)
+                    item = self._queue.get(timeout=remaining)
                 except queue.Empty:
                     return
-                if pods is None:
+                if item is None:
                     return
-                yield pods
+                yield item
         finally:
             with record.lock:
-                record.pod_subscribers.remove(self._queue)
+                self._subscribers().remove(self._queue)
 
     def close(self) -> None:
         """End the iteration now; idempotent, from any thread."""
         with self._lock:
             self._closed = True
             self._queue.put(None)
+
+
+class RecordJobWatch(_RecordWatch[JobObject], JobWatch):
+    """The job object's versions; ends when the job is deleted."""
+
+    def _subscribers(self) -> list[queue.Queue[JobObject | None]]:
+        return self._record.subscribers
+
+    def _current(self) -> JobObject:
+        return copy.deepcopy(self._record.obj)
+
+
+class RecordPodWatch(_RecordWatch[list[PodInfo]], PodWatch):
+    """The job's pod sets."""
+
+    def _subscribers(self) -> list[queue.Queue[list[PodInfo] | None]]:
+        return self._record.pod_subscribers
+
+    def _current(self) -> list[PodInfo]:
+        return self._record.pod_infos()
 
 
 def stop_all(records: dict[tuple[str, str, str], JobRecord]) -> None:
