@@ -211,7 +211,8 @@ def test_success_strict_create_progress_logs_and_foreground_delete(env: Env) -> 
     assert create.query["fieldValidation"] == "Strict"
     text = "\n".join(env.lines)
     for expected in (
-        "PyTorchJob team-a/train: submitted → Created (PyTorchJobCreated)",
+        "PyTorchJob team-a/train: submitted → Pending",
+        "Pending → Created (PyTorchJobCreated)",
         "Created → Running (PyTorchJobRunning)",
         "Running → Succeeded (AllDone)",
         "pod train-master-0 [Master 0]: Pending (ContainerCreating)",
@@ -223,6 +224,10 @@ def test_success_strict_create_progress_logs_and_foreground_delete(env: Env) -> 
     logs = env.requests("get", "pods/log")
     assert logs and all(r.query["container"] == "pytorch" for r in logs)
     assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
+    # The watches of a job it created begin at the create's resourceVersion: nothing to list first.
+    assert not env.requests("list", "pytorchjobs") and not env.requests("list", "pods")
+    first_job_watch, first_pod_watch = env.requests("watch", "pytorchjobs")[0], env.requests("watch", "pods")[0]
+    assert first_job_watch.query["resourceVersion"] == first_pod_watch.query["resourceVersion"] != ""
     assert ("pytorchjobs", NS, "train") not in env.api.objects
 
 
@@ -367,7 +372,7 @@ def test_5xx_429_and_dropped_connections_are_retried(env: Env) -> None:
 def test_a_throttled_launcher_waits_as_told_beyond_its_attempts(env: Env) -> None:
     """API Priority and Fairness answering 429 to every kind of request (create, watches, delete)
     ten times each is waited out, although the launcher gives up after 3 failures."""
-    for verb in ("create", "watch", "list", "delete"):
+    for verb in ("create", "watch", "delete"):
         env.api.fail_next(10, 429, retry_after=0.01, message="too many requests", match=lambda r, v=verb: r.verb == v)
     script = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["ok"])
     backend = env.backend(retry=RetryPolicy(attempts=3, initial_delay_seconds=0.01, max_delay_seconds=0.02))
@@ -477,7 +482,7 @@ def test_mpijob_success_follows_the_launcher_pod(env: Env) -> None:
     result = env.launch(mpi_manifest(), script)
     assert result.phase == JobPhase.SUCCEEDED
     assert "[mpi-launcher-0] accuracy 0.97" in env.lines
-    assert env.requests("list", "pods")[0].query["labelSelector"] == "training.kubeflow.org/job-name=mpi"
+    assert env.requests("watch", "pods")[0].query["labelSelector"] == "training.kubeflow.org/job-name=mpi"
 
 
 def test_jobset_success_follows_the_master_pod(env: Env) -> None:
@@ -486,7 +491,7 @@ def test_jobset_success_follows_the_master_pod(env: Env) -> None:
     result = env.launch(ps_manifest(), script)
     assert result.phase == JobPhase.SUCCEEDED
     assert "[ps-master-0-0-abcde] tasks done: 40" in env.lines
-    assert env.requests("list", "pods")[0].query["labelSelector"] == "jobset.sigs.k8s.io/jobset-name=ps"
+    assert env.requests("watch", "pods")[0].query["labelSelector"] == "jobset.sigs.k8s.io/jobset-name=ps"
     assert env.api.deletions[0][:3] == ("jobsets", NS, "ps")
 
 

@@ -76,6 +76,8 @@ def exercise(env: Env, kind: JobKind, build: Any, name: str, primary: tuple[str,
                              phase="Running"))  # fmt: skip
         api.append_log(NS, pod["metadata"]["name"], container, "hello")
         env.wait_line("hello")
+        # History compacted under the open watches (410 Gone): the job and its pods are listed afresh.
+        api.cut_watches(expire=True)
         api.put_pod(make_pod(name, NS, kind=kind, replica_type=primary[0], index=primary[1], container=container,
                              phase="Succeeded"))  # fmt: skip
         done = {JOBSET: "Completed", TRAINJOB: "Complete"}.get(kind, "Succeeded")

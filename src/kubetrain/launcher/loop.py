@@ -183,7 +183,7 @@ class _Await:
                             self.on_status(status)
                         if status.phase.terminal:
                             look.stop()
-                            if status.phase == JobPhase.SUCCEEDED:
+                            if status.phase == JobPhase.SUCCEEDED and not (self.tracker and self.tracker.failed):
                                 # Nothing the pods do now changes a success: no wait, no last listing.
                                 if self.tracker is not None:
                                     self.tracker.stop(0)

@@ -118,6 +118,7 @@ class PodTracker(threading.Thread):
         self._lock = threading.Lock()
         self._stopped = False
         self._stream: PodWatch | None = None
+        self.failed = False  # the pod stream broke off (an old Role without pods/watch): nothing seen since
 
     def run(self) -> None:
         """Thread body: one window after another until stopped; a failed stream is reported, not raised."""
@@ -128,6 +129,7 @@ class PodTracker(threading.Thread):
             with self._lock:
                 if self._stopped:
                     return
+                self.failed = True
             self._sink(f"following the pods of the job stopped: {e}; they are looked at again when the job ends")
 
     def _one_window(self) -> bool:

@@ -90,7 +90,16 @@ class KubernetesBackend(Backend):
             if e.status != 409:
                 raise create_error(kind, body, e) from e
             return self._adopt(kind, body)
-        return JobRef.from_object(created, namespace=body["metadata"]["namespace"])
+        return self._created(created, body["metadata"]["namespace"])
+
+    def _created(self, created: JobObject, namespace: str) -> JobRef:
+        """The new job's ref; its watches begin where its creation left the API server's history,
+        which saves the launcher a list of the job and one of its pods (a thousand launchers
+        starting together otherwise list two thousand times at once)."""
+        ref = JobRef.from_object(created, namespace=namespace)
+        self._watches.start_from(ref, created)
+        self._pod_watches.start_from(ref, str((created.get("metadata") or {}).get("resourceVersion") or ""))
+        return ref
 
     def dry_run(self, manifest: Mapping[str, Any]) -> JobObject:
         """What the API server would store (defaults and webhooks applied), creating nothing.
@@ -173,9 +182,11 @@ class KubernetesBackend(Backend):
             logger.info("%s %s/%s exists (%s); replacing it", kind.kind, ref.namespace, ref.name, phase.value)
             self.delete(ref)
             self._wait_gone(ref)
-            return JobRef.from_object(self._create(kind, body), namespace=ref.namespace)
+            return self._created(self._create(kind, body), ref.namespace)
         logger.info("adopted existing %s %s/%s (%s)", kind.kind, ref.namespace, ref.name, phase.value)
-        return JobRef.from_object(existing, namespace=ref.namespace)
+        adopted = JobRef.from_object(existing, namespace=ref.namespace)
+        self._watches.start_from(adopted, existing)  # its pods may exist already: those are listed
+        return adopted
 
     def _wait_gone(self, ref: JobRef) -> None:
         deadline = time.monotonic() + self._gone_wait_seconds

@@ -233,6 +233,15 @@ class JobWatches:
         """Drop the job's resume point (it is being deleted)."""
         self._cursors.pop((ref.namespace, ref.name), None)
 
+    def start_from(self, ref: JobRef, obj: JobObject) -> None:
+        """Begin the job's watch at `obj`, as create or get returned it: no list to start with."""
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if not version:
+            return
+        cursor = _JobCursor(self._custom, self._retry, ref)
+        cursor.obj, cursor.resource_version = copy.deepcopy(obj), version
+        self._cursors[(ref.namespace, ref.name)] = cursor
+
     def watch(self, ref: JobRef, *, timeout_seconds: float) -> JobWatch:
         """The job's current state, then every change, for about `timeout_seconds`; closable from any thread."""
         return _KubernetesJobWatch(self, (ref.namespace, ref.name), ref, time.monotonic() + timeout_seconds)
@@ -357,6 +366,16 @@ class PodWatches:
         """Drop the job's resume point (it is being deleted)."""
         with self._lock:
             self._cursors.pop((ref.namespace, ref.name), None)
+
+    def start_from(self, ref: JobRef, resource_version: str) -> None:
+        """A job just created has no pods: its pod watch begins at the create's resourceVersion
+        (a point in the API server's one history, valid for pods too) instead of with a list."""
+        if not resource_version:
+            return
+        cursor = _PodCursor(self._core, self.retry, ref)
+        cursor.resource_version, cursor.listed = resource_version, True
+        with self._lock:
+            self._cursors[(ref.namespace, ref.name)] = cursor
 
     def watch(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
         """The job's pods now, then after every change, for about `timeout_seconds`; closable from any thread."""
