@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.data.download import download
 from kubetrain.errors import ManifestError
 from kubetrain.manifests import build_manifest
+from kubetrain.manifests.runtimes import torch_distributed_runtime
 from kubetrain.presets import TrainingParams, mpi_trainjob_spec, pytorch_trainjob_spec
 from kubetrain.status import JobPhase
 from tests.integration.test_local_pytorchjob import _follow
@@ -76,5 +78,31 @@ def test_an_unknown_runtime_is_refused_before_anything_runs(tmp_path: Path) -> N
         with pytest.raises(ManifestError, match="ClusterTrainingRuntime 'nope' is not known to the local backend"):
             backend.submit(manifest)
         assert not list((tmp_path / "root" / "jobs").glob("*/tj-x-*"))
+    finally:
+        backend.close()
+
+
+def test_a_runtime_given_to_the_backend_is_what_a_trainjob_runs_on(tmp_path: Path) -> None:
+    """A team's own runtime (here the torch one renamed, with an env var of its own in the node
+    container) replaces the shipped ones: its settings reach the program, and a runtime not given
+    is refused."""
+    runtime = copy.deepcopy(torch_distributed_runtime())
+    runtime["metadata"]["name"] = "team-torch"
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    node["containers"][0]["env"] = [{"name": "TEAM", "value": "blue"}]
+    seen, script = tmp_path / "seen.txt", tmp_path / "show.py"
+    script.write_text(
+        f"import os\nopen({str(seen)!r}, 'a').write(os.environ['TEAM'] + ' ' + os.environ['RANK'] + '\\n')\n"
+    )
+    backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0, runtimes=[runtime])
+    try:
+        spec = pytorch_trainjob_spec(name="tj-team", params=TrainingParams(), runtime="team-torch", workers=1,
+                                     program=("python", str(script)))  # fmt: skip
+        status, _ = _follow(backend, backend.submit(build_manifest(spec)))
+        assert status.phase is JobPhase.SUCCEEDED, status
+        assert sorted(seen.read_text().split("\n")[:-1]) == ["blue 0", "blue 1"]
+        shipped = pytorch_trainjob_spec(name="tj-shipped", params=TrainingParams())
+        with pytest.raises(ManifestError, match="'torch-distributed' is not known to the local backend"):
+            backend.submit(build_manifest(shipped))
     finally:
         backend.close()

@@ -55,6 +55,29 @@ def test_a_users_mpi_program_gets_the_workspace_forwarded_to_every_rank() -> Non
     assert "--data" not in command
 
 
+def test_a_users_programs_run_as_given_in_a_trainjob_too() -> None:
+    """job_api=trainjob: the user's script runs under torchrun (the Trainer's PET_* rendezvous is
+    torchrun's) or under the runtime's mpirun, with the workspace env and no kubetrain flags."""
+    torch = build_manifest(
+        PyTorchRequest(**IDS, job_api="trainjob", workers=1, command=["python", "/app/train.py"], args=["--lr", "0.1"])
+        .to_spec(PLAN)
+    )  # fmt: skip
+    validate_strict(torch)
+    trainer = torch["spec"]["trainer"]
+    assert trainer["command"] == ["python", "-m", "torch.distributed.run", "/app/train.py"]
+    assert trainer["args"] == ["--lr", "0.1"]
+    assert _env(trainer)["KUBETRAIN_DATA_DIR"] == "/workspace/d" and _env(trainer)["MINE"] == "1"
+    mpi = build_manifest(
+        ChainerMNRequest(**IDS, job_api="trainjob", command=["python", "/app/mpi_train.py"]).to_spec(PLAN)
+    )
+    validate_strict(mpi)
+    command = mpi["spec"]["trainer"]["command"]
+    assert command[0] == "mpirun" and command[-2:] == ["python", "/app/mpi_train.py"]
+    for name in WORKSPACE_ENV:
+        assert command[command.index(name) - 1] == "-x"
+    assert "--data" not in command and not mpi["spec"]["trainer"].get("args")
+
+
 def test_kubetrains_trainer_stays_the_default_and_a_string_command_keeps_its_flags() -> None:
     default = build_manifest(PyTorchRequest(**IDS).to_spec(PLAN))
     (master,) = default["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
