@@ -55,6 +55,7 @@ from bench._cluster import (
 )
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.launcher import AwaitOptions, run_job
+from kubetrain.status import JobStatus
 from tests.cluster.controlplane import NAMESPACE, Cluster
 
 POLL_SECONDS = 15.0
@@ -64,11 +65,19 @@ PODS_PER_NODE = 250
 # --- the worker processes ------------------------------------------------------------------------
 
 
-def _launcher(kubeconfig: Path, name: str, run_seconds: float, returned: dict[str, float], errors: list[str]) -> None:
+def _launcher(
+    kubeconfig: Path, name: str, run_seconds: float, returned: dict[str, float], errors: list[str],
+    delivered: dict[str, float],
+) -> None:  # fmt: skip
     backend = KubernetesBackend(namespace=NAMESPACE, kubeconfig=str(kubeconfig))
+
+    def on_status(status: JobStatus) -> None:
+        if status.phase.terminal:
+            delivered.setdefault(name, time.monotonic())  # the launcher's own watch brought the end
+
     try:
         run_job(pytorchjob(name, run_seconds), backend=backend, options=AwaitOptions(timeout_seconds=1800),
-                log_sink=lambda line: None)  # fmt: skip
+                log_sink=lambda line: None, on_status=on_status)  # fmt: skip
         returned[name] = time.monotonic()
     except Exception as e:  # noqa: BLE001 - a benchmark records every failure and carries on
         errors.append(f"{name}: {type(e).__name__}: {e}")
@@ -76,7 +85,10 @@ def _launcher(kubeconfig: Path, name: str, run_seconds: float, returned: dict[st
         backend.close()
 
 
-def _poller(kubeconfig: Path, name: str, run_seconds: float, returned: dict[str, float], errors: list[str]) -> None:
+def _poller(
+    kubeconfig: Path, name: str, run_seconds: float, returned: dict[str, float], errors: list[str],
+    delivered: dict[str, float],
+) -> None:  # fmt: skip
     try:
         await_by_polling(kubeconfig, pytorchjob(name, run_seconds), POLL_SECONDS)
         returned[name] = time.monotonic()
@@ -87,16 +99,20 @@ def _poller(kubeconfig: Path, name: str, run_seconds: float, returned: dict[str,
 def worker(method: str, kubeconfig: Path, names: list[str], run_seconds: float, start_at: float) -> dict[str, Any]:
     """One worker process: a thread per job, all released at `start_at` (monotonic)."""
     returned: dict[str, float] = {}
+    delivered: dict[str, float] = {}
     errors: list[str] = []
     target = _launcher if method == "kubetrain" else _poller
-    threads = [threading.Thread(target=target, args=(kubeconfig, n, run_seconds, returned, errors)) for n in names]
+    threads = [
+        threading.Thread(target=target, args=(kubeconfig, n, run_seconds, returned, errors, delivered)) for n in names
+    ]
     time.sleep(max(0.0, start_at - time.monotonic()))  # a common start for every process
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"returned": returned, "errors": errors, "max_rss_mib": usage.ru_maxrss / 1024, "launchers": len(names),
+    return {"returned": returned, "delivered": delivered, "errors": errors, "max_rss_mib": usage.ru_maxrss / 1024,
+            "launchers": len(names),
             "cpu_seconds": usage.ru_utime + usage.ru_stime}  # fmt: skip
 
 
@@ -183,11 +199,18 @@ def one_run(where: Cluster, method: str, n: int, per_process: int, run_seconds: 
     stop.set()
     observer.stop()
     returned: dict[str, float] = {}
+    delivered: dict[str, float] = {}
     errors: list[str] = []
     for result in results:
         returned.update(result["returned"])
+        delivered.update(result["delivered"])
         errors += result["errors"]
     notice = [returned[n] - observer.seen[n] for n in names if n in returned and n in observer.seen]
+    # The notice in two parts (kubetrain only): the end reaching the launcher's watch, then the
+    # launcher's own finish (the rest of the log, the delete).
+    both = [n for n in names if n in returned and n in observer.seen and n in delivered]
+    watch_lag = [delivered[n] - observer.seen[n] for n in both]
+    finish = [returned[n] - delivered[n] for n in both]
     # Left behind: not deleted at all (a job in foreground deletion, its pods going, was deleted).
     listed = json.loads(where.kubectl("get", "pytorchjobs.kubeflow.org", "-n", NAMESPACE, "-o", "json"))["items"]
     remaining = {j["metadata"]["name"] for j in listed if not j["metadata"].get("deletionTimestamp")}
@@ -204,6 +227,7 @@ def one_run(where: Cluster, method: str, n: int, per_process: int, run_seconds: 
         "error_count": len(errors), "wall_seconds": wall,
         "notice_p50": statistics.median(notice) if notice else None,
         "notice_p99": percentile(notice, 0.99) if notice else None, "notice_max": max(notice) if notice else None,
+        "watch_lag_p50_p99_max": _spread(watch_lag), "finish_p50_p99_max": _spread(finish),
         "requests_total": total, "throttled_429": throttled,
         "requests_per_job": total / n, "requests_per_second": total / wall,
         "requests_by_kind": dict(sorted(requests.items())),
@@ -213,6 +237,10 @@ def one_run(where: Cluster, method: str, n: int, per_process: int, run_seconds: 
         "worker_max_rss_mib": max(r["max_rss_mib"] for r in results),
         "worker_rss_per_launcher_mib": max(r["max_rss_mib"] / r["launchers"] for r in results),
     }  # fmt: skip
+
+
+def _spread(values: list[float]) -> list[float] | None:
+    return [statistics.median(values), percentile(values, 0.99), max(values)] if values else None
 
 
 def wait_for_cleanup(where: Cluster, timeout: float = 600) -> None:

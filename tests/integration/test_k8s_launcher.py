@@ -177,6 +177,34 @@ def play_success(env: Env, kind: JobKind, name: str, replicas: list[tuple[str, i
     return script
 
 
+def test_a_followed_log_the_server_never_ends_is_read_to_its_end_when_the_pod_ends(env: Env) -> None:
+    """kwok keeps a followed log open after the container ended. The rest is read as soon as the
+    pod stream says the pod ended, not once the job has (under a busy operator, minutes later):
+    the read is then off the path from the job's end to the launcher's return."""
+    env.api.log_streams_outlive_pods = True
+
+    def rest_read() -> bool:
+        return any(r.query.get("follow") not in ("true", "True") for r in env.requests("get", "pods/log"))
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Running"))
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Running", "PyTorchJobRunning"))
+        api.append_log(NS, "train-master-0", "pytorch", "epoch 1", "done")
+        env.wait_line("[train-master-0] done")
+        assert not rest_read()
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", phase="Succeeded"))
+        api.wait_until(rest_read, "the rest of the log read without following, the job still running")
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Succeeded", "PyTorchJobSucceeded"))
+
+    result = env.launch(pytorch_manifest(workers=0), script)
+    assert result.phase == JobPhase.SUCCEEDED
+    assert [line for line in env.lines if line.startswith("[train-master-0] ")] == [
+        "[train-master-0] epoch 1",
+        "[train-master-0] done",
+    ]
+
+
 def test_a_followed_log_the_server_never_ends_does_not_hold_the_launcher(env: Env) -> None:
     """kwok's kubelet keeps a followed log open after the container ended: the launcher reads the rest and returns.
 

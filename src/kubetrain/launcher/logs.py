@@ -139,17 +139,28 @@ class LogFollower(threading.Thread):
         self._pods: list[PodInfo] = []
         self._replicas: tuple[str, ...] = ()
         self._stream: LogStream | None = None  # the stream being followed, for end_follow
+        self._followed = ""  # the pod whose log that stream is
         self.lines = 0
 
     def notify(self, *, pods: list[PodInfo] | None = None, replicas: Collection[str] | None = None) -> None:
         """News: the job's pods now, its replica names, or only "look again" (its end, a stop request)."""
+        ended: LogStream | None = None
         with self._lock:
             if pods is not None:
                 self._pods = list(pods)
                 self._pods_version += 1
+                if self._stream is not None and any(
+                    p.name == self._followed and p.phase in TERMINAL_POD_PHASES for p in pods
+                ):
+                    # The followed pod has ended, so its log is whole: read the rest now rather than
+                    # wait for the server to end the stream (kwok never does) or for the job's end,
+                    # which under a busy operator comes minutes later.
+                    ended = self._stream
             if replicas is not None:
                 self._replicas = tuple(replicas)
             self._pods_told.notify_all()
+        if ended is not None:
+            ended.close()
         self._news.set()
 
     def end_follow(self) -> None:
@@ -249,7 +260,7 @@ class LogFollower(threading.Thread):
         if follow:
             stream = self._backend.follow_log(self._ref, pod)
             with self._lock:
-                self._stream = stream
+                self._stream, self._followed = stream, pod.name
             lines = stream
         else:
             lines = self._backend.pod_log(self._ref, pod, follow=False, previous=previous)
