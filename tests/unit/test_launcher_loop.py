@@ -502,6 +502,47 @@ def test_a_rejection_found_by_a_look_ends_a_long_watch_window() -> None:
     assert backend.calls.count("watch") == 1
 
 
+class LatePodWatch(PodWatch):
+    """No pods yet, and no news until closed."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[list[PodInfo]]:
+        yield []
+        self.closed.wait(30)
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class PodNewsLate(MemoryBackend):
+    """A pod stream that has not delivered anything yet when the job ends (its news comes late)."""
+
+    def watch_pods(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
+        self._call("watch_pods")
+        return LatePodWatch()
+
+
+def test_a_success_that_outruns_its_pods_news_still_prints_the_whole_log() -> None:
+    """The job's end can reach the launcher before any news of its pods (two watches, two
+    streams): the launcher then looks at the pods once, and the primary pod's log is printed."""
+    backend = PodNewsLate()
+    with backend.cv:
+        backend.pod_list = []
+
+    def script(b: MemoryBackend) -> None:
+        b.wait_for_line("submitted → Pending")
+        with b.cv:  # the pod ran and ended, but no pod set was delivered to the launcher
+            b.pod_list = [pod("train-abc-master-0", "Master", 0, "Succeeded", exit_code=0)]
+            b.logs[("train-abc-master-0", False)] = ["hi"]
+        b.set_conditions(cond("Created"), cond("Succeeded", reason="PyTorchJobSucceeded"))
+
+    lines = launch(backend, script)
+    assert "[train-abc-master-0] hi" in lines
+    assert "pods" in backend.calls
+
+
 def test_timeout_deletes_the_job() -> None:
     backend = MemoryBackend()
 

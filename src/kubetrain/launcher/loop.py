@@ -183,7 +183,7 @@ class _Await:
                             self.on_status(status)
                         if status.phase.terminal:
                             look.stop()
-                            if status.phase == JobPhase.SUCCEEDED and not (self.tracker and self.tracker.failed):
+                            if status.phase == JobPhase.SUCCEEDED and self._log_source_known():
                                 # Nothing the pods do now changes a success: no wait, no last listing.
                                 if self.tracker is not None:
                                     self.tracker.stop(0)
@@ -201,6 +201,17 @@ class _Await:
             if look.rejected is not None:
                 progress.job(look.rejected)
                 return look.rejected, None
+
+    def _log_source_known(self) -> bool:
+        """On success, whether the pods seen so far are enough: the follower knows the primary pod
+        and that it ended (the usual case: pods end before their job does). Otherwise one last look
+        at the pods, so that a job whose end outran its pods' news still prints its whole log."""
+        if self.tracker is None or self.tracker.failed:
+            return False
+        if self.follower is None:
+            return True
+        primary = self.follower.primary(final=True)
+        return primary is not None and primary.phase in TERMINAL_POD_PHASES
 
     def _wake(self, _rejected: JobStatus) -> None:
         """The look found the job rejected: end the job watch's window now (from the look's thread)."""
