@@ -253,7 +253,8 @@ def test_success_strict_create_progress_logs_and_foreground_delete(env: Env) -> 
     assert logs and all(r.query["container"] == "pytorch" for r in logs)
     assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
     # The watches of a job it created begin at the create's resourceVersion: nothing to list first.
-    assert not env.requests("list", "pytorchjobs") and not env.requests("list", "pods")
+    assert not env.requests("list", "pytorchjobs")
+    assert next(r for r in env.api.requests if r.resource == "pods").verb == "watch"
     first_job_watch, first_pod_watch = env.requests("watch", "pytorchjobs")[0], env.requests("watch", "pods")[0]
     assert first_job_watch.query["resourceVersion"] == first_pod_watch.query["resourceVersion"] != ""
     assert ("pytorchjobs", NS, "train") not in env.api.objects

@@ -91,7 +91,7 @@ class Run:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.stderr.append(line)
-            if "Created → Running" in line:
+            if "→ Running" in line:  # "Created → Running", or "submitted → Running" when the watch came late
                 self.running.set()
 
     def wait_until_training(self) -> None:

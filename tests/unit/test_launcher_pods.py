@@ -199,6 +199,7 @@ def test_pods_are_watched_not_listed_while_the_job_runs() -> None:
         b.set_conditions(cond("Succeeded"))
 
     launch(backend, script)
-    # Every change came from the pod stream, and a success needs no last look (a failure takes one).
-    assert backend.calls.count("pods") == 0, backend.calls
+    # Every change came from the pod stream. A success takes no last look at the pods, unless its
+    # end reached the launcher before the pod stream's last news did (one look then; a failure takes one).
+    assert backend.calls.count("pods") <= 1, backend.calls
     assert backend.calls.count("watch_pods") >= 1
