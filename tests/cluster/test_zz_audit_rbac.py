@@ -42,6 +42,14 @@ def test_the_launcher_was_never_forbidden(cluster: Cluster) -> None:
     assert not refused, refused
 
 
+# Granted for a path a real server takes only when it must: a job's watch begins at the create's
+# resourceVersion, and the job is listed afresh only when a watch is answered 410 Gone (history
+# compacted under a long wait), which no test can make a real API server do on demand. The
+# stand-in provokes it (`tests/integration/test_k8s_rbac.py`, cut_watches(expire=True)) and shows
+# the list is then made.
+ONLY_AFTER_GONE = {("list", resource) for resource in ("pytorchjobs", "mpijobs", "jobsets", "trainjobs")}
+
+
 def test_rbac_grants_no_verb_the_launcher_did_not_use(cluster: Cluster) -> None:
     used = {(*_resource(e), e["verb"]) for e in _launcher_events(cluster)}
     rbac = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
@@ -50,6 +58,8 @@ def test_rbac_grants_no_verb_the_launcher_did_not_use(cluster: Cluster) -> None:
     for rule in role["rules"]:
         groups = rule["apiGroups"]
         for verb in rule["verbs"]:
+            if all((verb, r) in ONLY_AFTER_GONE for r in rule["resources"]):
+                continue
             if not any((g, r, verb) in used for g in groups for r in rule["resources"]):
                 unused.append((verb, rule["resources"]))
     assert not unused, f"granted but never used: {unused}; used: {sorted(used)}"
