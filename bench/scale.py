@@ -12,7 +12,9 @@ Training Operator SDK does: create, GET every 15 s until a terminal condition, d
 
 Measured per N and method, in one run:
 - notice: from the job's terminal condition, as an independent admin watch receives it, to the
-  launcher's return (p50 / p99 / max; CLOCK_MONOTONIC is shared by all processes);
+  launcher's return (p50 / p99 / max; CLOCK_MONOTONIC is shared by all processes), and for
+  kubetrain in two parts: the end reaching the launcher's own watch, then its finish (the rest of
+  the log, the delete);
 - API requests per job and per second from the audit log (each side runs as a user of its own);
 - open watches (the API server's `apiserver_longrunning_requests{verb="WATCH"}`, peak);
 - the API server's CPU (seconds and average cores over the run) and peak resident memory;
