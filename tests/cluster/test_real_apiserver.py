@@ -121,3 +121,31 @@ def test_the_real_authorizer_grants_the_launcher_exactly_the_role(cluster: Clust
         assert not _can(cluster, verb, name), (
             f"{LAUNCHER_USER} may {verb} {name}, which deploy/rbac.yaml must not grant"
         )
+
+
+def test_the_launcher_limitrange_gives_a_request_only_to_containers_without_one(cluster: Cluster) -> None:
+    """deploy/launcher-limitrange.yaml, as the README has it applied: the real LimitRanger admission
+    gives a launcher container that declares no request (a KFP >= 2.15 training task's launcher)
+    the default, and leaves a training container's own request alone."""
+    namespace = "kubetrain-limitrange"
+    limitrange = Path(__file__).resolve().parents[2] / "deploy" / "launcher-limitrange.yaml"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", str(limitrange))
+        pod = {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "step", "namespace": namespace},
+            "spec": {"containers": [
+                {"name": "launcher", "image": "ghcr.io/kubetrain/launcher:0.1.0"},
+                {"name": "trainer", "image": "ghcr.io/kubetrain/pytorch:0.1.0",
+                 "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}},
+            ]},
+        }  # fmt: skip
+        stored = json.loads(
+            cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(pod))
+        )
+        launcher, trainer = stored["spec"]["containers"]
+        assert launcher["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+        assert trainer["resources"]["requests"] == {"cpu": "2", "memory": "4Gi"}
+        assert stored["status"]["qosClass"] == "Burstable"  # no longer BestEffort, evicted first
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
