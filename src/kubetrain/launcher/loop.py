@@ -213,7 +213,7 @@ class _Await:
         primary = self.follower.primary(final=True)
         return primary is not None and primary.phase in TERMINAL_POD_PHASES
 
-    def _wake(self, _rejected: JobStatus) -> None:
+    def _wake(self) -> None:
         """The look found the job rejected: end the job watch's window now (from the look's thread)."""
         with self._stream_lock:
             if self._stream is not None:

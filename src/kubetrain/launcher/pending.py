@@ -23,12 +23,22 @@ from kubetrain.launcher.options import Tuning
 from kubetrain.launcher.progress import ProgressReporter
 from kubetrain.status import JobPhase, JobStatus
 
-__all__ = ["REJECTION_REASONS", "PendingLook"]
+__all__ = ["REJECTION_REASONS", "PendingLook", "next_interval"]
 
 logger = logging.getLogger(__name__)
 
 # Reasons of Warning events that mean "the operator rejected this job and will never set a condition".
 REJECTION_REASONS = frozenset({"ValidationError"})
+
+
+def next_interval(every: float, *, news: int, phase_changed: bool, tuning: Tuning) -> float:
+    """The wait before the next look: back to the start when the job's phase changed, the same
+    while looks find something new, doubled (up to the maximum) while they find nothing."""
+    if phase_changed:
+        return tuning.pending_poll_seconds
+    if news:
+        return every
+    return min(every * 2, tuning.pending_poll_max_seconds)
 
 
 class PendingLook(threading.Thread):
@@ -41,7 +51,7 @@ class PendingLook(threading.Thread):
         progress: ProgressReporter,
         tuning: Tuning,
         *,
-        on_rejected: Callable[[JobStatus], None],
+        on_rejected: Callable[[], None],
     ) -> None:
         super().__init__(name=f"pending-look-{ref.name}", daemon=True)
         self.backend = backend
@@ -77,10 +87,8 @@ class PendingLook(threading.Thread):
                 news = 0
             if self.rejected is not None:
                 return
-            if last_phase is not None and status.phase != last_phase:
-                every = self.tuning.pending_poll_seconds
-            elif not news:
-                every = min(every * 2, self.tuning.pending_poll_max_seconds)
+            changed = last_phase is not None and status.phase != last_phase
+            every = next_interval(every, news=news, phase_changed=changed, tuning=self.tuning)
             last_phase = status.phase
 
     def eager(self, status: JobStatus) -> bool:
@@ -102,7 +110,7 @@ class PendingLook(threading.Thread):
             # condition, ever. Without this check the launcher would wait until its timeout.
             if event.type == "Warning" and event.reason in REJECTION_REASONS and self._about_job(event.involved_object):
                 self.rejected = JobStatus(phase=JobPhase.FAILED, reason=event.reason, message=event.message)
-                self.on_rejected(self.rejected)
+                self.on_rejected()
                 break
         return news
 

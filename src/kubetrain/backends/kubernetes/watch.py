@@ -225,8 +225,8 @@ class JobWatches:
 
     def __init__(self, custom: client.CustomObjectsApi, retry: Retrier, *, server_watch_seconds: int) -> None:
         self._custom = custom
-        self._retry = retry
-        self._server_watch_seconds = max(1, int(server_watch_seconds))
+        self.retry = retry
+        self.server_watch_seconds = max(1, int(server_watch_seconds))
         self._cursors: dict[tuple[str, str], _JobCursor] = {}
 
     def forget(self, ref: JobRef) -> None:
@@ -238,27 +238,28 @@ class JobWatches:
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         if not version:
             return
-        cursor = _JobCursor(self._custom, self._retry, ref)
+        cursor = _JobCursor(self._custom, self.retry, ref)
         cursor.obj, cursor.resource_version = copy.deepcopy(obj), version
         self._cursors[(ref.namespace, ref.name)] = cursor
 
     def watch(self, ref: JobRef, *, timeout_seconds: float) -> JobWatch:
         """The job's current state, then every change, for about `timeout_seconds`; closable from any thread."""
-        return _KubernetesJobWatch(self, (ref.namespace, ref.name), ref, time.monotonic() + timeout_seconds)
+        return _KubernetesJobWatch(self, ref, time.monotonic() + timeout_seconds)
 
-    def _cursor(self, key: tuple[str, str], ref: JobRef) -> _JobCursor:
+    def cursor(self, ref: JobRef) -> _JobCursor:
+        """The job's resume point; the first one of a job not created here starts with a list."""
+        key = (ref.namespace, ref.name)
         cursor = self._cursors.get(key)
         if cursor is None:
-            cursor = _JobCursor(self._custom, self._retry, ref)
+            cursor = _JobCursor(self._custom, self.retry, ref)
             cursor.relist()
             self._cursors[key] = cursor
         return cursor
 
 
 class _KubernetesJobWatch(JobWatch):
-    def __init__(self, owner: JobWatches, key: tuple[str, str], ref: JobRef, deadline: float) -> None:
+    def __init__(self, owner: JobWatches, ref: JobRef, deadline: float) -> None:
         self._owner = owner
-        self._key = key
         self._ref = ref
         self._deadline = deadline
         self._interrupt = _Interrupt()
@@ -269,8 +270,8 @@ class _KubernetesJobWatch(JobWatch):
         owner = self._owner
         try:
             yield from _windows(
-                owner._cursor(self._key, self._ref), owner._retry, deadline=self._deadline,
-                server_watch_seconds=owner._server_watch_seconds, interrupt=self._interrupt,
+                owner.cursor(self._ref), owner.retry, deadline=self._deadline,
+                server_watch_seconds=owner.server_watch_seconds, interrupt=self._interrupt,
             )  # fmt: skip
         except JobFailedError:
             # The job was deleted: a job created later under its name must not resume this history.
