@@ -139,7 +139,7 @@ class LogFollower(threading.Thread):
         self._pods: list[PodInfo] = []
         self._replicas: tuple[str, ...] = ()
         self._stream: LogStream | None = None  # the stream being followed, for end_follow
-        self._followed = ""  # the pod whose log that stream is
+        self._followed: tuple[str, int] = ("", 0)  # the container instance (pod, restart count) it reads
         self.lines = 0
 
     def notify(self, *, pods: list[PodInfo] | None = None, replicas: Collection[str] | None = None) -> None:
@@ -149,12 +149,14 @@ class LogFollower(threading.Thread):
             if pods is not None:
                 self._pods = list(pods)
                 self._pods_version += 1
+                name, instance = self._followed
                 if self._stream is not None and any(
-                    p.name == self._followed and p.phase in TERMINAL_POD_PHASES for p in pods
+                    p.name == name and (p.phase in TERMINAL_POD_PHASES or p.restart_count != instance) for p in pods
                 ):
-                    # The followed pod has ended, so its log is whole: read the rest now rather than
-                    # wait for the server to end the stream (kwok never does) or for the job's end,
-                    # which under a busy operator comes minutes later.
+                    # The followed container has ended (the pod ended, or it restarted), so its log
+                    # is whole: read the rest now rather than wait for the server to end the stream
+                    # (kwok never does; a follow asked for just after a restart reads the new
+                    # container, which runs on) or for the job's end, minutes later under a busy operator.
                     ended = self._stream
             if replicas is not None:
                 self._replicas = tuple(replicas)
@@ -260,7 +262,7 @@ class LogFollower(threading.Thread):
         if follow:
             stream = self._backend.follow_log(self._ref, pod)
             with self._lock:
-                self._stream, self._followed = stream, pod.name
+                self._stream, self._followed = stream, instance
             lines = stream
         else:
             lines = self._backend.pod_log(self._ref, pod, follow=False, previous=previous)
