@@ -196,10 +196,14 @@ def test_pods_are_watched_not_listed_while_the_job_runs() -> None:
         b.wait_for_line("ImagePullBackOff")
         b.wait_for(lambda: b.calls.count("events") >= 3, "three looks at the events")
         b.set_pods(pod("train-abc-master-0", "Master", 0, "Succeeded", exit_code=0))
+        # As on a cluster, the job's Succeeded comes after the pod stream told of the pod's end
+        # (here: once the log follower has read the ended pod's log without following).
+        b.wait_for(lambda: any(c.startswith("log train-abc-master-0") and "follow=False" in c for c in b.calls),
+                   "the ended pod's log read")  # fmt: skip
         b.set_conditions(cond("Succeeded"))
 
     launch(backend, script)
-    # Every change came from the pod stream. A success takes no last look at the pods, unless its
-    # end reached the launcher before the pod stream's last news did (one look then; a failure takes one).
-    assert backend.calls.count("pods") <= 1, backend.calls
+    # Every change came from the pod stream, and a success whose pods were seen ending needs no
+    # last look at them (a failure takes one).
+    assert backend.calls.count("pods") == 0, backend.calls
     assert backend.calls.count("watch_pods") >= 1
