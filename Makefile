@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.kubetrain-setup
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
-LINT_PATHS := $(wildcard src tests bench components pipelines)
+LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
 .PHONY: setup demo test test-fast lint typecheck compile golden bench clean controlplane cluster-up cluster-down e2e lock
 
@@ -76,10 +76,10 @@ controlplane:
 	bash tools/controlplane/build.sh
 
 cluster-up: setup
-	$(PY) -m tests.cluster.controlplane up
+	$(PY) -m tools.cluster up
 
 cluster-down: setup
-	$(PY) -m tests.cluster.controlplane down
+	$(PY) -m tools.cluster down
 
 # The binaries are built first when missing (a cold machine: tens of minutes, see the README).
 e2e: setup controlplane

@@ -1,6 +1,6 @@
 """What the benchmarks against the real control plane share (bench/api_cost.py, bench/scale.py).
 
-The cluster is the e2e tier's (tests/cluster/controlplane.py: real etcd, kube-apiserver,
+The cluster is the e2e tier's (tools/cluster/controlplane.py: real etcd, kube-apiserver,
 controller-manager, scheduler and the real training-operator; kwok plays the nodes). Requests
 are counted from the kube-apiserver's audit log, which records every request of a user in the
 group `kubetrain-launchers`: each benchmark side runs as a user of its own, signed by kwokctl
@@ -29,8 +29,8 @@ from kubetrain.manifests import build_pytorchjob
 from kubetrain.manifests.kinds import PYTORCHJOB
 from kubetrain.specs import JobMeta, PyTorchJobSpec
 from kubetrain.specs.common import ReplicaSpec
-from tests.cluster.controlplane import LAUNCHER_GROUP, NAMESPACE, Cluster, up
-from tests.cluster.operators import SIM_DURATION
+from tools.cluster.controlplane import LAUNCHER_GROUP, NAMESPACE, Cluster, up
+from tools.cluster.stages import SIM_DURATION
 
 TERMINAL = ("Succeeded", "Failed")
 

@@ -39,7 +39,7 @@ from bench._cluster import (
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.launcher.options import Tuning
-from tests.cluster.controlplane import NAMESPACE, Cluster
+from tools.cluster.controlplane import NAMESPACE, Cluster
 
 POLL_SECONDS = 15.0
 WATCH_WINDOW_SECONDS = 300.0

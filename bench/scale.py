@@ -58,7 +58,7 @@ from bench._cluster import (
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.status import JobStatus
-from tests.cluster.controlplane import NAMESPACE, Cluster
+from tools.cluster.controlplane import NAMESPACE, Cluster
 
 POLL_SECONDS = 15.0
 PODS_PER_NODE = 250

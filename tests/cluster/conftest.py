@@ -1,7 +1,9 @@
-"""The real-control-plane tier (`make e2e`): one cluster per session, started by tests/cluster/controlplane.py.
+"""The real-control-plane tier (`make e2e`): one cluster per session, started by tools/cluster (`python -m tools.cluster`).
 
 It runs only when KUBETRAIN_E2E=1 (`make e2e` sets it): a plain `pytest` or `make test` skips it,
 since a cold first run builds the control plane from the Go module proxy (tens of minutes).
+A cluster that cannot start ends the session with one line saying why (a port taken, and by which
+process; a component that exited, and its log), instead of the same error under every test.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.controlplane import Cluster, down, up
+from tools.cluster.controlplane import Cluster, ControlPlaneError, down, up
+from tools.cluster.processes import ProcessError
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -27,7 +30,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The control plane, started once; stopped at the end unless it was running before (`make cluster-up`)."""
-    started = up()
+    try:
+        started = up()
+    except (ControlPlaneError, ProcessError, TimeoutError) as e:
+        pytest.exit(f"the e2e cluster could not start: {e}", returncode=3)
     yield started
     if started.started_here:
         down()

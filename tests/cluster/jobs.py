@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.controlplane import NAMESPACE, Cluster
-from tests.cluster.operators import SIM_DURATION, SIM_LABEL
+from tools.cluster.controlplane import NAMESPACE, Cluster
+from tools.cluster.stages import SIM_DURATION, SIM_LABEL
 
 Manifest = dict[str, Any]
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.cluster.controlplane import NAMESPACE, Cluster
+from tools.cluster.controlplane import NAMESPACE, Cluster
 
 MARK = "KUBETRAIN-PROBE "
 PROBE = (

@@ -25,9 +25,9 @@ import pytest
 
 from kubetrain.backends.base import JobRef
 from kubetrain.backends.local.backend import LocalBackend
-from tests.cluster.controlplane import NAMESPACE, WORKSPACE_CLAIM, Cluster
 from tests.cluster.jobs import KINDS, Kind, job_pods, render, simulate, templates, until
 from tests.cluster.program_view import PROBE_COMMAND, ProgramView, from_pod, from_probe_line
+from tools.cluster.controlplane import NAMESPACE, WORKSPACE_CLAIM, Cluster
 
 pytestmark = [pytest.mark.timeout(300)]
 

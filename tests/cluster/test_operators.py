@@ -4,7 +4,7 @@ The real training-operator (PyTorchJob), mpi-operator (MPIJob v2beta1), JobSet c
 Kubeflow Trainer v2 controller (TrainJob, on Trainer's torch-distributed runtime and kubetrain's
 MPI runtime) reconcile what `kubetrain render` prints; kube-scheduler binds the pods to kwok's
 fake node, PodSecurity admission (the namespace enforces `restricted`) admits them, kwok's stages
-run them (tests/cluster/operators.py) and the real garbage collector removes them. The launcher
+run them (tools/cluster/operators.py) and the real garbage collector removes them. The launcher
 runs through its CLI with KUBECONFIG=.cluster/launcher.kubeconfig, as a KFP step would. Where a
 test must play the kubelet exactly (a container that crashes past the backoff limit), the pod
 carries `kubetrain.dev/sim: manual` and the test writes its status as the admin.
@@ -22,8 +22,8 @@ import pytest
 
 from kubetrain.errors import ExitCode
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
-from tests.cluster.controlplane import NAMESPACE, Cluster
 from tests.cluster.jobs import KINDS, crash, finish, gone, job_pods, launch, render, simulate, until
+from tools.cluster.controlplane import NAMESPACE, Cluster
 
 pytestmark = [pytest.mark.timeout(300)]
 

@@ -1,7 +1,7 @@
 """kubetrain against a real kube-apiserver: strict schemas, RBAC, Pod Security admission, the launcher.
 
 The API server, its admission (PodSecurity), its RBAC authorizer, etcd and the garbage collector
-are real (tests/cluster/controlplane.py); kwok plays the nodes. The operators reconciling what the
+are real (tools/cluster/controlplane.py); kwok plays the nodes. The operators reconciling what the
 launcher submits are in test_operators.py.
 """
 
@@ -20,7 +20,7 @@ from kubetrain.backends.local.operators.trainer_runtime import resolve
 from kubetrain.errors import ManifestError
 from kubetrain.manifests.runtimes import kubetrain_mpi_runtime, torch_distributed_runtime
 from kubetrain.presets import CHAINERMN_IMAGE
-from tests.cluster.controlplane import LAUNCHER_USER, NAMESPACE, Cluster
+from tools.cluster.controlplane import LAUNCHER_USER, NAMESPACE, Cluster
 
 pytestmark = [pytest.mark.timeout(600)]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.controlplane import LAUNCHER_USER, Cluster
+from tools.cluster.controlplane import LAUNCHER_USER, Cluster
 
 
 def _launcher_events(cluster: Cluster) -> list[dict[str, Any]]:

@@ -9,12 +9,14 @@ non-admin user `kubetrain-launcher` bound only to the Role in deploy/rbac.yaml.
 
 Files under `.cluster/`: `kubeconfig` (admin), `launcher.kubeconfig` (the launcher user),
 `kwok/` (kwokctl's working directory: logs, certificates, the audit log), `bin` (a link to the
-binaries). `python -m tests.cluster.controlplane up|down`.
+binaries), `processes/` (a record of each process the harness started). `python -m tools.cluster`.
+
+A start that fails stops what it started; `down` stops every process of the cluster whatever
+state `.cluster/` is in, from /proc when the records are gone (tools/cluster/processes.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -24,14 +26,15 @@ from pathlib import Path
 
 import yaml
 
-from tests.cluster import operators
 from tests.crds import SOURCES, crd_dir
+from tools.cluster import operators, processes, stages, webhooks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STATE = REPO_ROOT / ".cluster"
+# Another cluster beside the default one (tests/cluster/test_harness.py starts one to fail on purpose).
+STATE = Path(os.environ.get("KUBETRAIN_CLUSTER_DIR") or REPO_ROOT / ".cluster").resolve()
 OPERATORS = STATE / "operators"
 GO_WRAPPERS = REPO_ROOT / "tools" / "controlplane"
-NAME = "kubetrain"
+NAME = os.environ.get("KUBETRAIN_CLUSTER_NAME") or "kubetrain"
 NAMESPACE = "kubetrain-e2e"
 LAUNCHER_USER = "kubetrain-launcher"
 WORKSPACE_CLAIM = "kubetrain-workspace"
@@ -98,8 +101,11 @@ def build() -> Path:
 
 
 def _env(bin_dir: Path) -> dict[str, str]:
-    # kwokctl keeps everything under .cluster/kwok and uses our kubectl: it downloads nothing.
-    return {**os.environ, "KWOK_WORKDIR": str(STATE / "kwok"), "KWOK_KUBECTL_BINARY": str(bin_dir / "kubectl")}
+    # kwokctl keeps everything under .cluster/kwok and uses our kubectl: it downloads nothing. The
+    # marker reaches every process kwokctl starts, so `down` finds them without kwokctl's pid files.
+    return processes.marked_env(
+        STATE, {**os.environ, "KWOK_WORKDIR": str(STATE / "kwok"), "KWOK_KUBECTL_BINARY": str(bin_dir / "kubectl")}
+    )
 
 
 def _kwokctl(bin_dir: Path, *args: str, timeout: float = 300) -> str:
@@ -120,19 +126,42 @@ def _running(bin_dir: Path) -> bool:
 
 
 def up() -> Cluster:
-    """Start the control plane (or find it running) and prepare CRDs, the namespace and the users."""
+    """Start the control plane (or find it running) and prepare CRDs, the namespace and the users.
+
+    A start that fails stops what this call started (everything, when it created the cluster; the
+    operators it started otherwise) before the error propagates.
+    """
     bin_dir = build()
     STATE.mkdir(exist_ok=True)
+    before = {r.pid for r in processes.records(STATE)}
+    created = False
+    try:
+        cluster, created = _up(bin_dir)
+    except BaseException:
+        if created or not _running(bin_dir):
+            down(bin_dir)
+        else:
+            processes.stop_all(STATE, only_new=before)
+        raise
+    return cluster
+
+
+def _up(bin_dir: Path) -> tuple[Cluster, bool]:
     policy = STATE / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
-    stages = STATE / "kwok-stages.yaml"
-    stages.write_text(
-        operators.stages_config(
+    stage_file = STATE / "kwok-stages.yaml"
+    stage_file.write_text(
+        stages.stages_config(
             operators.module_dir(GO_WRAPPERS / "kwok", "sigs.k8s.io/kwok"), STATE / "container.log", NAMESPACE
         )
     )
     started = not _running(bin_dir)
     if started:
+        # Leftovers of an earlier start of this cluster go first (kwokctl picks free ports for its
+        # own processes; the operators' fixed ports are checked before they start).
+        processes.stop_all(STATE)
+        (STATE / "bin").unlink(missing_ok=True)
+        (STATE / "bin").symlink_to(bin_dir)  # so that `down` finds kwokctl even if this start fails
         _kwokctl(
             bin_dir, "create", "cluster", "--name", NAME, "--runtime", "binary",
             "--kube-apiserver-binary", str(bin_dir / "kube-apiserver"),
@@ -146,7 +175,7 @@ def up() -> Cluster:
             # restarts them (kwokctl's binary runtime has no kubelet).
             "--extra-args", "kube-scheduler=leader-elect=false",
             "--extra-args", "kube-controller-manager=leader-elect=false",
-            "--config", str(stages),
+            "--config", str(stage_file),
             "--wait", "3m",
         )  # fmt: skip
     cluster = Cluster(
@@ -174,12 +203,15 @@ def up() -> Cluster:
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(bin_dir)
-    return cluster
+    return cluster, started
 
 
 def _operators(cluster: Cluster) -> None:
-    """Certificates, webhook registrations, the four operator processes (tests/cluster/operators.py), runtimes."""
-    files = operators.make_certs(OPERATORS / "certs")
+    """Certificates, webhook registrations, the four operator processes (tools/cluster/operators.py), runtimes."""
+    # Before anything is written: the training-operator's certificate directory is one per machine.
+    alive = {r.name for r in processes.records(OPERATORS) if processes.running(r)}
+    processes.require_free({p: what for p, what in operators.ports().items() if what.split()[0] not in alive})
+    files = webhooks.make_certs(OPERATORS / "certs")
     trainer_module = operators.module_dir(GO_WRAPPERS / "trainer", "github.com/kubeflow/trainer/v2")
     operators.TRAINING_OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
     for name in ("tls.crt", "tls.key", "ca.crt"):
@@ -188,13 +220,13 @@ def _operators(cluster: Cluster) -> None:
         cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))  # fmt: skip
     hooks = [
-        operators.webhook_secret(files),
-        *operators.training_operator_webhooks(
+        webhooks.webhook_secret(files),
+        *webhooks.training_operator_webhooks(
             operators.module_dir(GO_WRAPPERS / "training-operator", "github.com/kubeflow/training-operator"),
             files["ca.crt"],
         ),
-        *operators.jobset_webhooks(operators.module_dir(GO_WRAPPERS / "jobset", "sigs.k8s.io/jobset"), files["ca.crt"]),
-        *operators.trainer_webhooks(trainer_module, files["ca.crt"]),
+        *webhooks.jobset_webhooks(operators.module_dir(GO_WRAPPERS / "jobset", "sigs.k8s.io/jobset"), files["ca.crt"]),
+        *webhooks.trainer_webhooks(trainer_module, files["ca.crt"]),
     ]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(hooks))
     operators.start(OPERATORS, cluster.bin_dir, cluster.kubeconfig)
@@ -243,9 +275,10 @@ def _workspace() -> str:
                  "claimRef": {"namespace": NAMESPACE, "name": WORKSPACE_CLAIM}},
     }  # fmt: skip
     claim = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": WORKSPACE_CLAIM, "namespace": NAMESPACE},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "kubetrain-e2e", "volumeName": f"{NAMESPACE}-workspace",
-                 "resources": {"requests": {"storage": "1Gi"}}},
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": WORKSPACE_CLAIM, "namespace": NAMESPACE},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "kubetrain-e2e",
+                 "volumeName": f"{NAMESPACE}-workspace", "resources": {"requests": {"storage": "1Gi"}}},
     }  # fmt: skip
     return yaml.safe_dump_all([volume, claim])
 
@@ -263,29 +296,36 @@ def _user_binding() -> str:
     )
 
 
-def down() -> None:
-    """Stop every process of the control plane and remove .cluster/."""
-    operators.stop(OPERATORS)
+def down(bin_dir: Path | None = None) -> list[int]:
+    """Stop every process of the cluster and remove .cluster/; the pids that had to be ended.
+
+    kwokctl is asked first (it knows its cluster), then whatever is left is found from /proc: a
+    process marked for this cluster, or one whose command line or working directory lies in
+    .cluster/, even when a failed start, a deleted directory or a killed test run left no record.
+    """
     link = STATE / "bin"
-    if link.exists():
-        _kwokctl(link.resolve(), "delete", "cluster", "--name", NAME)
+    bin_dir = bin_dir or (link.resolve() if link.exists() else None)
+    if bin_dir is not None and (STATE / "kwok" / "clusters" / NAME).exists():
+        try:
+            _kwokctl(bin_dir, "delete", "cluster", "--name", NAME, timeout=120)
+        except (ControlPlaneError, subprocess.TimeoutExpired) as e:
+            print(f"cluster down: kwokctl could not delete the cluster ({str(e).splitlines()[0]}); "
+                  "stopping its processes directly", file=sys.stderr)  # fmt: skip
+    ended = processes.stop_all(STATE)
     shutil.rmtree(STATE, ignore_errors=True)
-    shutil.rmtree(operators.TRAINING_OPERATOR_CERT_DIR, ignore_errors=True)
+    if processes.listener(webhooks.TRAINING_OPERATOR_WEBHOOK_PORT) is None:  # no other cluster's operator uses it
+        shutil.rmtree(operators.TRAINING_OPERATOR_CERT_DIR, ignore_errors=True)
+    return ended
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`up` or `down`; up prints the two kubeconfig paths."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("action", choices=("up", "down"))
-    args = parser.parse_args(argv)
-    if args.action == "down":
-        down()
-        return 0
-    cluster = up()
-    print(f"admin kubeconfig:    {cluster.kubeconfig}")
-    print(f"launcher kubeconfig: {cluster.launcher_kubeconfig}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def status() -> list[str]:
+    """One line per running process of the cluster (name when recorded, pid, command), then the API server's health."""
+    names = {r.pid: r.name for r in processes.records(STATE)}
+    lines = [f"{names.get(pid, '-'):<18} {processes.describe(pid)}" for pid in processes.members(STATE)]
+    kubeconfig = STATE / "kubeconfig"
+    link = STATE / "bin"
+    if kubeconfig.exists() and link.exists():
+        done = subprocess.run([str(link / "kubectl"), "--kubeconfig", str(kubeconfig), "get", "--raw", "/readyz"],
+                              capture_output=True, text=True, check=False, timeout=30)  # fmt: skip
+        lines.append(f"kube-apiserver /readyz: {(done.stdout or done.stderr).strip().splitlines()[-1:]}")
+    return lines or ["no process of the cluster is running"]

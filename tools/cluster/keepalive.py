@@ -1,6 +1,6 @@
 """Run a command and start it again whenever it exits, as a Deployment's pod is restarted.
 
-`python -m tests.cluster.keepalive CMD ARGS...`. An operator process exits when it loses its
+`python -m tools.cluster.keepalive CMD ARGS...`. An operator process exits when it loses its
 leader-election lease (mpi-operator always elects a leader) or its API server stalls; on a cluster
 the kubelet restarts it, and so does this. SIGTERM ends the command and then this process; the
 e2e harness stops the whole process group.

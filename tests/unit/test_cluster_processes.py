@@ -1,0 +1,153 @@
+"""The e2e harness's process registry (tools/cluster/processes.py) with real processes.
+
+What `make cluster-down` relies on: every process of a cluster is found and ended whatever is left
+of its state directory (records deleted, the directory itself deleted, a grandchild that left its
+parent's process group), nothing of another cluster is touched; and a port a component needs is
+checked first, naming the process that holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.cluster import processes
+
+# A process that starts a detached grandchild (its own session, as a daemon does), prints the
+# grandchild's pid, and then sleeps: the grandchild is in no process group the harness recorded.
+SPAWNER = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _wait_for_line(path: Path) -> str:
+    for _ in range(600):  # the spawner writes its line at once; this only bounds a broken test
+        text = path.read_text() if path.exists() else ""
+        if text.endswith("\n"):
+            return text.strip()
+        time.sleep(0.05)
+    raise AssertionError(f"no line in {path}")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "cluster"
+    path.mkdir()
+    yield path
+    processes.stop_all(path, grace_seconds=2)  # whatever a failing test left
+
+
+def test_a_recorded_process_and_its_detached_grandchild_are_stopped_with_the_records_gone(state: Path) -> None:
+    out = state / "spawner.log"
+    record = processes.start(
+        state, "spawner", [sys.executable, "-c", SPAWNER], env=dict(os.environ), log=out, cwd=state.parent
+    )
+    grandchild = int(_wait_for_line(out))
+    assert record.pgid == record.pid
+    assert os.getpgid(grandchild) != record.pgid  # killpg of the record alone would miss it
+    assert {record.pid, grandchild} <= set(processes.members(state))
+
+    shutil.rmtree(state / "processes")  # the records are gone, as after `rm -rf .cluster`
+    ended = processes.stop_all(state, grace_seconds=5)
+
+    assert {record.pid, grandchild} <= set(ended)
+    assert _gone(record.pid)
+    assert _gone(grandchild)
+    assert processes.members(state) == []
+
+
+def test_a_process_left_in_a_deleted_state_directory_is_found_by_its_working_directory(tmp_path: Path) -> None:
+    state = tmp_path / "cluster"
+    (state / "etcd").mkdir(parents=True)
+    # Not started by the harness and without the marker: only its working directory tells.
+    env = {k: v for k, v in os.environ.items() if k != processes.MARKER}
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], cwd=state / "etcd", env=env, start_new_session=True
+    )
+    try:
+        shutil.rmtree(state)  # its cwd now reads "/…/cluster/etcd (deleted)"
+        assert orphan.pid in processes.members(state)
+        processes.stop_all(state, grace_seconds=5)
+        assert orphan.wait(timeout=10) is not None
+        assert processes.members(state) == []
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+
+
+def test_another_clusters_processes_are_left_alone(tmp_path: Path) -> None:
+    mine, other = tmp_path / "mine", tmp_path / "mine-2"  # a prefix of the other's path, on purpose
+    mine.mkdir()
+    other.mkdir()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    theirs = processes.start(other, "theirs", sleeper, env=dict(os.environ), log=other / "l.log", cwd=other)
+    ours = processes.start(mine, "ours", sleeper, env=dict(os.environ), log=mine / "l.log", cwd=mine)
+    try:
+        assert processes.members(mine) == [ours.pid]
+        processes.stop_all(mine, grace_seconds=5)
+        assert processes.running(theirs)
+        assert not processes.running(ours)
+    finally:
+        processes.stop_all(other, grace_seconds=2)
+    assert not processes.running(theirs)
+
+
+def test_stopping_what_one_start_began_leaves_earlier_processes_running(state: Path) -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    earlier = processes.start(state, "earlier", sleeper, env=dict(os.environ), log=state / "a.log", cwd=state)
+    before = {r.pid for r in processes.records(state)}
+    later = processes.start(state, "later", sleeper, env=dict(os.environ), log=state / "b.log", cwd=state)
+
+    assert processes.stop_all(state, only_new=before, grace_seconds=5) == [later.pid]
+
+    assert processes.running(earlier)
+    assert not processes.running(later)
+    assert [r.name for r in processes.records(state)] == ["earlier"]
+
+
+def test_a_taken_port_is_named_with_its_process_before_anything_binds() -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(s.getsockname()[1], flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        port = int(holder.stdout.readline())
+        assert processes.listener(port) == holder.pid
+        with pytest.raises(processes.PortTakenError) as caught:
+            processes.require_free({port: "mpi-operator (health probe)"})
+        message = str(caught.value)
+        assert "\n" not in message
+        assert f"port {port}, needed by mpi-operator (health probe), is taken by pid {holder.pid}" in message
+        assert "time.sleep(600)" in message  # the holder's command line
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_free_port_passes() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert processes.listener(port) is None
+    processes.require_free({port: "anything"})

@@ -1,0 +1,33 @@
+"""`python -m tools.cluster up|down|status`: the e2e cluster (`make cluster-up`, `make cluster-down`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tools.cluster import controlplane, processes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """up: start (or find) the cluster and print its kubeconfigs; down: stop everything; status: what runs."""
+    parser = argparse.ArgumentParser(prog="python -m tools.cluster", description=__doc__)
+    parser.add_argument("action", choices=("up", "down", "status"))
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "down":
+            ended = controlplane.down()
+            print(f"cluster down: {len(ended)} process(es) ended; nothing of the cluster is running")
+        elif args.action == "status":
+            print("\n".join(controlplane.status()))
+        else:
+            cluster = controlplane.up()
+            print(f"admin kubeconfig:    {cluster.kubeconfig}")
+            print(f"launcher kubeconfig: {cluster.launcher_kubeconfig}")
+    except (controlplane.ControlPlaneError, processes.ProcessError, TimeoutError) as e:
+        print(f"cluster {args.action}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
