@@ -63,6 +63,28 @@ def user_kubeconfig(cluster: Cluster, user: str, *, poller: bool = False) -> Pat
     return path
 
 
+APF_FILE = Path(__file__).resolve().parents[1] / "deploy" / "apf.yaml"
+
+
+def apply_apf(cluster: Cluster, enabled: bool) -> None:
+    """Apply deploy/apf.yaml (or remove it) with its subjects pointed at the benchmark's launchers.
+
+    The benchmark's launchers are users in the group `kubetrain-launchers` (signed by kwokctl) that
+    stand in for a KFP step's service account; everything else of the file is applied as shipped.
+    """
+    docs = [d for d in yaml.safe_load_all(APF_FILE.read_text()) if d]
+    for doc in docs:
+        if doc["kind"] == "FlowSchema":
+            for rule in doc["spec"]["rules"]:
+                rule["subjects"] = [{"kind": "Group", "group": {"name": LAUNCHER_GROUP}}]
+    if enabled:
+        cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    else:
+        for doc in docs:
+            kind = doc["kind"].lower() + "s.flowcontrol.apiserver.k8s.io"
+            cluster.kubectl("delete", kind, doc["metadata"]["name"], "--ignore-not-found")
+
+
 def _poller_role(cluster: Cluster) -> None:
     rbac = "rbac.authorization.k8s.io"
     meta = {"name": "bench-poller", "namespace": NAMESPACE}

@@ -22,6 +22,7 @@ Measured per N and method, in one run:
 
     .venv/bin/python bench/scale.py                      # N = 10, 100, 1000; both methods
     .venv/bin/python bench/scale.py --n 10 --json
+    .venv/bin/python bench/scale.py --n 1000 --methods kubetrain --apf both   # deploy/apf.yaml's effect
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from bench._cluster import (
     ProcessSampler,
     TerminalObserver,
     apiserver_pid,
+    apply_apf,
     audit_requests,
     await_by_polling,
     cleanup,
@@ -154,8 +156,11 @@ def single_launch_rss(where: Cluster, run_seconds: float) -> float:
     return usage.ru_maxrss / 1024
 
 
-def one_run(where: Cluster, method: str, n: int, per_process: int, run_seconds: float) -> dict[str, Any]:
-    """N jobs awaited concurrently one way; everything measured about it."""
+def one_run(
+    where: Cluster, method: str, n: int, per_process: int, run_seconds: float, apf: str = "none"
+) -> dict[str, Any]:
+    """N jobs awaited concurrently one way, with API Priority and Fairness's defaults or deploy/apf.yaml."""
+    apply_apf(where, apf == "deploy")
     stamp = int(time.time())
     user = f"bench-scale-{'kt' if method == 'kubetrain' else 'poll'}-{n}-{stamp}"
     kube = user_kubeconfig(where, user, poller=method != "kubetrain")
@@ -224,7 +229,8 @@ def one_run(where: Cluster, method: str, n: int, per_process: int, run_seconds: 
     wall = ended - start_at
     cpu = sampler.cpu_end - sampler.cpu_start
     return {
-        "method": method, "n": n, "processes": len(chunks), "succeeded": len(returned), "errors": errors[:10],
+        "method": method, "apf": apf, "n": n, "processes": len(chunks), "succeeded": len(returned),
+        "errors": errors[:10],
         "jobs_left_behind": len(left),
         "error_count": len(errors), "wall_seconds": wall,
         "notice_p50": statistics.median(notice) if notice else None,
@@ -262,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--n", default="10,100,1000", help="numbers of concurrent launchers")
     parser.add_argument("--methods", default="kubetrain,poll-15s")
+    parser.add_argument(
+        "--apf", default="none", help="none (API Priority and Fairness's defaults), deploy (deploy/apf.yaml), or both"
+    )
     parser.add_argument("--per-process", type=int, default=10, help="launcher threads per worker process")
     parser.add_argument("--run-seconds", type=float, default=5.0, help="how long kwok keeps each job Running")
     parser.add_argument("--json", action="store_true")
@@ -281,10 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     ensure_nodes(where, max(sizes))
     rows = []
     single = single_launch_rss(where, args.run_seconds)
+    apfs = ["none", "deploy"] if args.apf == "both" else [args.apf]
     for n in sizes:
-        for method in args.methods.split(","):
-            print(f"scale: N={n} {method} ...", file=sys.stderr, flush=True)
-            rows.append(one_run(where, method, n, args.per_process, args.run_seconds))
+        for method, apf in [(m, a) for m in args.methods.split(",") for a in apfs]:
+            print(f"scale: N={n} {method} apf={apf} ...", file=sys.stderr, flush=True)
+            rows.append(one_run(where, method, n, args.per_process, args.run_seconds, apf))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept even if a later run fails
             cleanup(where)  # jobs an awaiting side failed to delete (counted in the row)
             wait_for_cleanup(where)
@@ -293,16 +303,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"one `kubetrain launch` process awaiting one job: peak RSS {single:.0f} MiB\n")
     print(
-        "| N | awaiting | ok | notice p50 / p99 / max s | requests per job (429s) | requests/s | peak open watches | "
-        "API server CPU s (avg cores) | API server peak RSS MiB | launchers' CPU s | worker RSS MiB (per launcher) |"
+        "| N | awaiting | APF | ok | notice p50 / p99 / max s | requests per job (429s) | requests/s | "
+        "peak open watches | API server CPU s (avg cores) | API server peak RSS MiB | launchers' CPU s | "
+        "worker RSS MiB (per launcher) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         notice = "–"
         if r["notice_p50"] is not None:
             notice = f"{r['notice_p50']:.2f} / {r['notice_p99']:.2f} / {r['notice_max']:.2f}"
         cells = [
-            str(r["n"]), r["method"], f"{r['succeeded']}/{r['n']}", notice,
+            str(r["n"]), r["method"], "deploy/apf.yaml" if r["apf"] == "deploy" else "defaults",
+            f"{r['succeeded']}/{r['n']}", notice,
             f"{r['requests_per_job']:.1f} ({r['throttled_429']})", f"{r['requests_per_second']:.1f}",
             f"{r['open_watches_peak']:.0f}", f"{r['apiserver_cpu_seconds']:.0f} ({r['apiserver_cores_avg']:.2f})",
             f"{r['apiserver_peak_rss_mib']:.0f}", f"{r['launchers_cpu_seconds']:.0f}",
@@ -310,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     for r in rows:
-        print(f"  N={r['n']} {r['method']}: wall {r['wall_seconds']:.0f}s, {r['requests_by_kind']}")
+        print(f"  N={r['n']} {r['method']} apf={r['apf']}: wall {r['wall_seconds']:.0f}s, {r['requests_by_kind']}")
         for error in r["errors"]:
             print(f"    {error}")
     return 0
