@@ -134,19 +134,18 @@ def up() -> Cluster:
     bin_dir = build()
     STATE.mkdir(exist_ok=True)
     before = {r.pid for r in processes.records(STATE)}
-    created = False
+    create = not _running(bin_dir)
     try:
-        cluster, created = _up(bin_dir)
+        return _up(bin_dir, create=create)
     except BaseException:
-        if created or not _running(bin_dir):
+        if create:
             down(bin_dir)
         else:
             processes.stop_all(STATE, only_new=before)
         raise
-    return cluster
 
 
-def _up(bin_dir: Path) -> tuple[Cluster, bool]:
+def _up(bin_dir: Path, *, create: bool) -> Cluster:
     policy = STATE / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
     stage_file = STATE / "kwok-stages.yaml"
@@ -155,8 +154,7 @@ def _up(bin_dir: Path) -> tuple[Cluster, bool]:
             operators.module_dir(GO_WRAPPERS / "kwok", "sigs.k8s.io/kwok"), STATE / "container.log", NAMESPACE
         )
     )
-    started = not _running(bin_dir)
-    if started:
+    if create:
         # Leftovers of an earlier start of this cluster go first (kwokctl picks free ports for its
         # own processes; the operators' fixed ports are checked before they start).
         processes.stop_all(STATE)
@@ -183,7 +181,7 @@ def _up(bin_dir: Path) -> tuple[Cluster, bool]:
         kubeconfig=STATE / "kubeconfig",
         launcher_kubeconfig=STATE / "launcher.kubeconfig",
         workdir=STATE / "kwok",
-        started_here=started,
+        started_here=create,
     )
     cluster.kubeconfig.write_text(_kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME))
     cluster.launcher_kubeconfig.write_text(
@@ -203,7 +201,7 @@ def _up(bin_dir: Path) -> tuple[Cluster, bool]:
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(bin_dir)
-    return cluster, started
+    return cluster
 
 
 def _operators(cluster: Cluster) -> None:
