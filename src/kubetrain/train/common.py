@@ -257,8 +257,15 @@ def write_metrics(output_dir: Path, metrics: Mapping[str, Any]) -> Path:
 
 
 def log(rank: int | str, message: str) -> None:
-    """One line on stderr, prefixed with the rank, flushed (the launcher tails these logs)."""
-    print(f"[rank {rank}] {message}", file=sys.stderr, flush=True)
+    """One line on stderr, prefixed with the rank, flushed (the launcher tails these logs).
+
+    The line goes out in one write: the ranks run with PYTHONUNBUFFERED (stderr then writes
+    through), where `print` writes the text and its newline separately, and mpirun, relaying every
+    rank's stderr into one stream, put another rank's line between the two
+    (`[rank 0] mpi: rank 0/2[rank 1] mpi: rank 1/2`).
+    """
+    sys.stderr.write(f"[rank {rank}] {message}\n")
+    sys.stderr.flush()
 
 
 class Watchdog:
