@@ -72,7 +72,12 @@ def build_parser(*, prog: str, description: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--keep-checkpoints", type=int, default=3, help="newest N kept on disk")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs")
-    p.add_argument("--log-every", type=int, default=10, help="history entry every N steps")
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=10,
+        help="every step's loss is in the history; the ranks' losses are averaged every N steps (one collective)",
+    )
     p.add_argument(
         "--timeout-seconds",
         type=float,
