@@ -13,7 +13,13 @@ from kubetrain.errors import ExitCode, InvalidInputError, TrainingError
 from kubetrain.kfp_runtime import artifacts, report, summary
 from kubetrain.kfp_runtime.download_step import dataset_dir_name, download_dataset_step
 from kubetrain.kfp_runtime.train_step import dataset_location
-from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, open_workspace
+from kubetrain.kfp_runtime.workspace import (
+    WorkspaceView,
+    backend_kind,
+    dataset_dir,
+    open_workspace,
+    resolve_workspace_path,
+)
 from kubetrain.manifests import build_manifest
 from kubetrain.presets import TrainingParams, ps_job_spec
 from kubetrain.tooling.params import PipelineInput, parse_params
@@ -339,3 +345,19 @@ def test_params_are_typed_by_the_pipeline() -> None:
 def test_bad_params(pairs: list[str], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         parse_params(pairs, INPUTS)
+
+
+def test_a_users_step_resolves_a_workspace_path_where_it_lies(tmp_path: Path) -> None:
+    local = {"KUBETRAIN_BACKEND": "local", "KUBETRAIN_LOCAL_ROOT": str(tmp_path / "root")}
+    claim_dir = tmp_path / "root" / "claims" / "team-claim"
+    path = "/workspace/datasets/digits-1234"
+    assert resolve_workspace_path(path, claim="team-claim", environ=local) == claim_dir / "datasets" / "digits-1234"
+    dataset = FakeArtifact(tmp_path / "dataset.json", {"path": path, "workspace_pvc": "team-claim"})
+    assert dataset_dir(dataset, environ=local) == claim_dir / "datasets" / "digits-1234"
+    with pytest.raises(InvalidInputError, match="not on the workspace volume"):
+        resolve_workspace_path("/etc/passwd", environ=local)
+    with pytest.raises(InvalidInputError, match="no 'path'"):
+        dataset_dir(FakeArtifact(tmp_path / "other", {}), environ=local)
+    # In a cluster the path is itself, once the step mounts the claim; without it, the fix is named.
+    with pytest.raises(InvalidInputError, match=r"kfp.kubernetes.mount_pvc"):
+        resolve_workspace_path(path, environ={"KUBETRAIN_BACKEND": "kubernetes"})
