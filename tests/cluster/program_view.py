@@ -6,7 +6,8 @@ hostfile Open MPI reads, then waits to be stopped. Locally the probe really runs
 what the program would see. On the cluster nothing runs (kwok plays the kubelet), so the view is
 derived from the pod the operator created, as the kubelet and the container runtime would build
 it: the container's env in order with `$(VAR)` expansion, downward-API fields, config maps,
-HOSTNAME from the pod's host name, the API server's KUBERNETES_SERVICE_* variables; the
+HOSTNAME from the pod's host name, the API server's KUBERNETES_SERVICE_* variables, the ENV of
+kubetrain's images (which a real container starts with, and the local backend gives too); the
 hostfile from the config map the operator mounts.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetrain.backends.local.env import IMAGE_ENV, image_repository
 from tools.cluster.controlplane import NAMESPACE, Cluster
 
 MARK = "KUBETRAIN-PROBE "
@@ -90,7 +92,10 @@ def from_pod(cluster: Cluster, pod: Mapping[str, Any], container_name: str) -> P
     container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
     spec = pod["spec"]
     hostname = spec.get("hostname") or pod["metadata"]["name"][:63]
-    env: dict[str, str] = {"HOSTNAME": hostname}
+    # The container runtime starts from the image's ENV (kubetrain's images only: the ENV of another
+    # image cannot be known here), then the kubelet adds HOSTNAME and the container's env.
+    env: dict[str, str] = {**IMAGE_ENV.get(image_repository(str(container.get("image") or "")), {})}
+    env["HOSTNAME"] = hostname
     for source in container.get("envFrom") or ():
         if "configMapRef" in source:
             prefix = source.get("prefix", "")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kubetrain.backends.local.backend import LocalBackend
+from kubetrain.presets import CHAINERMN_IMAGE
 from kubetrain.status import JobPhase
 from tests.integration.test_local_pytorchjob import _alive, _follow, _pids_of, _wait_for
 
@@ -38,10 +39,10 @@ def _program(backend: LocalBackend, name: str, source: str) -> str:
     return f"/workspace/{name}"
 
 
-def _template(command: list[str] | None) -> dict[str, Any]:
+def _template(command: list[str] | None, image: str = "registry.example/mpi:1") -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "mpi",
-        "image": "registry.example/mpi:1",
+        "image": image,
         "env": [{"name": "WORK", "value": "/workspace"}, {"name": "OMP_NUM_THREADS", "value": "1"}],
         "volumeMounts": [{"name": "work", "mountPath": "/workspace"}],
     }
@@ -56,7 +57,13 @@ def _template(command: list[str] | None) -> dict[str, Any]:
 
 
 def _mpijob(
-    name: str, launcher: list[str], *, workers: int = 2, slots: int = 1, run_policy: dict[str, Any] | None = None
+    name: str,
+    launcher: list[str],
+    *,
+    workers: int = 2,
+    slots: int = 1,
+    run_policy: dict[str, Any] | None = None,
+    image: str = "registry.example/mpi:1",
 ) -> dict[str, Any]:
     return {
         "apiVersion": "kubeflow.org/v2beta1",
@@ -66,9 +73,9 @@ def _mpijob(
             "slotsPerWorker": slots,
             "runPolicy": {"cleanPodPolicy": "Running", **(run_policy or {})},
             "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": _template(launcher)},
+                "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": _template(launcher, image)},
                 # The workers' image would run sshd; it does not run locally.
-                "Worker": {"replicas": workers, "restartPolicy": "Never", "template": _template(None)},
+                "Worker": {"replicas": workers, "restartPolicy": "Never", "template": _template(None, image)},
             },
         },
     }
@@ -189,3 +196,26 @@ def test_a_launcher_without_workers_runs_alone(backend: LocalBackend) -> None:
     assert status.phase is JobPhase.SUCCEEDED
     (launcher,) = backend.pods(ref)
     assert list(backend.pod_log(ref, launcher, follow=False)) == ["alone"]
+
+
+USER_CHAINERMN = """
+    import os, pathlib
+    import chainer, chainermn  # Chainer 7.8.1 imports numpy.distutils: needs stdlib distutils
+    comm = chainermn.create_communicator("naive")
+    total = comm.allreduce_obj(comm.rank + 1)
+    pathlib.Path(os.environ["WORK"], f"chainermn-{comm.rank}").write_text(f"{comm.size} {total}")
+"""
+
+
+def test_a_users_chainermn_program_imports_chainer_as_in_the_image(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The chainermn image sets SETUPTOOLS_USE_DISTUTILS=stdlib; nobody exports it on this machine.
+    monkeypatch.delenv("SETUPTOOLS_USE_DISTUTILS", raising=False)
+    program = _program(backend, "user_chainermn.py", USER_CHAINERMN)
+    ref = backend.submit(_mpijob("chainer", ["mpirun", "-n", "2", "python", program], image=CHAINERMN_IMAGE))
+    status, _ = _follow(backend, ref)
+    log = "\n".join(backend.pod_log(ref, backend.pods(ref)[0], follow=False))
+    assert status.phase is JobPhase.SUCCEEDED, log
+    claim = backend.claim_dir(CLAIM)
+    assert [(claim / f"chainermn-{r}").read_text() for r in range(2)] == ["2 3", "2 3"]

@@ -15,6 +15,7 @@ import pytest
 
 from kubetrain.backends.base import JobRef
 from kubetrain.backends.local.backend import LocalBackend
+from kubetrain.backends.local.env import MACHINE_ENV, image_environment
 from kubetrain.errors import BackendError, JobConflictError
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, JobStatus, parse_job_status
@@ -141,8 +142,10 @@ ENV_DUMP = """
     import json, os, sys, time
     keys = ["PYTHONUNBUFFERED", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_MASTER_ADDR",
             "PET_MASTER_PORT", "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "USER_VALUE", "DATA",
-            "SCRATCH", "POD_IP", "POD_NAME", "HOSTNAME", "LOCAL_RANK"]
+            "SCRATCH", "POD_IP", "POD_NAME", "HOSTNAME", "LOCAL_RANK", "FOO_HOST_ONLY", "LC_ALL", "HTTPS_PROXY",
+            "MKL_NUM_THREADS"]
     record = {k: os.environ.get(k) for k in keys}
+    record["names"] = sorted(os.environ)
     record["argv"] = sys.argv[1:]
     record["cwd"] = os.getcwd()
     open(os.path.join(os.environ["DATA"], "env-" + os.environ["HOSTNAME"] + ".json"), "w").write(json.dumps(record))
@@ -155,6 +158,10 @@ ENV_DUMP = """
 def test_hand_written_pytorchjob_sees_the_operators_env(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANK", "99")  # the caller's own value must not leak into a replica
     monkeypatch.setenv("LOCAL_RANK", "7")
+    monkeypatch.setenv("FOO_HOST_ONLY", "leaked")  # the shell that launched it is not the pod's
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")  # what this machine needs passes through
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
     program = _program(backend, "env.py", ENV_DUMP)
     env = [
         {"name": "USER_VALUE", "value": "from-the-manifest"},
@@ -188,6 +195,18 @@ def test_hand_written_pytorchjob_sees_the_operators_env(backend: LocalBackend, m
         }
         assert {k: got[k] for k in operator} == operator
         assert got["LOCAL_RANK"] is None
+        assert got["FOO_HOST_ONLY"] is None
+        assert (got["LC_ALL"], got["HTTPS_PROXY"], got["MKL_NUM_THREADS"]) == (
+            "C.UTF-8",
+            "http://proxy.example:3128",
+            "1",
+        )
+        # Every name is the image's, the manifest's, the operator's, the backend's or this machine's.
+        manifest = {"OMP_NUM_THREADS", "WORK"} | {e["name"] for e in env}
+        pod = set(image_environment("registry.example/train:1")) | manifest | set(operator) | {"HOSTNAME"}
+        backend_own = {"KUBETRAIN_BIND_ADDRESS", "KUBETRAIN_LOCAL_CONTAINER"}
+        unexplained = [n for n in got["names"] if n not in pod | backend_own | MACHINE_ENV and not n.startswith("LC_")]
+        assert unexplained == []
         assert got["USER_VALUE"] == "from-the-manifest"
         assert got["DATA"] == str(claim)
         assert got["SCRATCH"].startswith(str(backend.job_dir(ref))) and got["SCRATCH"].endswith("/scratch/tmp")

@@ -13,7 +13,13 @@ from kubetrain.errors import ExitCode, InvalidInputError, TrainingError
 from kubetrain.kfp_runtime import artifacts, report, summary
 from kubetrain.kfp_runtime.download_step import dataset_dir_name, download_dataset_step
 from kubetrain.kfp_runtime.train_step import dataset_location
-from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, open_workspace
+from kubetrain.kfp_runtime.workspace import (
+    WorkspaceView,
+    backend_kind,
+    dataset_dir,
+    open_workspace,
+    resolve_workspace_path,
+)
 from kubetrain.manifests import build_manifest
 from kubetrain.presets import TrainingParams, ps_job_spec
 from kubetrain.tooling.params import PipelineInput, parse_params
@@ -223,7 +229,7 @@ def test_model_metrics_and_report_artifacts(tmp_path: Path) -> None:
 def test_report_has_curves_and_tables() -> None:
     loss, accuracy = report.curves(METRICS["history"])
     assert loss == [(10.0, 1.5), (50.0, 0.2)]  # per-step losses only, not the epoch means
-    assert accuracy == [(1.0, 0.9), (2.0, 0.97)]
+    assert accuracy == [(0.0, 0.9), (1.0, 0.97)]  # epochs as the history and the log count them
     page = report.training_report(title="t <1>", metrics=METRICS, details=[("job", "PyTorchJob a/b")])
     assert "t &lt;1&gt;" in page
     encoded = page.split("data:image/png;base64,", 1)[1].split('"', 1)[0]
@@ -232,6 +238,36 @@ def test_report_has_curves_and_tables() -> None:
     no_history = report.training_report(title="t", metrics={**METRICS, "history": []}, details=[])
     assert "no curves" in no_history
     assert "data:image/png" not in no_history
+
+
+def test_report_curves_draw_every_logged_point_at_whole_epochs_and_steps() -> None:
+    history = [{"step": s, "epoch": (s - 1) // 15, "loss": 2.0 / s, "kind": "step"} for s in range(1, 46)]
+    history += [
+        {"step": 15 * (e + 1), "epoch": e, "loss": 0.5, "kind": "epoch", "test_accuracy": 0.8 + e / 20}
+        for e in range(3)
+    ]
+    fig = report.curves_figure(history, title="t")
+    left, right = fig.axes
+    assert len(left.lines[0].get_xdata()) == 45  # one point per logged step
+    assert list(right.lines[0].get_xdata()) == [0.0, 1.0, 2.0]  # epoch 0 is the log's "epoch 0"
+    fig.canvas.draw()
+    for axes in (left, right):
+        ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_report_shows_the_inputs_that_made_the_run() -> None:
+    rows = report.input_rows(
+        {"epochs": 3, "learning_rate": 0.05, "command": ["python", "my train.py"], "args": [], "labels": {"a": "b"}}
+    )
+    assert rows == [
+        ("epochs", 3),
+        ("learning_rate", 0.05),
+        ("command", "python 'my train.py'"),
+        ("labels", '{"a": "b"}'),
+    ]
+    page = report.training_report(title="t", metrics=METRICS, details=[], inputs=rows)
+    assert "<h2>Inputs</h2>" in page and "python &#x27;my train.py&#x27;" in page and "0.0500" in page
 
 
 def test_comparison_table(tmp_path: Path) -> None:
@@ -309,3 +345,19 @@ def test_params_are_typed_by_the_pipeline() -> None:
 def test_bad_params(pairs: list[str], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         parse_params(pairs, INPUTS)
+
+
+def test_a_users_step_resolves_a_workspace_path_where_it_lies(tmp_path: Path) -> None:
+    local = {"KUBETRAIN_BACKEND": "local", "KUBETRAIN_LOCAL_ROOT": str(tmp_path / "root")}
+    claim_dir = tmp_path / "root" / "claims" / "team-claim"
+    path = "/workspace/datasets/digits-1234"
+    assert resolve_workspace_path(path, claim="team-claim", environ=local) == claim_dir / "datasets" / "digits-1234"
+    dataset = FakeArtifact(tmp_path / "dataset.json", {"path": path, "workspace_pvc": "team-claim"})
+    assert dataset_dir(dataset, environ=local) == claim_dir / "datasets" / "digits-1234"
+    with pytest.raises(InvalidInputError, match="not on the workspace volume"):
+        resolve_workspace_path("/etc/passwd", environ=local)
+    with pytest.raises(InvalidInputError, match="no 'path'"):
+        dataset_dir(FakeArtifact(tmp_path / "other", {}), environ=local)
+    # In a cluster the path is itself, once the step mounts the claim; without it, the fix is named.
+    with pytest.raises(InvalidInputError, match=r"kfp.kubernetes.mount_pvc"):
+        resolve_workspace_path(path, environ={"KUBETRAIN_BACKEND": "kubernetes"})

@@ -1,4 +1,4 @@
-"""Local backend translation rules: `$(VAR)` expansion, host/path rewriting, inherited env, commands."""
+"""Local backend translation rules: `$(VAR)` expansion, host/path rewriting, the environment, commands."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from pathlib import Path
 import pytest
 
 from kubetrain.backends.local.env import (
+    IMAGE_ENV,
     Rewriter,
     ensure_python_shims,
     expand_references,
-    inherited_environment,
+    image_environment,
+    machine_environment,
     resolve_command,
     resolve_field_ref,
     resource_field_value,
     search_path,
 )
+from tests.unit.test_images import dockerfiles, parse_dockerfile
 
 
 @pytest.mark.parametrize(
@@ -88,11 +91,40 @@ def test_mount_paths_become_local_directories(rewriter: Rewriter, text: str, exp
     assert rewriter.rewrite(text) == expected
 
 
-def test_inherited_environment_drops_what_operators_own() -> None:
-    env = inherited_environment(
-        {"PATH": "/bin", "RANK": "3", "OMPI_COMM_WORLD_RANK": "1", "PET_NNODES": "2", "HOME": "/root", "MY_RANK": "x"}
-    )
-    assert env == {"PATH": "/bin", "HOME": "/root", "MY_RANK": "x"}
+def test_a_replica_takes_only_what_this_machine_needs_from_the_callers_environment() -> None:
+    caller = {
+        "PATH": "/bin", "HOME": "/root", "TMPDIR": "/scratch", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "HTTPS_PROXY": "http://proxy:3128", "no_proxy": "localhost", "SSL_CERT_FILE": "/etc/ca.pem",
+        "PYTHONPATH": "/team/models", "OMP_NUM_THREADS": "1",
+        "RANK": "3", "OMPI_COMM_WORLD_RANK": "1", "PET_NNODES": "2", "MY_RANK": "x", "FOO_HOST_ONLY": "leaked",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t", "KUBETRAIN_BACKEND": "local",
+    }  # fmt: skip
+    env = machine_environment(caller)
+    dropped = {"RANK", "OMPI_COMM_WORLD_RANK", "PET_NNODES", "MY_RANK", "FOO_HOST_ONLY", "AWS_SECRET_ACCESS_KEY"}
+    assert env == {k: v for k, v in caller.items() if k not in dropped | {"KUBETRAIN_BACKEND"}}
+
+
+def _dockerfile_env(name: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
+    for keyword, rest in final.instructions:
+        if keyword == "ENV":
+            env.update(dict(item.split("=", 1) for item in rest.split()))
+    return env
+
+
+@pytest.mark.parametrize("name", sorted(IMAGE_ENV))
+def test_a_local_container_starts_with_its_images_env(name: str) -> None:
+    image_env = {k: v for k, v in _dockerfile_env(name).items() if k != "HOME"}  # HOME stays this machine's
+    assert IMAGE_ENV[name] == image_env
+    assert image_environment(f"registry.example.com/mirror/{name}:1.2.3") == image_env
+
+
+def test_an_unknown_image_gets_the_training_images_env_it_runs_on_locally() -> None:
+    env = image_environment("registry.example.com/team/trainer:1.4")
+    assert env["SETUPTOOLS_USE_DISTUTILS"] == "stdlib"  # a user's Chainer program imports here too
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert "MPLBACKEND" not in env  # the launcher's, not a training image's
 
 
 def test_python_means_this_interpreter(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -159,3 +160,24 @@ def test_watchdog_that_is_fed_does_not_fire() -> None:
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "finished"
+
+
+def test_a_rank_log_line_reaches_stderr_in_one_write() -> None:
+    # The ranks run with PYTHONUNBUFFERED (the images and mpirun -x set it); mpirun relays every
+    # rank's stderr into one stream, so a line written in two pieces let another rank's line in
+    # between. A SEQPACKET socket as stderr keeps each write(2) a message of its own.
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    code = "from kubetrain.train.common import log; log(0, 'mpi: rank 0/2'); log(1, 'second')"
+    with parent, child:
+        subprocess.run(
+            [sys.executable, "-c", code],
+            stderr=child,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            check=True,
+            timeout=60,
+        )
+        child.close()
+        writes = []
+        while message := parent.recv(65536):
+            writes.append(message)
+    assert writes == [b"[rank 0] mpi: rank 0/2\n", b"[rank 1] second\n"]

@@ -82,8 +82,12 @@ def test_epochs_of_batches_with_history_checkpoints_and_metrics(tmp_path: Path) 
     # Mid-epoch every 2 steps (not at step 6: that is an epoch's end), and at each epoch's end.
     assert steps.saved_steps == [2, 3, 4, 6]
     kinds = [(h["kind"], h["step"]) for h in state.progress.history]
-    assert kinds == [("step", 2), ("epoch", 3), ("step", 4), ("step", 6), ("epoch", 6)]
-    assert state.progress.history[1]["loss"] == pytest.approx(4.0)  # (0 + 4 + 8) / 3
+    # Every step is in the history (the chart draws each); the epoch's mean follows its last step.
+    epoch_0 = [("step", 1), ("step", 2), ("step", 3), ("epoch", 3)]
+    assert kinds == [*epoch_0, ("step", 4), ("step", 5), ("step", 6), ("epoch", 6)]
+    assert [h["loss"] for h in state.progress.history[:3]] == [0.0, 4.0, 8.0]
+    assert state.progress.history[3]["loss"] == pytest.approx(4.0)  # (0 + 4 + 8) / 3
+    assert [h["epoch"] for h in state.progress.history if h["kind"] == "step"] == [0, 0, 0, 1, 1, 1]
     assert (outcome.samples_total, outcome.test_accuracy) == (20, 0.5)
 
     loop.write_outputs(state, steps, outcome, started=0.0, extra={"framework": "fake"})
@@ -94,6 +98,29 @@ def test_epochs_of_batches_with_history_checkpoints_and_metrics(tmp_path: Path) 
     ]  # fmt: skip
     assert (metrics["epochs"], metrics["global_step"], metrics["samples_trained"]) == (2, 6, 20)
     assert (tmp_path / "out" / "model.fake").read_text() == "model"
+
+
+def test_step_losses_are_averaged_over_ranks_every_log_every_steps_in_one_collective(tmp_path: Path) -> None:
+    class TwoRanks(FakeSteps):
+        """Rank 0 of two; the other rank's loss is always 1 higher."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.world_size = 2
+            self.reduced: list[int] = []
+
+        def allreduce_sum(self, values: list[float]) -> list[float]:
+            self.reduced.append(len(values))
+            return [2 * v + 1 for v in values]
+
+    state, steps = (
+        _state(tmp_path, "--epochs", "1", "--batch-size", "1", "--log-every", "4", checkpoints=False),
+        TwoRanks(),
+    )
+    loop.train(state, steps)
+    step_losses = [h["loss"] for h in state.progress.history if h["kind"] == "step"]
+    assert step_losses == [v + 0.5 for v in range(10)]  # all 10 steps, each the mean of both ranks
+    assert steps.reduced[:3] == [4, 4, 2]  # steps 1-4, 5-8, then 9-10 at the epoch's end
 
 
 def test_max_steps_stops_mid_epoch(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.kfp_runtime.artifacts import METRICS_JSON, ArtifactLike
-from kubetrain.kfp_runtime.report import curves
+from kubetrain.kfp_runtime.report import curves, integer_ticks
 
 History = Sequence[Mapping[str, Any]]
 
@@ -52,6 +52,7 @@ def comparison_png(runs: Sequence[tuple[str, History, Mapping[str, Any]]]) -> by
             acc_ax.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", label=framework)
     loss_ax.set(xlabel="fraction of training", ylabel="training loss", title="loss")
     acc_ax.set(xlabel="epoch", ylabel="test accuracy", title="accuracy")
+    integer_ticks(acc_ax)
     for ax in (loss_ax, acc_ax):
         ax.grid(alpha=0.3)
         if ax.lines:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,7 +51,7 @@ def format_value(value: object, spec: str = "") -> str:
 
 
 def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
-    """(step, loss) points and (epoch, test accuracy) points from a metrics.json history."""
+    """(step, loss) points and (epoch, test accuracy) points from a metrics.json history, every one of them."""
     # Programs that tag entries record per-step losses ("step") and epoch means ("epoch"); mixing
     # the two would draw spikes that are not in the training, so the loss curve uses steps only.
     steps = [h for h in history if h.get("kind", "step") == "step"] or list(history)
@@ -57,11 +59,33 @@ def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, floa
     accuracy: list[tuple[float, float]] = []
     for h in history:
         if "test_accuracy" in h:
-            # Epochs are 0-based in the history; an accuracy measured at the end of epoch e is
-            # plotted at e + 1 so the axis reads "after N epochs".
-            x = float(h["epoch"]) + 1 if "epoch" in h else float(h.get("step", len(accuracy) + 1))
+            # The epoch as the history and the training log number it ("epoch 0: ... test accuracy"):
+            # the accuracy measured at the end of epoch 0 is drawn at 0.
+            x = float(h["epoch"]) if "epoch" in h else float(h.get("step", len(accuracy)))
             accuracy.append((x, float(h["test_accuracy"])))
     return loss, accuracy
+
+
+def integer_ticks(axes: Any) -> None:
+    """Whole-number ticks on the x axis (epochs and steps are counted, never fractional)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def input_rows(inputs: Mapping[str, object]) -> list[tuple[str, object]]:
+    """The inputs that made the run, for the report: those given, in order; lists as a command line, dicts as JSON."""
+    rows: list[tuple[str, object]] = []
+    for key, value in inputs.items():
+        if value is None or (isinstance(value, (str, list, tuple, dict)) and not value):
+            continue
+        shown: object = value
+        if isinstance(value, (list, tuple)):
+            shown = shlex.join(str(v) for v in value)
+        elif isinstance(value, dict):
+            shown = json.dumps(value, sort_keys=True)
+        rows.append((key, shown))
+    return rows
 
 
 def load_plotting() -> None:
@@ -72,6 +96,16 @@ def load_plotting() -> None:
 
 def curves_png(history: Sequence[Mapping[str, Any]], *, title: str) -> bytes | None:
     """A PNG with the loss curve (left) and the test-accuracy curve (right); None without data."""
+    fig = curves_figure(history, title=title)
+    if fig is None:
+        return None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def curves_figure(history: Sequence[Mapping[str, Any]], *, title: str) -> Any:
+    """The matplotlib Figure behind :func:`curves_png` (a loss and an accuracy axes); None without data."""
     loss, accuracy = curves(history)
     if not loss and not accuracy:
         return None
@@ -84,6 +118,7 @@ def curves_png(history: Sequence[Mapping[str, Any]], *, title: str) -> bytes | N
     if loss:
         left.plot([p[0] for p in loss], [p[1] for p in loss], color="tab:blue")
     left.set_xlabel("step")
+    integer_ticks(left)
     left.set_ylabel("training loss")
     left.set_title("loss")
     left.grid(alpha=0.3)
@@ -91,14 +126,13 @@ def curves_png(history: Sequence[Mapping[str, Any]], *, title: str) -> bytes | N
         right.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", color="tab:green")
         right.set_ylim(min([0.5, *(p[1] for p in accuracy)]), 1.0)
     right.set_xlabel("epoch")
+    integer_ticks(right)
     right.set_ylabel("test accuracy")
     right.set_title("accuracy")
     right.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
 
 
 def table_html(rows: Sequence[tuple[str, object]], *, header: tuple[str, str] | None = None) -> str:
@@ -128,11 +162,14 @@ def training_report(
     metrics: Mapping[str, Any],
     details: Sequence[tuple[str, object]],
     rows: Sequence[tuple[str, object]] | None = None,
+    inputs: Sequence[tuple[str, object]] = (),
 ) -> str:
-    """The report page of one training job: metrics table (`rows`, else kubetrain's metrics), curves, details."""
+    """The report page of one training job: metrics (`rows`, else kubetrain's), the step's `inputs`, curves, details."""
     if rows is None:
         rows = [(label, metrics[key]) for key, label in METRIC_LABELS if key in metrics]
     body = ["<h2>Final metrics</h2>", table_html(rows) if rows else "<p>The program wrote no metrics.</p>"]
+    if inputs:
+        body += ["<h2>Inputs</h2>", table_html(inputs)]
     png = curves_png(metrics.get("history") or (), title=title)
     if png is not None:
         data = base64.b64encode(png).decode("ascii")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,19 @@ def _report_details(
     ]
 
 
+# Not shown among the inputs: the job's name (under Job) comes from them.
+_NAMING_INPUTS = ("run_id", "task_id", "task_name")
+# kubetrain's trainer gets these as flags; a user's own program does not, so its page leaves them out.
+_TRAINER_INPUTS = ("epochs", "batch_size", "learning_rate", "architecture", "seed")
+
+
+def _report_inputs(request: TrainingRequest, *, user_program: bool) -> list[tuple[str, object]]:
+    """The step's inputs that made the run, for the report (hyperparameters, command and args, resources...)."""
+    hidden = _NAMING_INPUTS + (_TRAINER_INPUTS if user_program else ())
+    values = {f.name: getattr(request, f.name) for f in fields(request) if f.name not in hidden}
+    return report.input_rows(values)
+
+
 def _meta(result: JobResult, request: TrainingRequest, plan: JobPlan) -> dict[str, Any]:
     return {
         "framework": request.framework,
@@ -120,6 +133,7 @@ def _fill_trainer_outputs(
         title=f"{request.framework} training: {plan.name}",
         metrics=metrics,
         details=_report_details(result, request, plan, job_seconds),
+        inputs=_report_inputs(request, user_program=False),
     )
     artifacts.write_text(outputs.report, page)
     return logged
@@ -147,6 +161,7 @@ def _fill_user_outputs(
         metrics=metrics,
         details=[*details, ("command", " ".join(program.command) if program else "")],
         rows=sorted(artifacts.numeric_metrics(metrics).items()),
+        inputs=_report_inputs(request, user_program=True),
     )
     artifacts.write_text(outputs.report, page)
     return logged

@@ -6,6 +6,11 @@ the same path. On this machine (`kubetrain run`) the claim is the local backend'
 that claim, and the local backend rewrites the pods' mount paths to it; the launcher maps a
 pod-side path to its local directory with :meth:`WorkspaceView.local`.
 
+A step of the user's own (a plain `@dsl.component` taking the Dataset, or a Model's files that
+name workspace paths) reaches the same data through :func:`resolve_workspace_path` (or
+:func:`dataset_dir` for a Dataset artifact): the one rule that maps a pod-side path to where it
+lies in this environment, the rule kubetrain's own steps use (:meth:`WorkspaceView.local`).
+
 The backend comes from the environment: ``KUBETRAIN_BACKEND=local|kubernetes``; unset, it is
 kubernetes inside a cluster (an in-cluster service account) and local anywhere else, so a
 component run from its YAML under `kfp.local` trains on this machine. `kubetrain run` sets local
@@ -22,6 +27,7 @@ from pathlib import Path
 
 from kubetrain.backends import BACKEND_KINDS, BackendKind
 from kubetrain.errors import InvalidInputError, SpecError
+from kubetrain.kfp_runtime.artifacts import ArtifactLike
 from kubetrain.presets import WORKSPACE_MOUNT
 from kubetrain.specs import Workspace
 
@@ -30,6 +36,7 @@ LOCAL_ROOT_ENV = "KUBETRAIN_LOCAL_ROOT"
 # What the kubelet gives every pod with an automounted service account (client-go's InClusterConfig).
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 SERVICE_HOST_ENV = "KUBERNETES_SERVICE_HOST"
+DEFAULT_CLAIM = "kubetrain-workspace"
 
 
 def in_cluster(environ: Mapping[str, str] | None = None, *, service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> bool:
@@ -107,3 +114,35 @@ def open_workspace(claim: str, *, kind: BackendKind, environ: Mapping[str, str] 
             "(the kubetrain pipelines do this), or run with KUBETRAIN_BACKEND=local"
         )
     return WorkspaceView(claim=claim, local_dir=mount)
+
+
+def resolve_workspace_path(path: str, *, claim: str = DEFAULT_CLAIM, environ: Mapping[str, str] | None = None) -> Path:
+    """Where `path`, a path on the workspace volume as the pods see it (`/workspace/...`), lies here.
+
+    In a cluster that is `path` itself, provided the claim is mounted at /workspace on this step
+    (`kfp.kubernetes.mount_pvc(task, pvc_name=claim, mount_path="/workspace")`); on this machine
+    (`kubetrain run`, `kfp.local`) it is the local backend's directory of `claim` (under
+    ``$KUBETRAIN_LOCAL_ROOT``). The backend is chosen as for kubetrain's own steps
+    (``KUBETRAIN_BACKEND``, else in a cluster or not). Raises InvalidInputError for a path outside
+    /workspace or, in a cluster, when the claim is not mounted.
+    """
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise InvalidInputError(f"path: got {path!r}; expected an absolute path under {WORKSPACE_MOUNT}")
+    return open_workspace(claim, kind=backend_kind(environ), environ=environ).local(path)
+
+
+def dataset_dir(dataset: ArtifactLike, *, environ: Mapping[str, str] | None = None) -> Path:
+    """The data set directory of a `download_dataset` Dataset artifact, where it lies in this environment.
+
+    Reads the artifact's metadata (`path` on claim `workspace_pvc`) and resolves it with
+    :func:`resolve_workspace_path`; the directory holds `dataset.json` and the shards
+    (:mod:`kubetrain.data.dataset_format` reads them).
+    """
+    meta = dataset.metadata or {}
+    path, claim = meta.get("path"), meta.get("workspace_pvc") or DEFAULT_CLAIM
+    if not isinstance(path, str) or not path:
+        raise InvalidInputError(
+            f"dataset: the artifact's metadata has no 'path' (got {sorted(meta)}); pass the Dataset output of "
+            "download_dataset"
+        )
+    return resolve_workspace_path(path, claim=str(claim), environ=environ)

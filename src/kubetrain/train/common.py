@@ -72,7 +72,12 @@ def build_parser(*, prog: str, description: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--keep-checkpoints", type=int, default=3, help="newest N kept on disk")
     p.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs")
-    p.add_argument("--log-every", type=int, default=10, help="history entry every N steps")
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=10,
+        help="every step's loss is in the history; the ranks' losses are averaged every N steps (one collective)",
+    )
     p.add_argument(
         "--timeout-seconds",
         type=float,
@@ -257,8 +262,15 @@ def write_metrics(output_dir: Path, metrics: Mapping[str, Any]) -> Path:
 
 
 def log(rank: int | str, message: str) -> None:
-    """One line on stderr, prefixed with the rank, flushed (the launcher tails these logs)."""
-    print(f"[rank {rank}] {message}", file=sys.stderr, flush=True)
+    """One line on stderr, prefixed with the rank, flushed (the launcher tails these logs).
+
+    The line goes out in one write: the ranks run with PYTHONUNBUFFERED (stderr then writes
+    through), where `print` writes the text and its newline separately, and mpirun, relaying every
+    rank's stderr into one stream, put another rank's line between the two
+    (`[rank 0] mpi: rank 0/2[rank 1] mpi: rank 1/2`).
+    """
+    sys.stderr.write(f"[rank {rank}] {message}\n")
+    sys.stderr.flush()
 
 
 class Watchdog:

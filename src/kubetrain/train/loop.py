@@ -171,6 +171,19 @@ def _epochs(state: RunState, fw: Framework[BatchT], watchdog: Watchdog) -> tuple
     cfg, p = state.cfg, state.progress
     train_seconds, samples = 0.0, 0
     stop = False
+    # Every step's loss goes into the history; the ranks' losses are averaged every `log_every`
+    # steps in one collective (and before anything that reads the history: a checkpoint, the
+    # epoch's entry, the end), so a step costs no extra collective for it.
+    pending: list[tuple[int, int, float]] = []  # (step, epoch, this rank's loss)
+
+    def flush() -> None:
+        if not pending:
+            return
+        sums = fw.allreduce_sum([value for _, _, value in pending])
+        for (step, epoch, _), total in zip(pending, sums, strict=True):
+            p.history.append({"step": step, "epoch": epoch, "loss": total / fw.world_size, "kind": "step"})
+        pending.clear()
+
     while p.epoch < cfg.epochs and not stop:
         batches = fw.epoch_batches(p.epoch, cfg.batch_size)
         t0 = time.perf_counter()
@@ -181,16 +194,18 @@ def _epochs(state: RunState, fw: Framework[BatchT], watchdog: Watchdog) -> tuple
             p.epoch_loss_sum, p.epoch_loss_count = p.epoch_loss_sum + value, p.epoch_loss_count + 1
             samples += len(batch)
             watchdog.beat()
+            pending.append((p.global_step, p.epoch, value))
             if p.global_step % cfg.log_every == 0:
-                mean = fw.allreduce_sum([value])[0] / fw.world_size
-                p.history.append({"step": p.global_step, "epoch": p.epoch, "loss": mean, "kind": "step"})
+                flush()
             if cfg.max_steps and p.global_step >= cfg.max_steps:
                 stop = True
                 break
             mid_epoch = p.batch_in_epoch < len(batches)
             if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and mid_epoch:
+                flush()
                 _checkpoint(state, fw)
         train_seconds += time.perf_counter() - t0
+        flush()
         if p.batch_in_epoch < len(batches):
             break  # --max-steps stopped the run mid-epoch
         total, count = fw.allreduce_sum([p.epoch_loss_sum, p.epoch_loss_count])

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from kubetrain.errors import InvalidInputError, TrainingError
 from kubetrain.train.chainer_models import chainer  # first: makes chainer importable
+from kubetrain.train.common import log
 from kubetrain.train.topology import MpiWorld
 
 __all__ = ["Group", "MpiGroup", "SingleGroup", "open_group"]
@@ -137,11 +138,7 @@ class MpiGroup:
 
     def abort(self, code: int) -> NoReturn:
         """MPI_Abort: mpiexec then kills every rank of the job, none is left waiting."""
-        print(
-            f"[rank {self.rank}] calling MPI_Abort({code}) to end the whole job",
-            file=sys.stderr,
-            flush=True,
-        )
+        log(self.rank, f"calling MPI_Abort({code}) to end the whole job")
         self.communicator.mpi_comm.Abort(code)
         os._exit(code)  # Abort does not return; this keeps the type checker and reader honest
 

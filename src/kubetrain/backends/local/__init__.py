@@ -5,12 +5,13 @@ The package imports nothing: its watchdog runs as `python -m kubetrain.backends.
 and should start without loading the backend.
 
 Every replica ("pod") is one process tree in its own session, with its own loopback address
-(127.x.y.z, one block per job, see `addresses`), the environment its operator injects, its
-volumes mapped to local directories, and its stdout+stderr captured to a file (and, with
-`stream_logs`, printed as `[master-0] ...`). A supervisor thread per job plays the operator: it
-starts, restarts and stops the processes by the job's policies and writes the `status` the
-operator would write, so `kubetrain.status.parse_job_status` and the launcher read a local job
-exactly like a cluster one. The kinds:
+(127.x.y.z, one block per job, see `addresses`), the environment a pod would have (its image's
+ENV, its manifest's env, what its operator injects; of this machine's environment only what a
+process needs to run here: `env.MACHINE_ENV`), its volumes mapped to local directories, and its
+stdout+stderr captured to a file (and, with `stream_logs`, printed as `[master-0] ...`). A
+supervisor thread per job plays the operator: it starts, restarts and stops the processes by the
+job's policies and writes the `status` the operator would write, so
+`kubetrain.status.parse_job_status` and the launcher read a local job exactly like a cluster one. The kinds:
 
 - PyTorchJob (training-operator v1.9): `operators.pytorchjob`;
 - MPIJob v2beta1 (mpi-operator v0.8): `operators.mpijob` — the launcher's `mpirun` starts the ranks on

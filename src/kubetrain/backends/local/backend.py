@@ -20,7 +20,7 @@ from typing import Any
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, JobWatch, PodInfo, PodWatch
 from kubetrain.backends.local.addresses import allocate_block
 from kubetrain.backends.local.conditions import rfc3339
-from kubetrain.backends.local.env import ensure_python_shims, inherited_environment, search_path
+from kubetrain.backends.local.env import ensure_python_shims, machine_environment, search_path
 from kubetrain.backends.local.logfile import DEFAULT_MAX_LOG_BYTES, read_log
 from kubetrain.backends.local.operators.controller import Controller, JobContext
 from kubetrain.backends.local.operators.jobset import JobSetController
@@ -211,7 +211,8 @@ class LocalBackend(Backend):
         job_dir = self.root / "jobs" / ref.namespace / f"{ref.name}-{ref.uid[:8]}"
         job_dir.mkdir(parents=True, exist_ok=True)
         shims = ensure_python_shims(self.root / "bin")
-        base_env = inherited_environment()
+        # Not the caller's whole environment: a pod does not see the shell that submitted it.
+        base_env = machine_environment()
         base_env["PATH"] = search_path(shims, os.environ.get("PATH", ""))
         hosts: dict[str, str] = {}
         holder: list[JobRecord] = []

@@ -5,9 +5,13 @@
   `.<ns>.svc.cluster.local`) become each replica's loopback address; ports stay as they are.
 - Volume mount paths become local directories wherever a value starts with one (also after `=`,
   `:`, `,` or a space, so `--data=/workspace/x` and shell strings are translated too).
-- The replica inherits this process's environment minus the variables an operator owns (a
-  `RANK` or `OMPI_*` of the caller must not leak into a replica), and `python`/`python3` mean the
-  interpreter kubetrain runs under, also inside shell commands (a shim directory leads PATH).
+- A replica's environment is what a pod's would be: its image's ENV (:func:`image_environment`),
+  then the manifest's env and what the operator injects; plus, from this machine, only what a
+  process needs to run here (:data:`MACHINE_ENV`: PATH, locale, CA bundle and proxy settings,
+  HOME, TMPDIR, the interpreter's PYTHONPATH, thread limits). Nothing else of the caller's shell
+  reaches it (a `RANK`, `OMPI_*` or `FOO` of the caller would not reach a pod either). `python`/
+  `python3` mean the interpreter kubetrain runs under, also inside shell commands (a shim
+  directory leads PATH).
 """
 
 from __future__ import annotations
@@ -20,23 +24,37 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-# Variables an operator or a batch Job sets; inherited values of the caller are dropped.
-_OWNED_EXACT = frozenset(
+# What a replica takes from this machine's environment, and nothing else: a pod gets its env from
+# its image, its manifest and its operator, but a local process also needs to find programs and
+# libraries here (PATH, LD_LIBRARY_PATH, the venv, Open MPI's OPAL_PREFIX), speak the locale, trust
+# the CA bundle and use the proxy this machine uses, a home and a temporary directory (Open MPI
+# puts its session directory under TMPDIR), the interpreter's import path (locally the "image" is
+# this interpreter; PYTHONPATH is how a user's module gets into it) and the thread limits that
+# keep several replicas from oversubscribing a small machine (`kubetrain run` sets them).
+MACHINE_ENV = frozenset(
     {
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "WORLD_SIZE",
-        "RANK",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "ROLE_RANK",
-        "JOB_COMPLETION_INDEX",
-        "K_MPI_JOB_ROLE",
-        "HOSTNAME",
+        "PATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OPAL_PREFIX",
+        "LANG", "LANGUAGE", "TZ",
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+        "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+        "HOME", "USER", "LOGNAME", "TMPDIR", "XDG_CACHE_HOME",
+        "PYTHONPATH",
+        "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
     }
-)
-_OWNED_PREFIXES = ("PET_", "TORCHELASTIC_", "OMPI_", "PMIX_", "PMI_", "I_MPI_", "HYDRA_")
+)  # fmt: skip
+MACHINE_ENV_PREFIXES = ("LC_",)
+# The ENV of kubetrain's images (images/<name>/Dockerfile; tests/unit/test_local_env.py holds the two
+# together), which a pod of that image sees before its manifest's env. HOME is left out: locally it
+# stays this machine's. The names are the images' repository names, whatever the registry and tag.
+_COMMON_IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+IMAGE_ENV: Mapping[str, Mapping[str, str]] = {
+    "launcher": {**_COMMON_IMAGE_ENV, "MPLBACKEND": "Agg"},
+    "pytorch": dict(_COMMON_IMAGE_ENV),
+    # Chainer 7.8.1 imports numpy.distutils, which setuptools' own distutils breaks.
+    "chainermn": {**_COMMON_IMAGE_ENV, "SETUPTOOLS_USE_DISTUTILS": "stdlib"},
+    "ps": dict(_COMMON_IMAGE_ENV),
+}
+_TRAINING_IMAGES = ("pytorch", "chainermn", "ps")
 _PYTHON_NAMES = re.compile(r"^python(3(\.\d+)?)?$")
 # Characters that may precede a rewritten path or host (start of a token).
 _PATH_BEFORE = "\\s=:,;'\"(\\[{"
@@ -105,12 +123,32 @@ def _strip_slash(path: str) -> str:
     return path.rstrip("/")
 
 
-def inherited_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment without the variables operators own."""
+def machine_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The part of this machine's environment (default `os.environ`) a replica gets: :data:`MACHINE_ENV`."""
     source = os.environ if base is None else base
-    return {
-        k: v for k, v in source.items() if k not in _OWNED_EXACT and not any(k.startswith(p) for p in _OWNED_PREFIXES)
-    }
+    return {k: v for k, v in source.items() if k in MACHINE_ENV or k.startswith(MACHINE_ENV_PREFIXES)}
+
+
+def image_repository(image: str) -> str:
+    """An image reference's last path component without tag or digest (`ghcr.io/kubetrain/ps:1.0` → `ps`)."""
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    return name.split(":", 1)[0]
+
+
+def image_environment(image: str) -> dict[str, str]:
+    """The ENV a container of `image` starts with.
+
+    For one of kubetrain's images, that image's ENV. Any other image runs locally on this
+    interpreter, which holds what kubetrain's training images hold: it gets their ENV together
+    (so a user's own Chainer program imports Chainer here as it does in the chainermn image).
+    """
+    known = IMAGE_ENV.get(image_repository(image))
+    if known is not None:
+        return dict(known)
+    merged: dict[str, str] = {}
+    for name in _TRAINING_IMAGES:
+        merged.update(IMAGE_ENV[name])
+    return merged
 
 
 def ensure_python_shims(shim_dir: Path) -> Path:

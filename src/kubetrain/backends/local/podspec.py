@@ -28,6 +28,7 @@ from typing import Any
 from kubetrain.backends.local.env import (
     Rewriter,
     expand_references,
+    image_environment,
     resolve_command,
     resolve_field_ref,
     resource_field_value,
@@ -60,7 +61,7 @@ class PodContext:
     hosts: Mapping[str, str]
     secrets: Mapping[str, Mapping[str, str]]
     config_maps: Mapping[str, Mapping[str, str]]
-    base_env: Mapping[str, str]  # inherited environment, PATH already set
+    base_env: Mapping[str, str]  # what this machine passes on (env.machine_environment), PATH already set
     cwd: Path
     sink: LineSink | None
     max_grace_seconds: float
@@ -139,7 +140,8 @@ class ContainerTranslator:
         mounts = self._mount_volumes()
         rewriter = self.rewriter(mounts)
         defined, literal = self._container_env()
-        env = dict(self.ctx.base_env)
+        # As a container starts: its image's ENV, then (here) what this machine needs, then the pod's own.
+        env = {**image_environment(self.plan.image), **self.ctx.base_env}
         env["HOSTNAME"] = self.plan.hostname
         # Only text of the manifest is translated; what the API supplies (downward-API fields,
         # secrets, config maps) is a fact about the pod, e.g. a pod name equal to its service name.
