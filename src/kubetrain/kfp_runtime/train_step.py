@@ -10,6 +10,7 @@ artifacts and write the HTML report.
 
 from __future__ import annotations
 
+import posixpath
 import sys
 import threading
 import time
@@ -71,6 +72,20 @@ def job_name(request: TrainingRequest) -> str:
         task_name=request.task_name,
         max_length=JOB_NAME_MAX,
     )
+
+
+def plan_job(request: TrainingRequest, *, name: str, data_dir: str, task_config: object, mount_path: str) -> JobPlan:
+    """The job's plan: its name, the program's directories under the workspace mount, the pods' options.
+
+    The step's outputs go to `runs/NAME/output` on the workspace, its checkpoints to
+    `runs/NAME/checkpoints`; `kubetrain render` plans with this same function.
+    """
+    params = request.training_params(
+        data_dir=data_dir,
+        output_dir=posixpath.join(mount_path, RUNS_DIR, name, "output"),
+        checkpoint_dir=posixpath.join(mount_path, RUNS_DIR, name, "checkpoints"),
+    )
+    return JobPlan(name=name, params=params, pod=request.pod_options(task_config))
 
 
 def _report_details(
@@ -182,12 +197,8 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
         print(warning, file=sys.stderr, flush=True)
     workspace: WorkspaceView = open_workspace(request.workspace_pvc, kind=kind)
     name = job_name(request)
-    params = request.training_params(
-        data_dir=data_dir,
-        output_dir=workspace.pod(RUNS_DIR, name, "output"),
-        checkpoint_dir=workspace.pod(RUNS_DIR, name, "checkpoints"),
-    )
-    plan = JobPlan(name=name, params=params, pod=request.pod_options(task_config))
+    plan = plan_job(request, name=name, data_dir=data_dir, task_config=task_config, mount_path=workspace.mount_path)
+    params = plan.params
     request.preflight(kind)
     manifest = request.manifest(plan)  # patched and validated: checked before anything is submitted
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
