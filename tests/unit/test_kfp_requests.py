@@ -197,6 +197,8 @@ def test_a_bad_count_is_refused_under_the_inputs_own_name(request_type: Any, nam
         (PSRequest, {"service_account": "Me!"}, "service_account: got 'Me!'; expected the name of a ServiceAccount"),
         (ChainerMNRequest, {"timeout_seconds": 0}, "timeout_seconds: got 0; expected a positive number of seconds"),
         (PSRequest, {"timeout_seconds": "1h"}, "timeout_seconds: got '1h'; expected a positive number of seconds"),
+        (PyTorchRequest, {"image_pull_secrets": "regcred"}, "image_pull_secrets: got 'regcred'; expected a list"),
+        (PSRequest, {"image_pull_secrets": 3}, "image_pull_secrets: got 3; expected a list of Secret names"),
     ],
 )
 def test_pod_inputs_are_refused_under_the_inputs_own_name(

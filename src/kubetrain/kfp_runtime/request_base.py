@@ -158,6 +158,10 @@ class TrainingRequest(abc.ABC):
         check_seconds("start_timeout_seconds", self.start_timeout_seconds, zero="0: no limit on starting")
         check_choice("delete_after", self.delete_after, DELETE_AFTER_CHOICES)
         self._check_pod_inputs()
+        if self.image_pull_secrets is not None and not isinstance(self.image_pull_secrets, list):
+            raise InvalidInputError(
+                f"image_pull_secrets: got {self.image_pull_secrets!r}; expected a list of Secret names: ['regcred']"
+            )
         for secret in self.image_pull_secrets or ():
             if not isinstance(secret, str) or not is_dns1123_subdomain(secret):
                 raise InvalidInputError(
