@@ -37,6 +37,7 @@ def chainermn_train(
     memory: str = "",
     gpus: int = 0,
     timeout_seconds: int = 86400,
+    start_timeout_seconds: int = 600,
     delete_after: str = "success",
     backoff_limit: int = 3,
     namespace: str = "",
@@ -83,6 +84,13 @@ def chainermn_train(
         memory: Memory request of each worker pod (e.g. "4Gi"); or set_memory_request on the task.
         gpus: GPUs per worker pod (nvidia.com/gpu limit); or set_accelerator_limit on the task.
         timeout_seconds: Overall limit; then the job is deleted and the step fails.
+        start_timeout_seconds: Limit on the job's start: if it is not running by then (an image
+            that does not pull: ImagePullBackOff, ErrImagePull; a pod no node can take:
+            Unschedulable, with the scheduler's message), the job is deleted and the step fails
+            with exit code 3, naming the pending pods and why. 600 s covers a cold pull of a
+            multi-GB training image (CUDA builds are 5-10 GB) on a node that never ran it. Raise it
+            where nodes are added on demand or jobs wait in a queue (Kueue); 0 for no limit
+            (then only timeout_seconds ends a job that never starts).
         delete_after: Delete the job when it ends: never, success (failed jobs stay) or always.
         backoff_limit: Launcher restarts allowed before the job fails.
         namespace: Namespace of the job; empty for the launcher pod's namespace.
@@ -120,7 +128,8 @@ def chainermn_train(
         run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, workers=workers,
         slots_per_worker=slots_per_worker, epochs=epochs, batch_size=batch_size,
         learning_rate=learning_rate, architecture=architecture, seed=seed, image=image, command=command, args=args,
-        cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds, delete_after=delete_after,
+        cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,
+        start_timeout_seconds=start_timeout_seconds, delete_after=delete_after,
         backoff_limit=backoff_limit, namespace=namespace, service_account=service_account,
         image_pull_secrets=image_pull_secrets, labels=labels, annotations=annotations,
         priority_class=priority_class, manifest_patch=manifest_patch, job_api=job_api,

@@ -39,6 +39,7 @@ def ps_train(
     memory: str = "",
     gpus: int = 0,
     timeout_seconds: int = 86400,
+    start_timeout_seconds: int = 600,
     delete_after: str = "success",
     backoff_limit: int = 3,
     namespace: str = "",
@@ -85,6 +86,13 @@ def ps_train(
         memory: Memory request of each pod (e.g. "4Gi"); or set_memory_request on the task.
         gpus: GPUs per worker pod (nvidia.com/gpu limit); or set_accelerator_limit on the task.
         timeout_seconds: Overall limit; then the job is deleted and the step fails.
+        start_timeout_seconds: Limit on the job's start: if it is not running by then (an image
+            that does not pull: ImagePullBackOff, ErrImagePull; a pod no node can take:
+            Unschedulable, with the scheduler's message), the job is deleted and the step fails
+            with exit code 3, naming the pending pods and why. 600 s covers a cold pull of a
+            multi-GB training image (CUDA builds are 5-10 GB) on a node that never ran it. Raise it
+            where nodes are added on demand or jobs wait in a queue (Kueue); 0 for no limit
+            (then only timeout_seconds ends a job that never starts).
         delete_after: Delete the job when it ends: never, success (failed jobs stay) or always.
         backoff_limit: Restarts allowed before the job fails.
         namespace: Namespace of the job; empty for the launcher pod's namespace.
@@ -117,6 +125,7 @@ def ps_train(
         workers=workers, mode=mode, records_per_task=records_per_task, optimizer=optimizer, epochs=epochs,
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, model_module=model_module,
         seed=seed, image=image, cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,
+        start_timeout_seconds=start_timeout_seconds,
         delete_after=delete_after, backoff_limit=backoff_limit, namespace=namespace,
         service_account=service_account, image_pull_secrets=image_pull_secrets, labels=labels, annotations=annotations,
         priority_class=priority_class, manifest_patch=manifest_patch,

@@ -123,7 +123,7 @@ def test_a_rerun_adopts_the_running_job(cluster: Cluster, tmp_path: Path, case: 
     name = f"adopt-{case}"
     manifest = simulate(render(kind, name), seconds=8)
     # The KFP run and task labels the components set: they make the existing job this task's.
-    # (`kubetrain render` prints none, and without them a re-run is refused with exit 2.)
+    # (`kubetrain render` sets them from --run-id and --task-id; here one run and task for this test.)
     manifest["metadata"]["labels"].update({LABEL_RUN_ID: "run-1", LABEL_TASK_ID: "task-1"})
     first = launch(cluster, manifest, tmp_path, "--timeout", "150")
     uid = until("the job created", lambda: [

@@ -111,6 +111,7 @@ class Env:
         on_timeout: OnTimeout = "delete",
         backend: KubernetesBackend | None = None,
         tuning: Tuning = FAST,
+        start_timeout: float | None = None,
     ) -> JobResult:
         """run_job in this thread while `script` plays the operator; the script's errors surface too."""
         errors: list[BaseException] = []
@@ -127,7 +128,11 @@ class Env:
         be = backend or self.backend()
         try:
             options = AwaitOptions(
-                timeout_seconds=timeout, delete_after=delete_after, on_timeout=on_timeout, tuning=tuning
+                timeout_seconds=timeout,
+                delete_after=delete_after,
+                on_timeout=on_timeout,
+                tuning=tuning,
+                start_timeout_seconds=start_timeout,
             )
             return run_job(manifest, backend=be, options=options, log_sink=self.sink)
         finally:
@@ -463,6 +468,30 @@ def test_image_pull_backoff_and_unschedulable_are_reported(env: Env) -> None:
     assert "pod train-worker-0 [Worker 0]: Pending (Unschedulable): 0/3 nodes are available" in text
     assert ", pending " in text
     assert "event on Pod/train-worker-0: FailedScheduling: 0/3 nodes are available" in text
+
+
+def test_a_job_whose_pods_never_start_is_deleted_at_the_start_timeout_naming_why(env: Env) -> None:
+    """What a training step's start_timeout_seconds does: a mistyped image (ErrImagePull) and a pod
+    no node can take (Unschedulable) end the job at the start timeout, not at the overall timeout,
+    with the reasons and the scheduler's message in the error; exit code 3."""
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Master", waiting="ErrImagePull",
+                             waiting_message='failed to pull image "example.com/tarin:1": not found'))  # fmt: skip
+        api.put_pod(make_pod("train", NS, kind=PYTORCHJOB, replica_type="Worker",
+                             unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu."))  # fmt: skip
+        api.set_conditions(PYTORCHJOB, NS, "train", cond("Created", "PyTorchJobCreated"))
+
+    with pytest.raises(JobTimeoutError) as timed_out:
+        env.launch(pytorch_manifest(), script, timeout=3600, start_timeout=2)
+    message = str(timed_out.value)
+    assert message.startswith("PyTorchJob team-a/train did not start within 2s (phase Created; pods: ")
+    assert 'train-master-0: ErrImagePull (failed to pull image "example.com/tarin:1": not found)' in message
+    assert "train-worker-0: Unschedulable (0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)" in message
+    assert message.endswith("; deleted it")
+    assert timed_out.value.exit_code == ExitCode.TIMEOUT == 3
+    assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
 
 
 def test_events_are_asked_of_the_job_and_its_pending_pods_never_of_the_whole_namespace(env: Env) -> None:

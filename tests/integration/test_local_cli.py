@@ -79,7 +79,7 @@ def test_rendered_pytorchjob_trains_with_gloo_on_master_and_two_workers(tmp_path
     done = _launch(manifest, root)
     assert done.returncode == ExitCode.SUCCESS, done.stderr[-3000:]
     assert _result(done)["phase"] == "Succeeded"
-    metrics = json.loads((claim / "runs" / "output" / "metrics.json").read_text())
+    metrics = json.loads((claim / "runs" / "cli-pytorchjob" / "output" / "metrics.json").read_text())
     assert metrics["world_size"] == 3
     assert metrics["test_accuracy"] > 0.5
     assert _pids_of(tmp_path) == []
@@ -92,7 +92,7 @@ def test_rendered_elastic_pytorchjob_rendezvous_under_torchrun(tmp_path: Path, d
     assert "torch.distributed.run" in manifest.read_text()
     done = _launch(manifest, root)
     assert done.returncode == ExitCode.SUCCESS, done.stderr[-3000:]
-    metrics = json.loads((claim / "runs" / "output" / "metrics.json").read_text())
+    metrics = json.loads((claim / "runs" / "cli-pytorchjob" / "output" / "metrics.json").read_text())
     assert metrics["world_size"] == 2  # both workers joined the c10d rendezvous at worker-0's address
     assert _pids_of(tmp_path) == []
 
@@ -105,7 +105,7 @@ def test_rendered_mpijob_trains_chainermn_with_a_launcher_and_two_workers(tmp_pa
     done = _launch(manifest, root)
     assert done.returncode == ExitCode.SUCCESS, done.stderr[-3000:]
     assert _result(done)["phase"] == "Succeeded"
-    metrics = json.loads((claim / "runs" / "output" / "metrics.json").read_text())
+    metrics = json.loads((claim / "runs" / "cli-mpijob" / "output" / "metrics.json").read_text())
     assert metrics["world_size"] == 2
     assert _pids_of(tmp_path) == []
 

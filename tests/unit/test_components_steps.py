@@ -191,14 +191,21 @@ def test_ps_batch_size_goes_to_the_master() -> None:
 # -- outputs ------------------------------------------------------------------------------------
 
 
-def test_read_metrics_requires_the_documented_keys(tmp_path: Path) -> None:
-    with pytest.raises(TrainingError, match=r"wrote no metrics\.json"):
-        artifacts.read_metrics(tmp_path)
+def test_read_metrics_reports_what_is_missing_and_keeps_what_it_read(tmp_path: Path) -> None:
+    required = artifacts.REQUIRED_METRICS
+    read = artifacts.read_metrics(tmp_path, required=required)
+    assert read.metrics == {} and len(read.problems) == 1 and "wrote no metrics.json" in read.problems[0]
+    assert artifacts.read_metrics(tmp_path, missing_ok=True) == artifacts.MetricsRead({})
     (tmp_path / "metrics.json").write_text(json.dumps({"test_accuracy": 0.9}))
-    with pytest.raises(TrainingError, match="missing keys"):
-        artifacts.read_metrics(tmp_path)
+    read = artifacts.read_metrics(tmp_path, required=required)
+    assert read.metrics == {"test_accuracy": 0.9}
+    assert len(read.problems) == 1 and "missing keys ['test_loss'" in read.problems[0]
+    (tmp_path / "metrics.json").write_text('{"test_accuracy": 0.9,')
+    read = artifacts.read_metrics(tmp_path)
+    assert read.metrics == {} and "not readable JSON" in read.problems[0]
     (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
-    assert artifacts.read_metrics(tmp_path)["global_step"] == 90
+    read = artifacts.read_metrics(tmp_path, required=required)
+    assert read.problems == () and read.metrics["global_step"] == 90
 
 
 def test_model_metrics_and_report_artifacts(tmp_path: Path) -> None:

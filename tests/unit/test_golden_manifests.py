@@ -21,7 +21,7 @@ UPDATE = os.environ.get("KUBETRAIN_UPDATE_GOLDEN") == "1"
 
 # The "done when" set of issue 2, rendered exactly as a user would.
 CASES = {
-    "pytorch-master-only": ["pytorchjob", "--name", "mnist-solo"],
+    "pytorch-master-only": ["pytorchjob", "--name", "mnist-solo", "--workers", "0"],
     "pytorch-master-3-workers": ["pytorchjob", "--name", "mnist-ddp", "--workers", "3"],
     "pytorch-elastic-1-4": ["pytorchjob", "--name", "mnist-elastic", "--workers", "2", "--elastic", "1:4"],
     "mpi-launcher-2-workers": ["mpijob", "--name", "mnist-chainermn", "--workers", "2"],

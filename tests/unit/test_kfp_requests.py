@@ -151,3 +151,60 @@ def test_two_tasks_of_one_dag_get_two_jobs_and_retries_reattach() -> None:
     assert job_name(retry) == job_name(mlp)  # a retried task re-attaches to its job
     other_run = PyTorchRequest(run_id="another-run", task_id=dag, task_name="pytorch-train")
     assert job_name(other_run) != job_name(mlp)
+
+
+# -- errors name the component's inputs, not the spec fields they become (issue 23) -------------
+
+NUMERIC = [
+    # (request, input, bad value): every whole-number input, one below its least value.
+    *[(t, name, low) for t in (PyTorchRequest, ChainerMNRequest, PSRequest)
+      for name, low in (("epochs", 0), ("batch_size", 0), ("seed", -1), ("gpus", -1), ("backoff_limit", -1))],
+    (PyTorchRequest, "workers", -1),
+    (PyTorchRequest, "elastic_min_workers", -1),
+    (PyTorchRequest, "elastic_max_workers", -1),
+    (ChainerMNRequest, "workers", 0),
+    (ChainerMNRequest, "slots_per_worker", 0),
+    (PSRequest, "ps_replicas", 0),
+    (PSRequest, "workers", 0),
+    (PSRequest, "records_per_task", 0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("request_type", "name", "value"), NUMERIC)
+def test_a_bad_count_is_refused_under_the_inputs_own_name(request_type: Any, name: str, value: int) -> None:
+    """`workers=-1` used to say `replicas`, ChainerMN's `workers=0` `worker.replicas`, `ps_replicas=0`
+    `ps.replicas`; `records_per_task=0` and `seed=-1` were submitted and failed in the pods."""
+    with pytest.raises(InvalidInputError) as refused:
+        request_type.from_inputs({**IDS, name: value})
+    message = str(refused.value)
+    assert message.startswith(f"{name}: got {value}; expected an integer >= {value + 1} (")
+    for not_a_bool_or_fraction in (True, 1.5):
+        with pytest.raises(InvalidInputError, match=rf"^{name}: got {not_a_bool_or_fraction!r}; expected an integer"):
+            request_type.from_inputs({**IDS, name: not_a_bool_or_fraction})
+
+
+@pytest.mark.parametrize(
+    ("request_type", "inputs", "message"),
+    [
+        (PyTorchRequest, {"job_api": "trainjob", "workers": -1}, "workers: got -1; expected an integer >= 0"),
+        (ChainerMNRequest, {"job_api": "trainjob", "workers": 0}, "workers: got 0; expected an integer >= 1"),
+        (PyTorchRequest, {"cpu": "lots"}, "cpu: got 'lots'; expected a Kubernetes quantity such as '2' or '500m'"),
+        (PSRequest, {"memory": "4 GB"}, "memory: got '4 GB'; expected a Kubernetes quantity such as '4Gi'"),
+        (ChainerMNRequest, {"image": "my image"}, "image: got 'my image'; expected a container image reference"),
+        (PyTorchRequest, {"workspace_pvc": "My_Claim"}, "workspace_pvc: got 'My_Claim'; expected the name of the"),
+        (PSRequest, {"workspace_pvc": ""}, "workspace_pvc: got ''; expected the name of the"),
+        (PyTorchRequest, {"namespace": "Team A"}, "namespace: got 'Team A'; expected the name of a namespace"),
+        (PSRequest, {"service_account": "Me!"}, "service_account: got 'Me!'; expected the name of a ServiceAccount"),
+        (ChainerMNRequest, {"timeout_seconds": 0}, "timeout_seconds: got 0; expected a positive number of seconds"),
+        (PSRequest, {"timeout_seconds": "1h"}, "timeout_seconds: got '1h'; expected a positive number of seconds"),
+        (PyTorchRequest, {"image_pull_secrets": "regcred"}, "image_pull_secrets: got 'regcred'; expected a list"),
+        (PSRequest, {"image_pull_secrets": 3}, "image_pull_secrets: got 3; expected a list of Secret names"),
+    ],
+)
+def test_pod_inputs_are_refused_under_the_inputs_own_name(
+    request_type: Any, inputs: dict[str, Any], message: str
+) -> None:
+    """These used to surface from the spec as `trainer.replicas`, `resources.cpu`, `workspace.claim_name`."""
+    with pytest.raises(InvalidInputError) as refused:
+        request_type.from_inputs({**IDS, **inputs})
+    assert str(refused.value).startswith(message)

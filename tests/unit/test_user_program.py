@@ -106,12 +106,12 @@ def test_bad_programs_are_refused_before_submission(inputs: dict[str, Any], matc
 
 def test_whatever_the_program_left_becomes_the_outputs(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert artifacts.read_user_metrics(out) == {}  # none is fine
+    assert artifacts.read_metrics(out, missing_ok=True) == artifacts.MetricsRead({})  # none is fine
     (out / "weights").mkdir(parents=True)
     (out / "weights" / "w.bin").write_bytes(b"w")
     (out / "notes.txt").write_text("n")
     (out / "metrics.json").write_text(json.dumps({"f1": 0.8, "ok": True, "n": 3, "tag": "x", "history": []}))
-    metrics = artifacts.read_user_metrics(out)
+    metrics = artifacts.read_metrics(out, missing_ok=True).metrics
     assert artifacts.numeric_metrics(metrics) == {"f1": 0.8, "n": 3.0}
 
     class Model:
@@ -123,8 +123,8 @@ def test_whatever_the_program_left_becomes_the_outputs(tmp_path: Path) -> None:
     assert names == ["metrics.json", "notes.txt", "weights"]
     assert (tmp_path / "model" / "weights" / "w.bin").read_bytes() == b"w"
     (out / "metrics.json").write_text("[1, 2]")
-    with pytest.raises(Exception, match="expected a JSON object"):
-        artifacts.read_user_metrics(out)
+    read = artifacts.read_metrics(out, missing_ok=True)
+    assert read.metrics == {} and "expected a JSON object of metrics, got list" in read.problems[0]
 
 
 def test_image_pull_secrets_reach_the_training_pods() -> None:

@@ -1,41 +1,74 @@
-"""`kubetrain render`: print the manifest a component would submit, validated, without submitting it."""
+"""`kubetrain render`: print the manifest a training component would submit, without submitting it.
+
+`render` builds the very request the component's step builds (:mod:`kubetrain.kfp_runtime.requests`:
+same inputs, same defaults, same validation, same errors), plans the job with the step's own
+:func:`~kubetrain.kfp_runtime.train_step.plan_job` and prints :meth:`TrainingRequest.manifest`, the
+manifest the step submits. Its flags are the components' inputs, spelled as flags
+(`--records-per-task` for `records_per_task`); a few short forms stay from earlier versions
+(`--ps`, `--lr`, `--model`, `--elastic MIN:MAX`). The job name is given (`--name`) where the step
+derives it from the KFP run, and the dataset directory (`--data`) where the step reads it from its
+Dataset artifact.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-from typing import TypedDict
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 import yaml
 
-from kubetrain.errors import ExitCode, SpecError
-from kubetrain.manifests import build_manifest
-from kubetrain.manifests.validate import validate_manifest
-from kubetrain.presets import (
-    CHAINERMN_IMAGE,
-    PS_IMAGE,
-    PYTORCH_IMAGE,
-    WORKSPACE_MOUNT,
-    PodOptions,
-    TrainingParams,
-    mpi_job_spec,
-    mpi_trainjob_spec,
-    ps_job_spec,
-    pytorch_job_spec,
-    pytorch_trainjob_spec,
-)
-from kubetrain.specs import JobSpec, Resources
+from kubetrain.errors import ExitCode, InvalidInputError
+from kubetrain.kfp_runtime.request_base import IDENTITY_INPUTS
+from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
+from kubetrain.kfp_runtime.train_step import plan_job
+from kubetrain.presets import WORKSPACE_MOUNT
+
+REQUESTS: tuple[type[TrainingRequest], ...] = (PyTorchRequest, ChainerMNRequest, PSRequest)
+# The component each kind comes from, for errors that name an input the kind does not take.
+COMPONENTS = {PyTorchRequest: "pytorch_train", ChainerMNRequest: "chainermn_train", PSRequest: "ps_train"}
+# Short forms kept from earlier versions of `render`: flag -> the input it sets.
+ALIASES = {"ps_replicas": ("--ps",), "learning_rate": ("--lr",), "architecture": ("--model",)}
+RENDER_ID = "render"
+# Inputs land under their own prefix: `command` is also the CLI's name for the subcommand.
+INPUT_DEST = "input_"
 
 
-def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"got {value!r}; expected an integer ≥ 0") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"got {number}; expected an integer ≥ 0")
-    return number
+class _PlainDumper(yaml.SafeDumper):
+    """A safe dumper that writes a value shared by two pods twice, not as a YAML anchor and alias."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def _json(kind: str) -> Callable[[str], object]:
+    """A flag taking JSON (or @FILE holding JSON) of `kind` (list or object)."""
+
+    def parse(value: str) -> object:
+        text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"got {value!r}; expected JSON ({e})") from None
+        if kind == "list" and not isinstance(data, list):
+            raise argparse.ArgumentTypeError(f'got {value!r}; expected a JSON list, e.g. \'["a", "b"]\'')
+        if kind == "object" and not isinstance(data, dict):
+            raise argparse.ArgumentTypeError(f'got {value!r}; expected a JSON object, e.g. \'{{"k": "v"}}\'')
+        return data
+
+    return parse
+
+
+def _command(value: str) -> object:
+    """`command`: a JSON list is the user's own program; any other text is the shell-quoted replacement."""
+    if value.lstrip().startswith("["):
+        return _json("list")(value)
+    return value
 
 
 def _elastic(value: str) -> tuple[int, int]:
@@ -45,13 +78,48 @@ def _elastic(value: str) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def _flag_type(name: str, hint: object) -> tuple[Callable[[str], object], str]:
+    """(argparse type, metavar) of one request field from its type hint."""
+    if name == "command":
+        return _command, "JSON_LIST|COMMAND"
+    if hint is int:
+        return int, "N"
+    if hint is float:
+        return float, "X"
+    if hint is str:
+        return str, "TEXT"
+    text = str(hint)
+    if text.startswith("list"):
+        return _json("list"), "JSON_LIST"
+    if text.startswith("dict"):
+        return _json("object"), "JSON|@FILE"
+    raise TypeError(f"render: no flag type for the input {name} ({hint})")  # a new input type: add it here
+
+
+def input_fields() -> dict[str, tuple[object, set[type[TrainingRequest]]]]:
+    """Every input of the training components but the task's ids: its type hint and which requests take it."""
+    fields: dict[str, tuple[object, set[type[TrainingRequest]]]] = {}
+    for request_type in REQUESTS:
+        hints = typing.get_type_hints(request_type)
+        for f in dataclasses.fields(request_type):
+            if f.name not in IDENTITY_INPUTS:
+                fields.setdefault(f.name, (hints[f.name], set()))[1].add(request_type)
+    return fields
+
+
+def flag(name: str) -> str:
+    """The flag of an input: `records_per_task` -> `--records-per-task`."""
+    return "--" + name.replace("_", "-")
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `render` subcommand."""
     p = subparsers.add_parser(
         "render",
         help="print the job manifest a training component would submit",
         description="Print the PyTorchJob, MPIJob, parameter-server JobSet or Trainer v2 TrainJob exactly as the "
-        "components submit it.",
+        "components submit it: the flags are the components' inputs (--records-per-task for records_per_task; "
+        "lists and objects as JSON, or @FILE), checked as the components check them.",
     )
     p.add_argument("kind", choices=("pytorchjob", "mpijob", "psjob", "trainjob"))
     p.add_argument(
@@ -61,116 +129,72 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="trainjob: PyTorch DDP on torch-distributed, or ChainerMN over MPI on kubetrain-mpi",
     )
     p.add_argument("--name", required=True, help="job name (DNS-1035; components derive it from the KFP run)")
-    p.add_argument("--namespace", default=None)
     p.add_argument(
-        "--workers",
-        type=_count,
-        default=None,
-        help="worker replicas (pytorch: 0 = master only; trainjob: nodes besides node 0, or MPI nodes)",
+        "--data", default=f"{WORKSPACE_MOUNT}/datasets/digits", help="dataset directory in the pod (the step's Dataset)"
     )
-    p.add_argument("--ps", type=_count, default=2, help="parameter servers (psjob)")
-    p.add_argument("--slots-per-worker", type=_count, default=1, help="MPI slots per worker (mpijob)")
-    p.add_argument("--elastic", type=_elastic, default=None, metavar="MIN:MAX", help="elastic PyTorchJob bounds")
-    p.add_argument("--image", default=None, help="training image (default: the project's image for the kind)")
-    p.add_argument("--data", default=f"{WORKSPACE_MOUNT}/datasets/digits", help="dataset directory in the pod")
-    p.add_argument("--output-dir", default=f"{WORKSPACE_MOUNT}/runs/output", help="output directory in the pod")
-    p.add_argument("--workspace-pvc", default=None, help="ReadWriteMany claim mounted at /workspace in every pod")
-    # The same defaults as the training components, so `render` shows what they submit.
-    defaults = TrainingParams()
-    p.add_argument("--epochs", type=int, default=defaults.epochs)
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    p.add_argument("--lr", type=float, default=defaults.lr, help="Adam learning rate")
-    p.add_argument("--model", default=defaults.model, help="mlp or cnn (psjob: mlp or wide_deep)")
-    p.add_argument("--mode", choices=("async", "sync"), default="async", help="PS update mode (psjob)")
-    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="torch.distributed backend")
-    p.add_argument("--cpu", default=None, help="CPU request per training pod, e.g. 2 or 500m")
-    p.add_argument("--memory", default=None, help="memory request per training pod, e.g. 4Gi")
-    p.add_argument("--gpus", type=_count, default=0, help="GPUs per training pod (nvidia.com/gpu)")
+    for name in IDENTITY_INPUTS:
+        p.add_argument(flag(name), default=RENDER_ID, help=f"the KFP {name.replace('_', ' ')} (default {RENDER_ID})")
+    for name, (hint, takers) in sorted(input_fields().items()):
+        kind, metavar = _flag_type(name, hint)
+        only = "" if len(takers) == len(REQUESTS) else f" ({', '.join(sorted(COMPONENTS[t] for t in takers))})"
+        p.add_argument(
+            flag(name), *ALIASES.get(name, ()), dest=INPUT_DEST + name, type=kind, metavar=metavar,
+            default=argparse.SUPPRESS, help=f"the {name} input{only}",
+        )  # fmt: skip
+    p.add_argument("--elastic", type=_elastic, default=None, metavar="MIN:MAX", help="elastic_min/max_workers")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     p.set_defaults(func=run)
 
 
-class PresetArgs(TypedDict):
-    """What every preset takes from `render`'s flags, whatever the kind: the job's name and
-    namespace, the program's flags and the pods' options (typed, so each preset call is checked)."""
-
-    name: str
-    namespace: str | None
-    params: TrainingParams
-    pod: PodOptions
-    workspace_pvc: str | None
-
-
-def preset_args(args: argparse.Namespace) -> PresetArgs:
-    """The arguments every preset takes, from `render`'s parsed flags."""
-    params = TrainingParams(
-        data_dir=args.data,
-        output_dir=args.output_dir,
-        checkpoint_dir=f"{args.output_dir}/checkpoints",
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        model=args.model,
-    )
-    return PresetArgs(
-        name=args.name,
-        namespace=args.namespace,
-        params=params,
-        pod=PodOptions(resources=Resources(cpu=args.cpu, memory=args.memory, gpus=args.gpus)),
-        workspace_pvc=args.workspace_pvc,
-    )
-
-
-def build_spec(args: argparse.Namespace) -> JobSpec:
-    """The spec `render` prints, from its parsed flags."""
-    common = preset_args(args)
+def request_type_of(args: argparse.Namespace) -> tuple[type[TrainingRequest], dict[str, Any]]:
+    """The request type of `kind` (and `--framework`), with the inputs the kind fixes."""
     if args.kind == "pytorchjob":
-        return pytorch_job_spec(
-            workers=args.workers if args.workers is not None else 0,
-            elastic=args.elastic,
-            image=args.image or PYTORCH_IMAGE,
-            backend=args.backend,
-            **common,
-        )
-    if args.elastic is not None:
-        raise SpecError("--elastic", args.elastic, "only with pytorchjob")
-    if args.kind == "trainjob" and args.framework == "pytorch":
-        return pytorch_trainjob_spec(
-            workers=args.workers if args.workers is not None else 0,
-            image=args.image or PYTORCH_IMAGE,
-            backend=args.backend,
-            **common,
-        )
-    if args.kind == "trainjob":
-        return mpi_trainjob_spec(
-            workers=args.workers if args.workers is not None else 2,
-            slots_per_worker=args.slots_per_worker,
-            image=args.image or CHAINERMN_IMAGE,
-            **common,
-        )
+        return PyTorchRequest, {"job_api": "pytorchjob"}
     if args.kind == "mpijob":
-        return mpi_job_spec(
-            workers=args.workers if args.workers is not None else 2,
-            slots_per_worker=args.slots_per_worker,
-            image=args.image or CHAINERMN_IMAGE,
-            **common,
+        return ChainerMNRequest, {"job_api": "mpijob"}
+    if args.kind == "psjob":
+        return PSRequest, {}
+    return (PyTorchRequest if args.framework == "pytorch" else ChainerMNRequest), {"job_api": "trainjob"}
+
+
+def build_request(args: argparse.Namespace) -> TrainingRequest:
+    """The request the component's step would build from these inputs, validated as it validates them."""
+    request_type, fixed = request_type_of(args)
+    given: dict[str, Any] = {
+        name: getattr(args, INPUT_DEST + name) for name in input_fields() if hasattr(args, INPUT_DEST + name)
+    }
+    if args.elastic is not None:
+        if {"elastic_min_workers", "elastic_max_workers"} & set(given):
+            raise InvalidInputError("--elastic: given with --elastic-min-workers/--elastic-max-workers; use one form")
+        given["elastic_min_workers"], given["elastic_max_workers"] = args.elastic
+    for name, value in fixed.items():
+        if name in given and given[name] != value:
+            raise InvalidInputError(f"{flag(name)}: got {given[name]!r}; render {args.kind} means {name}={value}")
+    own = {f.name for f in dataclasses.fields(request_type)}
+    foreign = sorted(set(given) - own)
+    if foreign:
+        names = ", ".join("--elastic" if n.startswith("elastic_") else flag(n) for n in foreign)
+        raise InvalidInputError(
+            f"{names}: not an input of {COMPONENTS[request_type]} (render {args.kind}); it takes "
+            f"{', '.join(flag(n) for n in sorted(own - set(IDENTITY_INPUTS)))}"
         )
-    return ps_job_spec(
-        ps=args.ps,
-        workers=args.workers if args.workers is not None else 3,
-        mode=args.mode,
-        image=args.image or PS_IMAGE,
-        **common,
-    )
+    ids = {name: getattr(args, name) for name in IDENTITY_INPUTS}
+    return request_type.from_inputs({**ids, **given, **fixed})
+
+
+def render_manifest(args: argparse.Namespace) -> dict[str, Any]:
+    """The manifest the step submits for these inputs: the step's request, planned as the step plans it."""
+    request = build_request(args)
+    plan = plan_job(request, name=args.name, data_dir=args.data, task_config=None, mount_path=WORKSPACE_MOUNT)
+    return request.manifest(plan)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the manifest; invalid flags end in the validation message and exit code 2."""
-    manifest = build_manifest(build_spec(args))
-    validate_manifest(manifest)
+    """Print the manifest; invalid inputs end in the component's own message and exit code 2."""
+    manifest: Mapping[str, Any] = render_manifest(args)
     if args.output == "json":
         json.dump(manifest, sys.stdout, indent=2, sort_keys=False)
         sys.stdout.write("\n")
     else:
-        yaml.safe_dump(manifest, sys.stdout, sort_keys=False, default_flow_style=False)
+        yaml.dump(dict(manifest), sys.stdout, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
     return int(ExitCode.SUCCESS)

@@ -11,6 +11,7 @@ import json
 import math
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,24 +56,43 @@ class MetricsLike(ArtifactLike, Protocol):
         """Record one scalar metric."""
 
 
-def read_metrics(output_dir: Path) -> dict[str, Any]:
-    """The job's metrics.json, checked for the keys every training program writes."""
+@dataclass(frozen=True)
+class MetricsRead:
+    """What could be read of a job's metrics.json, and why not all of it (empty when all is well).
+
+    A job that succeeded has trained a model: a metrics file that cannot be read costs the
+    metrics, never the model, so reading it does not raise.
+    """
+
+    metrics: dict[str, Any]
+    problems: tuple[str, ...] = ()
+
+
+def read_metrics(output_dir: Path, *, required: tuple[str, ...] = (), missing_ok: bool = False) -> MetricsRead:
+    """The job's metrics.json: a JSON object, checked for `required` keys; problems reported, not raised.
+
+    `missing_ok`: a program that writes no metrics.json at all is fine (a user's own program).
+    """
     path = output_dir / METRICS_JSON
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise TrainingError(
-            f"{path}: the job succeeded but rank 0 wrote no {METRICS_JSON}; a training program must write "
-            "model.* and metrics.json to its --output directory"
-        ) from e
+    except FileNotFoundError:
+        if missing_ok:
+            return MetricsRead({})
+        return MetricsRead({}, (f"{path}: rank 0 wrote no {METRICS_JSON}",))
     except (OSError, ValueError) as e:
-        raise TrainingError(f"{path}: cannot read the job's metrics ({e})") from e
+        return MetricsRead({}, (f"{path}: not readable JSON ({e})",))
     if not isinstance(data, dict):
-        raise TrainingError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    missing = [k for k in REQUIRED_METRICS if k not in data]
+        return MetricsRead({}, (f"{path}: expected a JSON object of metrics, got {type(data).__name__}",))
+    problems = []
+    missing = [k for k in required if k not in data]
     if missing:
-        raise TrainingError(f"{path}: missing keys {missing}; metrics.json must carry {list(REQUIRED_METRICS)}")
-    return data
+        problems.append(f"{path}: missing keys {missing} (kubetrain's trainers write {list(required)})")
+    history = data.get("history")
+    if history is not None and not (isinstance(history, list) and all(isinstance(h, dict) for h in history)):
+        problems.append(f"{path}: history is not a list of objects; no curves")
+        data = {k: v for k, v in data.items() if k != "history"}
+    return MetricsRead(data, tuple(problems))
 
 
 def model_files(output_dir: Path) -> list[Path]:
@@ -88,7 +108,8 @@ def copy_model(output_dir: Path, model: ArtifactLike, *, metadata: Mapping[str, 
     target = Path(model.path)
     target.mkdir(parents=True, exist_ok=True)
     names = []
-    for src in [*files, output_dir / METRICS_JSON]:
+    metrics_file = output_dir / METRICS_JSON
+    for src in [*files, *([metrics_file] if metrics_file.is_file() else [])]:
         if src.is_dir():
             shutil.copytree(src, target / src.name, dirs_exist_ok=True)
         else:
@@ -124,20 +145,6 @@ def write_text(artifact: ArtifactLike, text: str) -> Path:
 
 
 # -- a user's own program: whatever it left in its output directory ------------------------------
-
-
-def read_user_metrics(output_dir: Path) -> dict[str, Any]:
-    """The user program's metrics.json, any keys; an empty dict when it wrote none."""
-    path = output_dir / METRICS_JSON
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as e:
-        raise TrainingError(f"{path}: the program's {METRICS_JSON} is not readable JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise TrainingError(f"{path}: expected a JSON object of metrics, got {type(data).__name__}")
-    return data
 
 
 def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:

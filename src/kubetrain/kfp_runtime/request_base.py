@@ -17,8 +17,11 @@ from typing import Any, ClassVar, Literal, Self, cast
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
-from kubetrain.launcher import DELETE_AFTER_CHOICES, DeleteAfter
-from kubetrain.names import is_dns1123_subdomain
+from kubetrain.launcher import DELETE_AFTER_CHOICES, AwaitOptions, DeleteAfter
+from kubetrain.manifests import build_manifest
+from kubetrain.manifests.patch import apply_manifest_patch
+from kubetrain.manifests.validate import validate_manifest
+from kubetrain.names import is_dns1123_subdomain, is_quantity
 from kubetrain.presets import PodOptions, TrainingParams, UserProgram
 from kubetrain.specs import JobSpec, RunPolicy
 from kubetrain.specs.scheduling import check_priority_class, check_user_metadata
@@ -27,6 +30,21 @@ Framework = Literal["pytorch", "chainermn", "ps"]
 # The inputs that identify a task at run time; every training component takes them.
 IDENTITY_INPUTS = ("run_id", "task_id", "task_name")
 DEFAULT_ARCHITECTURE = "mlp"
+# How long the pods of a job may take to start before the step gives up on it. A cold pull of a
+# multi-GB training image (CUDA builds of PyTorch are 5-10 GB) takes minutes on a node that has
+# never run it; ten minutes covers that, while a mistyped image or a pod no node can take no
+# longer holds the step (and its GPUs' quota) for the whole timeout_seconds.
+DEFAULT_START_TIMEOUT_SECONDS = 600
+
+# The whole-number inputs every training component takes: the least value and what it counts,
+# so an error names the input as the component names it (not the spec field it becomes).
+COUNT_INPUTS: Mapping[str, tuple[int, str]] = {
+    "epochs": (1, "passes over the training data"),
+    "batch_size": (1, "records per process per step"),
+    "seed": (0, "the random seed"),
+    "gpus": (0, "GPUs per training pod; 0 for none"),
+    "backoff_limit": (0, "pod restarts the operator allows; 0 for none"),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,10 +72,28 @@ class JobIdentity:
     annotations: Mapping[str, str]
 
 
-def check_positive_int(name: str, value: object, minimum: int = 1) -> None:
-    """An integer input of at least `minimum` (bools are not integers here)."""
+def check_positive_int(name: str, value: object, minimum: int = 1, meaning: str = "") -> None:
+    """An integer input of at least `minimum` (bools are not integers here); `meaning` says what it counts."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInputError(f"{name}: got {value!r}; expected an integer >= {minimum}")
+        hint = f" ({meaning})" if meaning else ""
+        raise InvalidInputError(f"{name}: got {value!r}; expected an integer >= {minimum}{hint}")
+
+
+def check_seconds(name: str, value: object, *, zero: str = "") -> None:
+    """A number of seconds > 0, or >= 0 when `zero` says what 0 means."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not (cast(float, value) >= 0 if zero else cast(float, value) > 0):
+        expected = f"a number of seconds >= 0 ({zero})" if zero else "a positive number of seconds"
+        raise InvalidInputError(f"{name}: got {value!r}; expected {expected}")
+
+
+def check_name_input(name: str, value: object, what: str, *, empty: str = "or empty for the default") -> None:
+    """A Kubernetes object name given as an input; empty (when `empty` says what it means) for the default."""
+    if (value or not empty) and (not isinstance(value, str) or not is_dns1123_subdomain(value)):
+        tail = f", {empty}" if empty else ""
+        raise InvalidInputError(
+            f"{name}: got {value!r}; expected the name of {what} (lower-case alphanumerics, '-' and '.'){tail}"
+        )
 
 
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
@@ -73,6 +109,8 @@ class TrainingRequest(abc.ABC):
     framework: ClassVar[Framework]
     models: ClassVar[tuple[str, ...]]
     default_image: ClassVar[str]
+    # The framework's own whole-number inputs (workers, ps_replicas, ...), as COUNT_INPUTS.
+    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {}
 
     run_id: str
     task_id: str
@@ -88,6 +126,7 @@ class TrainingRequest(abc.ABC):
     memory: str = ""
     gpus: int = 0
     timeout_seconds: float = 86400  # real training runs for hours; a day, as the peers default to
+    start_timeout_seconds: float = DEFAULT_START_TIMEOUT_SECONDS
     delete_after: str = "success"
     backoff_limit: int = 3
     namespace: str = ""
@@ -108,17 +147,21 @@ class TrainingRequest(abc.ABC):
                     "task_name, so each task's job name is derived at run time (the KFP backend resolves "
                     "these only when passed as the task's arguments, not as input defaults)"
                 )
-        check_positive_int("epochs", self.epochs)
-        check_positive_int("batch_size", self.batch_size)
+        for name, (minimum, meaning) in {**COUNT_INPUTS, **self.count_inputs}.items():
+            check_positive_int(name, getattr(self, name), minimum, meaning)
         lr = self.learning_rate
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
             raise InvalidInputError(f"learning_rate: got {lr!r}; expected a number > 0")
         # Refused here, before anything is submitted, rather than by every replica's parser.
         check_choice("architecture", self.architecture, self.models)
-        if not self.timeout_seconds > 0:
-            raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
+        check_seconds("timeout_seconds", self.timeout_seconds)
+        check_seconds("start_timeout_seconds", self.start_timeout_seconds, zero="0: no limit on starting")
         check_choice("delete_after", self.delete_after, DELETE_AFTER_CHOICES)
-        check_positive_int("backoff_limit", self.backoff_limit, minimum=0)
+        self._check_pod_inputs()
+        if self.image_pull_secrets is not None and not isinstance(self.image_pull_secrets, list):
+            raise InvalidInputError(
+                f"image_pull_secrets: got {self.image_pull_secrets!r}; expected a list of Secret names: ['regcred']"
+            )
         for secret in self.image_pull_secrets or ():
             if not isinstance(secret, str) or not is_dns1123_subdomain(secret):
                 raise InvalidInputError(
@@ -136,6 +179,25 @@ class TrainingRequest(abc.ABC):
                 )
         check_user_metadata(self.labels or {}, self.annotations or {})
         check_priority_class(self.priority_class or None)
+
+    def _check_pod_inputs(self) -> None:
+        """The inputs that become the pods' fields, checked under the inputs' own names."""
+        for name, example in (("cpu", "'2' or '500m'"), ("memory", "'4Gi'")):
+            value = getattr(self, name)
+            if value and (not isinstance(value, str) or not is_quantity(value)):
+                raise InvalidInputError(
+                    f"{name}: got {value!r}; expected a Kubernetes quantity such as {example}, or empty for none"
+                )
+        if not isinstance(self.image, str) or any(c.isspace() for c in self.image):
+            raise InvalidInputError(
+                f"image: got {self.image!r}; expected a container image reference such as ghcr.io/org/img:1.0, "
+                "or empty for kubetrain's image"
+            )
+        check_name_input(
+            "workspace_pvc", self.workspace_pvc, "the ReadWriteMany PersistentVolumeClaim every pod mounts", empty=""
+        )
+        check_name_input("namespace", self.namespace, "a namespace")
+        check_name_input("service_account", self.service_account, "a ServiceAccount")
 
     @classmethod
     def from_inputs(cls, inputs: Mapping[str, Any]) -> Self:
@@ -184,6 +246,14 @@ class TrainingRequest(abc.ABC):
     def active_deadline_seconds(self) -> int:
         """The timeout as the job's own deadline: a backstop should the launcher pod be lost."""
         return max(1, int(self.timeout_seconds))
+
+    def await_options(self) -> AwaitOptions:
+        """How the launcher follows the job: the timeouts and the delete policy (0 start timeout: none)."""
+        return AwaitOptions(
+            timeout_seconds=self.timeout_seconds,
+            delete_after=self.delete_policy,
+            start_timeout_seconds=self.start_timeout_seconds or None,
+        )
 
     def run_policy(self) -> RunPolicy:
         """Restarts, plus the timeout as the job's own deadline."""
@@ -249,3 +319,14 @@ class TrainingRequest(abc.ABC):
     @abc.abstractmethod
     def to_spec(self, plan: JobPlan) -> JobSpec:
         """The job spec this request makes, for the job named and placed by `plan`."""
+
+    def manifest(self, plan: JobPlan) -> dict[str, Any]:
+        """The job manifest this request submits: its spec's manifest, `manifest_patch` applied, validated.
+
+        The training step submits exactly this, and `kubetrain render` prints exactly this.
+        """
+        manifest = build_manifest(self.to_spec(plan))
+        if self.manifest_patch:
+            return apply_manifest_patch(manifest, self.manifest_patch)  # validates the patched manifest
+        validate_manifest(manifest)
+        return manifest

@@ -11,6 +11,7 @@ into a job is :meth:`TrainingRequest.to_spec`, through :mod:`kubetrain.presets` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal, cast
 
@@ -70,6 +71,11 @@ class PyTorchRequest(ProgramRequest):
     default_program: ClassVar[tuple[str, ...]] = TORCH_PROGRAM
     operator_api: ClassVar[str] = "pytorchjob"
     default_runtime: ClassVar[str] = TORCH_RUNTIME
+    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {
+        "workers": (0, "worker replicas besides the master; 0 for a master-only job"),
+        "elastic_min_workers": (0, "the least workers of an elastic job; 0 for a fixed-size job"),
+        "elastic_max_workers": (0, "the most workers of an elastic job; 0 for a fixed-size job"),
+    }
 
     workers: int = 1
     elastic_min_workers: int = 0
@@ -144,6 +150,10 @@ class ChainerMNRequest(ProgramRequest):
     default_program: ClassVar[tuple[str, ...]] = CHAINERMN_PROGRAM
     operator_api: ClassVar[str] = "mpijob"
     default_runtime: ClassVar[str] = MPI_RUNTIME
+    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {
+        "workers": (1, "MPI worker replicas; mpirun needs at least one"),
+        "slots_per_worker": (1, "MPI ranks per worker"),
+    }
 
     workers: int = 2
     slots_per_worker: int = 1
@@ -177,6 +187,11 @@ class PSRequest(TrainingRequest):
     framework: ClassVar[Framework] = "ps"
     models: ClassVar[tuple[str, ...]] = PS_MODEL_NAMES
     default_image: ClassVar[str] = PS_IMAGE
+    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {
+        "ps_replicas": (1, "parameter servers holding the model's shards"),
+        "workers": (1, "workers pulling tasks from the master"),
+        "records_per_task": (1, "records in each task the master hands out"),
+    }
 
     ps_replicas: int = 2
     workers: int = 3

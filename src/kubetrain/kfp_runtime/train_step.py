@@ -10,9 +10,11 @@ artifacts and write the HTML report.
 
 from __future__ import annotations
 
+import posixpath
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,8 @@ from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
 from kubetrain.kfp_runtime.passthrough import passthrough_warning
 from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
-from kubetrain.launcher import AwaitOptions, run_job, timestamped_stderr_sink
+from kubetrain.launcher import run_job, timestamped_stderr_sink
 from kubetrain.launcher.signals import hold_signals
-from kubetrain.manifests import build_manifest
-from kubetrain.manifests.patch import apply_manifest_patch
 from kubetrain.names import derive_job_name
 from kubetrain.status import JobResult
 
@@ -74,6 +74,20 @@ def job_name(request: TrainingRequest) -> str:
     )
 
 
+def plan_job(request: TrainingRequest, *, name: str, data_dir: str, task_config: object, mount_path: str) -> JobPlan:
+    """The job's plan: its name, the program's directories under the workspace mount, the pods' options.
+
+    The step's outputs go to `runs/NAME/output` on the workspace, its checkpoints to
+    `runs/NAME/checkpoints`; `kubetrain render` plans with this same function.
+    """
+    params = request.training_params(
+        data_dir=data_dir,
+        output_dir=posixpath.join(mount_path, RUNS_DIR, name, "output"),
+        checkpoint_dir=posixpath.join(mount_path, RUNS_DIR, name, "checkpoints"),
+    )
+    return JobPlan(name=name, params=params, pod=request.pod_options(task_config))
+
+
 def _report_details(
     result: JobResult, request: TrainingRequest, plan: JobPlan, job_seconds: float
 ) -> list[tuple[str, object]]:
@@ -115,24 +129,40 @@ def _meta(result: JobResult, request: TrainingRequest, plan: JobPlan) -> dict[st
     }
 
 
+def warn(request: TrainingRequest, outputs: StepArtifacts, text: str) -> str:
+    """A warning in the step's log, loud enough to be found, and on the Model artifact's metadata; returns `text`."""
+    print(f"WARNING: {request.framework}: {text}", file=sys.stderr, flush=True)
+    outputs.model.metadata.setdefault("warnings", []).append(text)
+    return text
+
+
+def _metrics_warning(read: artifacts.MetricsRead, logged: Mapping[str, float]) -> str:
+    kept = [k for k in logged if k != "job_seconds"]
+    what = f"only what could be read was logged ({', '.join(kept)})" if kept else "no metrics were logged from it"
+    return f"{'; '.join(read.problems)}; the model was kept, and {what}"
+
+
 def _fill_trainer_outputs(
     output_dir: Path, *, result: JobResult, request: TrainingRequest, plan: JobPlan, outputs: StepArtifacts,
     job_seconds: float,
 ) -> dict[str, float]:  # fmt: skip
     """kubetrain's trainer: model.* and a metrics.json with the documented keys."""
-    metrics = artifacts.read_metrics(output_dir)
-    model_meta = {
-        **_meta(result, request, plan),
-        "architecture": request.model_name,
-        "test_accuracy": float(metrics["test_accuracy"]),
-        "world_size": int(metrics["world_size"]),
-    }
+    read = artifacts.read_metrics(output_dir, required=artifacts.REQUIRED_METRICS)
+    metrics = read.metrics
+    model_meta = {**_meta(result, request, plan), "architecture": request.model_name}
+    for key, kind in (("test_accuracy", float), ("world_size", int)):
+        if key in artifacts.numeric_metrics({key: metrics.get(key)}):
+            model_meta[key] = kind(metrics[key])
+    # The model first: a metrics file that cannot be read must not cost the trained model.
     artifacts.copy_model(output_dir, outputs.model, metadata=model_meta)
     logged = artifacts.log_metrics(outputs.metrics, metrics, job_seconds=job_seconds)
+    details = _report_details(result, request, plan, job_seconds)
+    if read.problems:
+        details.append(("warning", warn(request, outputs, _metrics_warning(read, logged))))
     page = report.training_report(
         title=f"{request.framework} training: {plan.name}",
         metrics=metrics,
-        details=_report_details(result, request, plan, job_seconds),
+        details=details,
         inputs=_report_inputs(request, user_program=False),
     )
     artifacts.write_text(outputs.report, page)
@@ -144,22 +174,32 @@ def _fill_user_outputs(
     job_seconds: float,
 ) -> dict[str, float]:  # fmt: skip
     """A user's own program: whatever it left in its output directory, and any numbers in its metrics.json."""
-    metrics = artifacts.read_user_metrics(output_dir)
-    history = metrics.get("history")
-    if history is not None and not (isinstance(history, list) and all(isinstance(h, dict) for h in history)):
-        print(f"{request.framework}: metrics.json history is not a list of objects; no curves", flush=True)
-        metrics = {k: v for k, v in metrics.items() if k != "history"}
     program = request.user_program
     model_meta = {**_meta(result, request, plan), "command": list(program.command) if program else []}
-    artifacts.copy_outputs(output_dir, outputs.model, metadata=model_meta)
+    names = artifacts.copy_outputs(output_dir, outputs.model, metadata=model_meta)
+    details = [(k, v) for k, v in _report_details(result, request, plan, job_seconds) if k != "model"]
+    details.append(("command", " ".join(program.command) if program else ""))
+    if not names:
+        where = plan.params.output_dir
+        here = f" (on this machine {output_dir})" if str(output_dir) != where else ""
+        empty = (
+            f"the job succeeded but the program left nothing in its output directory {where}{here}: the Model "
+            "artifact is empty and no metrics were logged. Expected the model's files there and, for the Metrics "
+            f"artifact, a {artifacts.METRICS_JSON} of numbers; the program finds the directory in "
+            "KUBETRAIN_OUTPUT_DIR"
+        )
+        details.append(("warning", warn(request, outputs, empty)))
+    read = artifacts.read_metrics(output_dir, missing_ok=True)
+    metrics = read.metrics
     logged = {**artifacts.numeric_metrics(metrics), "job_seconds": float(job_seconds)}
     for key, value in logged.items():
         outputs.metrics.log_metric(key, value)
-    details = [(k, v) for k, v in _report_details(result, request, plan, job_seconds) if k != "model"]
+    if read.problems:
+        details.append(("warning", warn(request, outputs, _metrics_warning(read, logged))))
     page = report.training_report(
         title=f"{request.framework} training: {plan.name}",
         metrics=metrics,
-        details=[*details, ("command", " ".join(program.command) if program else "")],
+        details=details,
         rows=sorted(artifacts.numeric_metrics(metrics).items()),
         inputs=_report_inputs(request, user_program=True),
     )
@@ -176,16 +216,10 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
         print(warning, file=sys.stderr, flush=True)
     workspace: WorkspaceView = open_workspace(request.workspace_pvc, kind=kind)
     name = job_name(request)
-    params = request.training_params(
-        data_dir=data_dir,
-        output_dir=workspace.pod(RUNS_DIR, name, "output"),
-        checkpoint_dir=workspace.pod(RUNS_DIR, name, "checkpoints"),
-    )
-    plan = JobPlan(name=name, params=params, pod=request.pod_options(task_config))
+    plan = plan_job(request, name=name, data_dir=data_dir, task_config=task_config, mount_path=workspace.mount_path)
+    params = plan.params
     request.preflight(kind)
-    manifest = build_manifest(request.to_spec(plan))
-    if request.manifest_patch:
-        manifest = apply_manifest_patch(manifest, request.manifest_patch)  # checked before anything is submitted
+    manifest = request.manifest(plan)  # patched and validated: checked before anything is submitted
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
     backend = open_backend(kind, namespace=request.job_namespace, local_root=local_root())
     # The report's plotting library loads while the job runs, not after it, when the step should end.
@@ -195,7 +229,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
         result = run_job(
             manifest,
             backend=backend,
-            options=AwaitOptions(timeout_seconds=request.timeout_seconds, delete_after=request.delete_policy),
+            options=request.await_options(),
             log_sink=timestamped_stderr_sink,
             cancel=hold_signals(),  # KFP's SIGTERM (a cancelled run) deletes the job, however late it comes
         )

@@ -72,6 +72,9 @@ class ProgressReporter:
         self._restarts = 0
         self._pods: dict[str, tuple[str, str, int]] = {}
         self._pending_since: dict[str, datetime] = {}
+        # The latest message of each pending pod (the scheduler's, the image pull's) for the start-timeout
+        # summary; kept apart from the reported state so a changing count in it prints no new line.
+        self._pending_message: dict[str, str] = {}
         self._events: set[tuple[str, str, str]] = set()
 
     @property
@@ -108,6 +111,10 @@ class ProgressReporter:
         seen: set[str] = set()
         for pod in pods:
             seen.add(pod.name)
+            if pod.phase == "Pending" and pod.message:
+                self._pending_message[pod.name] = pod.message
+            else:
+                self._pending_message.pop(pod.name, None)
             state = (pod.phase, pod.reason, pod.restart_count)
             old = self._pods.get(pod.name)
             if old == state:
@@ -122,6 +129,7 @@ class ProgressReporter:
             self._sink(f"pod {gone}: deleted")
             del self._pods[gone]
             self._pending_since.pop(gone, None)
+            self._pending_message.pop(gone, None)
 
     def _pod_line(self, pod: PodInfo, old: tuple[str, str, int] | None, now: datetime) -> str:
         head = describe_pod(pod)
@@ -171,7 +179,11 @@ class ProgressReporter:
             return any(state[0] == "Pending" for state in self._pods.values())
 
     def pending_summary(self) -> str:
-        """`pod: reason, pending Ns` for every pod last seen Pending (for a start-timeout message)."""
+        """`pod: reason (message), pending Ns` for every pod last seen Pending (for a start-timeout message).
+
+        The message is what says what to fix: the scheduler's (which resource no node has, which
+        taint), or the image that does not pull.
+        """
         now = self._clock()
         parts = []
         with self._lock:
@@ -179,7 +191,9 @@ class ProgressReporter:
                 if phase == "Pending":
                     pending = _seconds(self._pending_since.get(name), now)
                     took = f", pending {pending:.0f}s" if pending is not None else ""
-                    parts.append(f"{name}: {reason or 'Pending'}{took}")
+                    message = self._pending_message.get(name)
+                    detail = f" ({message})" if message else ""
+                    parts.append(f"{name}: {reason or 'Pending'}{detail}{took}")
         return "; ".join(parts)
 
     def any_pods(self) -> bool:
