@@ -126,6 +126,10 @@ def test_a_step_without_a_record_is_described_by_its_last_line(tmp_path: Path) -
     root = _failed_task_dir(tmp_path, None)
     task = collect("pytorch-train", "comp-pytorch-train", {}, root, tmp_path, last_line="ValueError: boom")
     assert (task.state, task.error, task.exit_code, task.recorded) == ("FAILED", "ValueError: boom", 1, False)
+    # A component without output artifacts gets no directory before it fails: started says it ran.
+    check = collect("check", "comp-check", {}, root, tmp_path, last_line="ValueError: low", started=True)
+    assert (check.state, check.error, check.exit_code) == ("FAILED", "ValueError: low", 1)
+    assert collect("check", "comp-check", {}, root, tmp_path).state == "NOT_RUN"
 
 
 @pytest.mark.parametrize(

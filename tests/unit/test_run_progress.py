@@ -85,6 +85,7 @@ def test_a_failing_steps_traceback_is_shown_and_its_last_line_kept() -> None:
     ]
     assert stream.progress.last_line("my-step") == "ValueError: the input is empty"
     assert stream.progress.last_line("never-ran") == ""
+    assert stream.progress.started == {"my-step"}
 
 
 def test_logging_during_the_run_info_to_the_log_only_warnings_shown() -> None:

@@ -169,7 +169,9 @@ def run_pipeline_locally(
     reports = run_dir / "reports"
     progress = stream.progress
     tasks = tuple(
-        collect(task, comp, outs, roots[0], reports, last_line=progress.last_line(task))
+        collect(
+            task, comp, outs, roots[0], reports, last_line=progress.last_line(task), started=task in progress.started
+        )
         for task, comp, outs in dag_tasks(pipeline)
     )
     state: RunState = "SUCCEEDED" if tasks and all(t.state == "SUCCEEDED" for t in tasks) else "FAILED"

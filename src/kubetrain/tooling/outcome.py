@@ -3,8 +3,9 @@
 A task directory with an `executor_output.json` succeeded; one without it failed, and its failure
 record (:mod:`kubetrain.kfp_runtime.exits`) says why and with which exit code; a step that left no
 record (a bug's traceback, a user's own component) is described by the last line it printed, exit
-code 1; a task without a directory never ran. In a cancelled run, a step that stopped because of
-the cancellation (exit 5, or no record at all: killed) is CANCELLED, not FAILED.
+code 1; a task kfp.local never started (no directory, no start in its output) never ran. In a
+cancelled run, a step that stopped because of the cancellation (exit 5, or no record at all:
+killed) is CANCELLED, not FAILED.
 """
 
 from __future__ import annotations
@@ -130,11 +131,16 @@ def collect(
     reports: Path,
     *,
     last_line: str = "",
+    started: bool = False,
 ) -> TaskOutcome:
-    """One task's outcome from its directory under `root`; `last_line`: what the step printed last."""
+    """One task's outcome from its directory under `root`.
+
+    `last_line`: what the step printed last; `started`: kfp.local said it started the step (one
+    without output artifacts that fails has no directory).
+    """
     # kfp.local names a task's directory after its component, without the "comp-" prefix.
     task_dir = root / component.removeprefix("comp-")
-    if not task_dir.is_dir():
+    if not task_dir.is_dir() and not started:
         return TaskOutcome(task_name, component, "NOT_RUN")
     output_file = task_dir / EXECUTOR_OUTPUT
     if not output_file.is_file():

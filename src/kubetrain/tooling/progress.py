@@ -42,6 +42,7 @@ class ProgressFilter:
         self._in_executor_input = False
         self._in_outputs = False
         self.tails: dict[str, deque[str]] = {}
+        self.started: set[str] = set()  # steps kfp.local started (a step may fail before making its directory)
 
     def feed(self, raw: str) -> str | None:
         """The line to show for `raw` (one line, no newline), or None to show nothing."""
@@ -65,6 +66,7 @@ class ProgressFilter:
             self.task = m.group("task")
             self._in_executor_input = False
             self.tails[self.task] = deque(maxlen=_TAIL_LINES)
+            self.started.add(self.task)
             return f"step {self.task}: running"
         if m := _FINISHED.match(message):
             return f"step {m.group('task')}: {'done' if m.group('status') == 'SUCCESS' else 'failed'}"
