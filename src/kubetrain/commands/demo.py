@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the `demo` subcommand."""
     parser = subparsers.add_parser(
         "demo",
-        help="run compare_frameworks on builtin:digits on this machine and print the comparison",
+        help="try it: train with PyTorch DDP, ChainerMN and parameter servers here and compare them",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

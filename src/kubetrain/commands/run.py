@@ -1,4 +1,8 @@
-"""`kubetrain run PIPELINE [--param KEY=VALUE ...] [--json]`: a pipeline end to end on this machine.
+"""Run a pipeline end to end on this machine: no cluster and no container needed.
+
+  kubetrain run mnist_pytorch --param epochs=3     a shipped pipeline
+  kubetrain run my_pipeline.py --list-params       your own pipeline's parameters
+  kubetrain run my_pipeline.py --json              your own; progress on stderr, JSON on stdout
 
 PIPELINE is one of the shipped pipelines (mnist_pytorch, mnist_chainermn, mnist_ps,
 compare_frameworks), or your own: a .py file defining a @dsl.pipeline function (--pipeline-func
@@ -58,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run a pipeline (a shipped one or your own .py/.yaml) on this machine, no cluster needed",
+        usage="kubetrain run PIPELINE [--param KEY=VALUE ...] [--json] [--list-params] [options]",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
