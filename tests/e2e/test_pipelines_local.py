@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,12 +133,25 @@ def test_demo_compares_the_three_frameworks(tmp_path: Path) -> None:
     check_clean(result)
 
 
-def test_invalid_input_fails_the_step_before_anything_is_submitted(tmp_path: Path) -> None:
-    proc, result = kubetrain(tmp_path, "run", "mnist_pytorch", "--param", "architecture=bogus")
-    assert proc.returncode == ExitCode.JOB_FAILED
+@pytest.mark.parametrize(
+    ("param", "error"),
+    [
+        ("architecture=bogus", "architecture: got 'bogus'; expected one of mlp, cnn"),
+        ("workers=-1", ": got -1; expected a non-negative integer"),
+    ],
+)
+def test_invalid_input_fails_the_step_before_anything_is_submitted(tmp_path: Path, param: str, error: str) -> None:
+    """The summary, the JSON and the exit code say what failed and why: the step's error and its code 2."""
+    proc, result = kubetrain(tmp_path, "run", "mnist_pytorch", "--param", param)
+    assert proc.returncode == ExitCode.INVALID_INPUT
     assert result["state"] == "FAILED"
+    assert result["exit_code"] == ExitCode.INVALID_INPUT
     assert result["tasks"]["download-dataset"]["state"] == "SUCCEEDED"
-    assert result["tasks"]["pytorch-train"]["state"] == "FAILED"
-    assert "architecture: got 'bogus'; expected one of mlp, cnn" in proc.stderr
+    failed = result["tasks"]["pytorch-train"]
+    assert failed["state"] == "FAILED"
+    assert failed["exit_code"] == ExitCode.INVALID_INPUT
+    assert re.fullmatch(r"\w+Error: .*" + re.escape(error) + ".*", failed["error"]), failed["error"]
+    # The summary on stderr ends with the task and why, not 180 lines further up.
+    assert proc.stderr.rstrip().splitlines()[-1] == f"    error: {failed['error']} (exit code 2)"
     jobs = Path(result["run_dir"]) / "local" / "jobs"
     assert not jobs.exists() or not any(jobs.rglob("*.log")), "a job was submitted despite invalid input"

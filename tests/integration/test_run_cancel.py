@@ -77,9 +77,9 @@ def _storm(proc: subprocess.Popen[str], *, seconds: float = 120) -> int:
 class Run:
     """A `kubetrain run ... --json` in the background, with its stderr collected as it comes."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, command: tuple[str, ...] = ("run", "mnist_pytorch", "--param", "epochs=200")) -> None:
         self.proc = subprocess.Popen(
-            [KUBETRAIN, "run", "mnist_pytorch", "--param", "epochs=200", "--json"],
+            [KUBETRAIN, *command, "--json"],
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.stderr: list[str] = []
@@ -120,8 +120,10 @@ def test_a_stopped_run_deletes_its_job_and_exits_cancelled(run: Run, tmp_path: P
     assert code == ExitCode.CANCELLED, "".join(run.stderr[-20:])
     outcome = json.loads(out.strip().splitlines()[-1])
     assert outcome["state"] == "CANCELLED"
+    assert outcome["exit_code"] == ExitCode.CANCELLED
     assert outcome["tasks"]["download-dataset"]["state"] == "SUCCEEDED"
-    assert outcome["tasks"]["pytorch-train"]["state"] == "FAILED"
+    assert outcome["tasks"]["pytorch-train"]["state"] == "CANCELLED"  # interrupted, not failed
+    assert outcome["tasks"]["pytorch-train"]["exit_code"] == ExitCode.CANCELLED
     assert "Traceback" not in "".join(run.stderr)
     _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the run to end")
 
@@ -151,7 +153,7 @@ def test_a_storm_of_signals_while_training_keeps_exit_5_and_the_json(run: Run, t
     assert code == ExitCode.CANCELLED, "".join(run.stderr[-20:])
     outcome = json.loads(out.strip().splitlines()[-1])
     assert outcome["state"] == "CANCELLED"
-    assert outcome["tasks"]["pytorch-train"]["state"] == "FAILED"
+    assert outcome["tasks"]["pytorch-train"]["state"] == "CANCELLED"
     assert "Traceback" not in "".join(run.stderr)
     _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the run to end")
 
@@ -166,3 +168,28 @@ def test_a_storm_of_signals_during_start_up_cancels_before_any_step(run: Run, tm
     assert outcome["state"] == "CANCELLED"
     assert "Traceback" not in "".join(run.stderr)
     _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the run to end")
+
+
+def test_ctrl_c_during_the_demo_is_cancelled_exit_5(tmp_path: Path) -> None:
+    """`kubetrain demo` used to say "the pipeline FAILED" and exit 1 while its JSON said CANCELLED."""
+    demo = Run(tmp_path, ("demo",))
+    try:
+        demo.wait_until_training()
+        demo.proc.send_signal(signal.SIGINT)
+        code, out = demo.finish()
+    finally:
+        if demo.proc.poll() is None:
+            demo.proc.kill()
+            demo.proc.wait()
+    stderr = "".join(demo.stderr)
+    assert code == ExitCode.CANCELLED, stderr[-3000:]
+    outcome = json.loads(out.strip().splitlines()[-1])
+    assert outcome["state"] == "CANCELLED"
+    states = {name: task["state"] for name, task in outcome["tasks"].items()}
+    trainers = ("pytorch-train", "chainermn-train", "ps-train")
+    # kfp.local runs one step at a time: the one training when Ctrl-C came is CANCELLED, none FAILED.
+    assert sorted(states[t] for t in trainers) == ["CANCELLED", "NOT_RUN", "NOT_RUN"], states
+    assert states["compare-summary"] == "NOT_RUN"
+    assert "demo: cancelled" in stderr
+    assert "FAILED" not in stderr
+    _wait_for(lambda: not _leftovers(tmp_path), timeout=10, what="every process of the demo to end")

@@ -54,9 +54,9 @@ PS_IMPORTS: dict[str, frozenset[str]] = {
 
 Module = tuple[str, ...]  # a module's dotted name below kubetrain: ("ps", "master", "taskbook")
 
-# The one module that may use importlib: it loads a user's model by a module path known only at
-# run time, never a kubetrain module, so it hides nothing from these checks.
-IMPORTLIB_USERS: frozenset[Module] = frozenset({("ps", "worker", "user_model")})
+# The modules that may use importlib: they load a user's code known only at run time (a model by
+# its module path; a pipeline by its file), never a kubetrain module, so they hide nothing here.
+IMPORTLIB_USERS: frozenset[Module] = frozenset({("ps", "worker", "user_model"), ("tooling", "sources")})
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ import pytest
 
 from kubetrain.cli import main
 from kubetrain.errors import ExitCode
+from kubetrain.kfp_runtime.exits import FAILURE_RECORD
 from kubetrain.tooling.catalog import Entry
-from kubetrain.tooling.local_run import RunOutcome, _collect, _dag_tasks, describe
+from kubetrain.tooling.outcome import RunOutcome, TaskOutcome, cancelled, collect, dag_tasks, describe
 
 
 def test_unknown_pipeline_and_parameters_fail_before_anything_runs(
@@ -24,7 +25,7 @@ def test_unknown_pipeline_and_parameters_fail_before_anything_runs(
 
 
 def test_tasks_come_upstream_first() -> None:
-    tasks = _dag_tasks(Entry("pipeline", "compare_frameworks").load())
+    tasks = dag_tasks(Entry("pipeline", "compare_frameworks").load())
     names = [name for name, _, _ in tasks]
     assert names[0] == "download-dataset"
     assert names[-1] == "compare-summary"
@@ -55,7 +56,7 @@ def test_task_states_are_read_from_the_kfp_output_tree(tmp_path: Path) -> None:
     outputs = {"model": "system.Model", "metrics": "system.Metrics", "report": "system.HTML"}
     reports = tmp_path / "reports"
 
-    succeeded = _collect("pytorch-train", "comp-pytorch-train", outputs, root, reports)
+    succeeded = collect("pytorch-train", "comp-pytorch-train", outputs, root, reports)
     assert succeeded.state == "SUCCEEDED"
     assert succeeded.parameters == {"job_name": "pytorch-1", "status": "Succeeded"}
     assert succeeded.metrics == {"test_accuracy": 0.97}
@@ -63,8 +64,8 @@ def test_task_states_are_read_from_the_kfp_output_tree(tmp_path: Path) -> None:
     copy = Path(succeeded.reports["report"])
     assert copy == reports / "pytorch-train-report.html"
     assert copy.read_text() == "<html>curves</html>"
-    assert _collect("ps-train", "comp-ps-train", outputs, root, reports).state == "FAILED"
-    assert _collect("chainermn-train", "comp-chainermn-train", outputs, root, reports).state == "NOT_RUN"
+    assert collect("ps-train", "comp-ps-train", outputs, root, reports).state == "FAILED"
+    assert collect("chainermn-train", "comp-chainermn-train", outputs, root, reports).state == "NOT_RUN"
 
     outcome = RunOutcome(
         pipeline="p",
@@ -73,7 +74,7 @@ def test_task_states_are_read_from_the_kfp_output_tree(tmp_path: Path) -> None:
         claims_dir=tmp_path / "local" / "claims",
         wall_seconds=12.345,
         arguments={"epochs": 2},
-        tasks=(succeeded, _collect("ps-train", "comp-ps-train", outputs, root, reports)),
+        tasks=(succeeded, collect("ps-train", "comp-ps-train", outputs, root, reports)),
     )
     as_json = json.loads(json.dumps(outcome.to_json()))
     assert as_json["state"] == "FAILED"
@@ -81,6 +82,8 @@ def test_task_states_are_read_from_the_kfp_output_tree(tmp_path: Path) -> None:
     assert as_json["tasks"]["ps-train"] == {
         "state": "FAILED",
         "component": "comp-ps-train",
+        "error": "the step printed nothing; see the run's log",
+        "exit_code": 1,
         "metrics": {},
         "parameters": {},
         "artifacts": {},
@@ -89,3 +92,64 @@ def test_task_states_are_read_from_the_kfp_output_tree(tmp_path: Path) -> None:
     text = describe(outcome)
     assert "pipeline p: FAILED in 12.3s" in text
     assert f"report: {copy}" in text
+
+
+def _failed_task_dir(tmp_path: Path, record: dict[str, object] | None) -> Path:
+    root = tmp_path / "kfp" / "p-2026"
+    (root / "pytorch-train").mkdir(parents=True)
+    if record is not None:
+        (root / "pytorch-train" / FAILURE_RECORD).write_text(json.dumps(record))
+    return root
+
+
+def test_a_failed_task_carries_its_steps_error_and_exit_code(tmp_path: Path) -> None:
+    root = _failed_task_dir(tmp_path, {"error": "SpecError: workers: got -1; expected >= 0", "exit_code": 2})
+    task = collect("pytorch-train", "comp-pytorch-train", {}, root, tmp_path / "reports", last_line="ignored")
+    assert (task.state, task.error, task.exit_code) == ("FAILED", "SpecError: workers: got -1; expected >= 0", 2)
+    download = TaskOutcome("download-dataset", "comp-download-dataset", "SUCCEEDED", exit_code=0)
+    outcome = RunOutcome(
+        pipeline="p", state="FAILED", run_dir=tmp_path, claims_dir=tmp_path, wall_seconds=1.0, arguments={},
+        tasks=(download, task), log_file=tmp_path / "run.log",
+    )  # fmt: skip
+    assert outcome.exit_code == 2  # the step's code, not a blanket 1
+    as_json = outcome.to_json()
+    assert as_json["exit_code"] == 2
+    assert as_json["tasks"]["pytorch-train"]["error"] == "SpecError: workers: got -1; expected >= 0"
+    assert as_json["tasks"]["pytorch-train"]["exit_code"] == 2
+    text = describe(outcome)
+    assert "task pytorch-train: FAILED\n    error: SpecError: workers: got -1; expected >= 0 (exit code 2)" in text
+    assert f"full log: {tmp_path / 'run.log'}" in text
+
+
+def test_a_step_without_a_record_is_described_by_its_last_line(tmp_path: Path) -> None:
+    """A user's own component that raised: the traceback's last line is the error."""
+    root = _failed_task_dir(tmp_path, None)
+    task = collect("pytorch-train", "comp-pytorch-train", {}, root, tmp_path, last_line="ValueError: boom")
+    assert (task.state, task.error, task.exit_code, task.recorded) == ("FAILED", "ValueError: boom", 1, False)
+    # A component without output artifacts gets no directory before it fails: started says it ran.
+    check = collect("check", "comp-check", {}, root, tmp_path, last_line="ValueError: low", started=True)
+    assert (check.state, check.error, check.exit_code) == ("FAILED", "ValueError: low", 1)
+    assert collect("check", "comp-check", {}, root, tmp_path).state == "NOT_RUN"
+
+
+@pytest.mark.parametrize(
+    ("record", "state", "code"),
+    [
+        ({"error": "JobCancelledError: SIGTERM", "exit_code": 5}, "CANCELLED", 5),  # stopped by the run
+        (None, "CANCELLED", 5),  # killed past its grace period: no record
+        ({"error": "JobTimeoutError: 60s", "exit_code": 3}, "FAILED", 3),  # failed on its own first
+    ],
+)
+def test_in_a_cancelled_run_the_interrupted_task_is_cancelled(
+    tmp_path: Path, record: dict[str, object] | None, state: str, code: int
+) -> None:
+    root = _failed_task_dir(tmp_path, record)
+    task = cancelled(collect("pytorch-train", "comp-pytorch-train", {}, root, tmp_path), "SIGINT")
+    assert (task.state, task.exit_code) == (state, code)
+    done = TaskOutcome("download-dataset", "comp-download-dataset", "SUCCEEDED", exit_code=0)
+    assert cancelled(done, "SIGINT") == done
+    outcome = RunOutcome(
+        pipeline="p", state="CANCELLED", run_dir=tmp_path, claims_dir=tmp_path, wall_seconds=1.0, arguments={},
+        tasks=(done, task),
+    )  # fmt: skip
+    assert outcome.exit_code == ExitCode.CANCELLED

@@ -136,3 +136,49 @@ def test_unreachable_host_is_an_infrastructure_error(capsys: pytest.CaptureFixtu
 def test_unknown_pipeline(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["submit", "nope", "--host", "http://127.0.0.1:1"]) == ExitCode.INVALID_INPUT
     assert "expected one of mnist_pytorch" in capsys.readouterr().err
+
+
+USER_PIPELINES = """
+from kfp import dsl
+
+from kubetrain.components.download_dataset import download_dataset
+
+
+@dsl.pipeline(name="fetch-small")
+def fetch_small(shards: int = 1):
+    download_dataset(shards=shards)
+
+
+@dsl.pipeline(name="fetch-big")
+def fetch_big(shards: int = 8):
+    download_dataset(shards=shards)
+"""
+
+
+def test_submit_a_users_python_file(api: FakeKfpApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "mine" / "pipelines.py"
+    source.parent.mkdir()
+    source.write_text(USER_PIPELINES)
+    assert main(["submit", str(source), "--host", api.url, "--token", TOKEN]) == ExitCode.INVALID_INPUT
+    assert "choose one with --pipeline-func NAME" in capsys.readouterr().err
+    assert not api.state.requests
+
+    rc = main(["submit", str(source), "--pipeline-func", "fetch_big", "--host", api.url, "--token", TOKEN,
+               "--param", "shards=4"])  # fmt: skip
+    assert rc == 0
+    (upload,) = api.requests_to("POST", "/apis/v2beta1/pipelines/upload")
+    assert upload.query["name"] == "fetch-big"
+    (spec,) = api.state.specs.values()
+    assert spec["pipelineInfo"]["name"] == "fetch-big"
+    (run,) = api.state.runs.values()
+    assert run["runtime_config"]["parameters"] == {"shards": 4}
+
+
+def test_submit_a_compiled_yaml_uploads_it_as_it_is(api: FakeKfpApi, tmp_path: Path) -> None:
+    compiled = tmp_path / "digits_ps.yaml"
+    compiled.write_text((Path(__file__).resolve().parents[2] / "pipelines" / "mnist_ps.yaml").read_text())
+    assert main(["submit", str(compiled), "--host", api.url, "--token", TOKEN, "--param", "workers=2"]) == 0
+    (upload,) = api.requests_to("POST", "/apis/v2beta1/pipelines/upload")
+    assert compiled.read_bytes() in upload.body  # the file itself, not a recompile
+    (run,) = api.state.runs.values()
+    assert run["runtime_config"]["parameters"] == {"workers": 2}

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the `compile` subcommand."""
     parser = subparsers.add_parser(
         "compile",
-        help="compile every component and pipeline to the YAML beside its source",
+        help="regenerate the YAML of kubetrain's own components and pipelines (for kubetrain's developers)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

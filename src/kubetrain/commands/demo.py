@@ -4,6 +4,10 @@ Runs the `compare_frameworks` pipeline on this machine (as `kubetrain run compar
 would): one download, three distributed training jobs on the local backend, one comparison
 table. Prints the table, each framework's test accuracy, the wall time and where the HTML
 reports with the loss and accuracy curves are. Needs no network and no cluster.
+
+Exit code: 0 when the pipeline succeeded; else the failed step's own (as `kubetrain run`); 5 when
+SIGTERM or SIGINT (Ctrl-C) stopped it: the running step deleted its job, the interrupted task is
+CANCELLED, and the outcome (with --json the JSON object) is still printed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.commands.run import add_run_options, single_threaded_defaults
-from kubetrain.errors import ExitCode
+from kubetrain.launcher.signals import SignalEvent, hold_signals, ignore_signals
 
 PIPELINE = "compare_frameworks"
 TARGET_ACCURACY = 0.95
@@ -26,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the `demo` subcommand."""
     parser = subparsers.add_parser(
         "demo",
-        help="run compare_frameworks on builtin:digits on this machine and print the comparison",
+        help="try it: train with PyTorch DDP, ChainerMN and parameter servers here and compare them",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -36,20 +40,40 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo pipeline; print the comparison and where the charts are."""
+    # As `kubetrain run`: a stop signal from the first line on cancels the run (exit 5), and one
+    # that comes while the outcome is printed changes nothing.
+    cancel = hold_signals()
+    try:
+        return _run(args, cancel)
+    finally:
+        ignore_signals()
+
+
+def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
     from kubetrain.tooling.catalog import pipeline
     from kubetrain.tooling.local_run import describe, run_locally
 
     single_threaded_defaults()
     outcome = run_locally(
-        pipeline(PIPELINE), {"dataset": "builtin:digits"}, runs_dir=args.runs_dir, logs_to_stderr=args.json
+        pipeline(PIPELINE),
+        {"dataset": "builtin:digits"},
+        runs_dir=args.runs_dir,
+        logs_to_stderr=args.json,
+        cancel=cancel,
+        verbose=getattr(args, "verbose", False),
     )
     out = sys.stderr if args.json else sys.stdout
     print(describe(outcome), file=out)
     if outcome.state != "SUCCEEDED":
-        print(f"\ndemo: the pipeline FAILED; the logs above and {outcome.run_dir} say why", file=out)
+        if outcome.state == "CANCELLED":
+            print(f"\ndemo: cancelled; what ran so far is in {outcome.run_dir}", file=out)
+        else:
+            failed = next((t for t in outcome.tasks if t.state == "FAILED"), None)
+            why = f"{failed.name}: {failed.error}" if failed and failed.error else "see the log"
+            print(f"\ndemo: the pipeline FAILED ({why}); full log: {outcome.log_file}", file=out)
         if args.json:
             print(json.dumps(outcome.to_json()))
-        return int(ExitCode.JOB_FAILED)
+        return outcome.exit_code
     summary = outcome.task("compare-summary")
     table = summary.reports.get("summary")
     print("\n" + (Path(table).read_text(encoding="utf-8") if table else "(no summary table)"), file=out)

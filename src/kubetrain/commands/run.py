@@ -1,12 +1,25 @@
-"""`kubetrain run PIPELINE [--param KEY=VALUE ...] [--json]`: a pipeline end to end on this machine.
+"""Run a pipeline end to end on this machine: no cluster and no container needed.
 
-Runs through kfp.local's SubprocessRunner with the local backend: each step is a subprocess of
-this Python, each training job a set of local processes imitating the operator. Prints the
-steps' progress, then where every output is and the final metrics. With --json, the progress
-goes to stderr and stdout ends with one JSON object: the pipeline's state and, per task, its
-state, metrics, output parameters and artifact paths. Exit code 0 when every task succeeded,
-1 when one failed, 5 when SIGTERM or SIGINT stopped the run (its running step deleted its job,
-and the outcome, with --json the JSON object, is still printed, however many signals come).
+  kubetrain run mnist_pytorch --param epochs=3     a shipped pipeline
+  kubetrain run my_pipeline.py --list-params       your own pipeline's parameters
+  kubetrain run my_pipeline.py --json              your own; progress on stderr, JSON on stdout
+
+PIPELINE is one of the shipped pipelines (mnist_pytorch, mnist_chainermn, mnist_ps,
+compare_frameworks), or your own: a .py file defining a @dsl.pipeline function (--pipeline-func
+NAME picks one when it defines several; importing the file is all kubetrain does with it), or a
+compiled pipeline .yaml. `kubetrain run PIPELINE --list-params` lists its parameters.
+
+Each step runs as a process here and each training job as local processes behaving like the
+operator's pods; no cluster, no container. It prints each step's progress, then the outcome:
+every task's state, where its outputs and HTML reports are, its final metrics, and for a failed
+task its error and exit code. Everything, kfp's own output included, is kept in the run
+directory's run.log (--verbose prints it all). With --json, the progress goes to stderr and stdout
+ends with one JSON object: the pipeline's state and, per task, its state, error, exit code,
+metrics, output parameters and artifact paths.
+
+Exit code: 0 when every step succeeded; else the failed step's own (1 the job failed, 2 invalid
+input, 3 timed out, 4 API errors); 5 when SIGTERM or SIGINT (Ctrl-C) stopped the run (its running
+step deleted its job; the outcome, with --json the JSON object, is still printed).
 """
 
 from __future__ import annotations
@@ -35,20 +48,48 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help=f"where each run gets its directory (default ./{DEFAULT_RUNS_DIR})",
     )
     parser.add_argument("--json", action="store_true", help="progress to stderr; end stdout with one JSON object")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        # SUPPRESS: not given here, the global `kubetrain -v` stays as it was.
+        default=argparse.SUPPRESS,
+        help="print everything the steps and kfp.local print (always kept in the run directory's run.log)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the `run` subcommand."""
     parser = subparsers.add_parser(
         "run",
-        help="run a pipeline end to end on this machine (kfp.local + the local backend)",
+        help="run a pipeline (a shipped one or your own .py/.yaml) on this machine, no cluster needed",
+        usage="kubetrain run PIPELINE [--param KEY=VALUE ...] [--json] [--list-params] [options]",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("pipeline", metavar="PIPELINE", help=f"one of {', '.join(PIPELINES)}")
+    add_pipeline_argument(parser)
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="pipeline parameter")
+    parser.add_argument(
+        "--list-params",
+        action="store_true",
+        help="list the pipeline's parameters (name, type, default, description) and exit",
+    )
     add_run_options(parser)
     parser.set_defaults(func=run)
+
+
+def add_pipeline_argument(parser: argparse.ArgumentParser) -> None:
+    """PIPELINE and --pipeline-func, as `run` and `submit` take them."""
+    parser.add_argument(
+        "pipeline",
+        metavar="PIPELINE",
+        help=f"one of {', '.join(PIPELINES)}, or your own pipeline: a .py file or a compiled .yaml",
+    )
+    parser.add_argument(
+        "--pipeline-func",
+        default=None,
+        metavar="NAME",
+        help="the @dsl.pipeline function to take from a .py file that defines several",
+    )
 
 
 def single_threaded_defaults() -> None:
@@ -71,17 +112,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
-    from kubetrain.tooling.catalog import pipeline
-    from kubetrain.tooling.local_run import describe, run_locally
-    from kubetrain.tooling.params import parse_params, pipeline_inputs
+    from kubetrain.tooling.local_run import describe, run_pipeline_locally
+    from kubetrain.tooling.params import describe_inputs, parse_params, pipeline_inputs
+    from kubetrain.tooling.sources import load_pipeline
 
-    entry = pipeline(args.pipeline)
-    arguments = parse_params(args.param, pipeline_inputs(entry.load()))
+    loaded = load_pipeline(args.pipeline, pipeline_func=args.pipeline_func)
+    inputs = pipeline_inputs(loaded.pipeline)
+    if args.list_params:
+        print(describe_inputs(inputs))
+        return int(ExitCode.SUCCESS)
+    arguments = parse_params(args.param, inputs)
     single_threaded_defaults()
-    outcome = run_locally(entry, arguments, runs_dir=args.runs_dir, logs_to_stderr=args.json, cancel=cancel)
+    outcome = run_pipeline_locally(
+        loaded.pipeline,
+        name=loaded.name,
+        arguments=arguments,
+        runs_dir=args.runs_dir,
+        logs_to_stderr=args.json,
+        cancel=cancel,
+        verbose=getattr(args, "verbose", False),
+    )
     print(describe(outcome), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:
         print(json.dumps(outcome.to_json()), flush=True)
-    if outcome.state == "CANCELLED":
-        return int(ExitCode.CANCELLED)
-    return 0 if outcome.state == "SUCCEEDED" else int(ExitCode.JOB_FAILED)
+    return outcome.exit_code

@@ -71,5 +71,8 @@ def pipeline(name: str) -> Entry:
     """The pipeline called `name` (module name, or its KFP name with dashes)."""
     key = name.replace("-", "_")
     if key not in PIPELINES:
-        raise InvalidInputError(f"pipeline: got {name!r}; expected one of {', '.join(PIPELINES)}")
+        raise InvalidInputError(
+            f"pipeline: got {name!r}; expected one of {', '.join(PIPELINES)}, "
+            "or a file: a .py defining a @dsl.pipeline function, or a compiled pipeline .yaml"
+        )
     return Entry("pipeline", key)

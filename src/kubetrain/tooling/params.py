@@ -14,21 +14,64 @@ _FALSE = {"false", "0", "no", "off"}
 
 @dataclass(frozen=True)
 class PipelineInput:
-    """One pipeline parameter: its KFP type name and default."""
+    """One pipeline parameter: its KFP type name, default and description (from the docstring's Args)."""
 
     name: str
     type: str  # String, Integer, Float, Boolean, ...
     default: Any
     optional: bool
+    description: str = ""
+
+
+def _compiled_descriptions(pipeline: Any) -> dict[str, str]:
+    """The parameters' descriptions a compiled YAML holds, which kfp's YAML loader leaves out."""
+    text = getattr(pipeline, "component_yaml", None)
+    if not isinstance(text, str):
+        return {}
+    import yaml
+
+    doc = next(iter(yaml.safe_load_all(text)), None)
+    root = doc.get("root") if isinstance(doc, dict) else None
+    params = ((root or {}).get("inputDefinitions") or {}).get("parameters") or {}
+    return {name: str(p.get("description") or "") for name, p in params.items() if isinstance(p, dict)}
 
 
 def pipeline_inputs(pipeline: Any) -> dict[str, PipelineInput]:
-    """The parameters a KFP pipeline object declares, by name."""
+    """The parameters a KFP pipeline object (from Python or compiled YAML) declares, by name."""
     spec = pipeline.component_spec
+    compiled = _compiled_descriptions(pipeline)
     return {
-        name: PipelineInput(name=name, type=str(inp.type), default=inp.default, optional=bool(inp.optional))
+        name: PipelineInput(
+            name=name,
+            type=str(inp.type),
+            default=inp.default,
+            optional=bool(inp.optional),
+            description=" ".join(str(inp.description or compiled.get(name, "")).split()),
+        )
         for name, inp in (spec.inputs or {}).items()
     }
+
+
+def _shown_default(item: PipelineInput, kind: str) -> str:
+    if not item.optional:
+        return "(required)"
+    # A compiled YAML stores every number as a float: show an Integer's default as the integer it is.
+    if kind == "Integer" and isinstance(item.default, float) and item.default.is_integer():
+        return str(int(item.default))
+    return "(none)" if item.default is None else repr(item.default)
+
+
+def describe_inputs(inputs: Mapping[str, PipelineInput]) -> str:
+    """A table of the parameters (name, type, default, description), for `kubetrain run PIPELINE --list-params`."""
+    if not inputs:
+        return "this pipeline takes no parameters"
+    rows = [("NAME", "TYPE", "DEFAULT", "DESCRIPTION")]
+    rows += [(i.name, i.type, _shown_default(i, i.type), i.description) for i in inputs.values()]
+    widths = [max(len(row[col]) for row in rows) for col in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3]
+        for row in rows
+    ).rstrip()
 
 
 def convert(value: str, kind: str, name: str) -> Any:

@@ -1,7 +1,9 @@
 """`kubetrain submit`: upload a pipeline (or a new version of it) to Kubeflow Pipelines and start a run.
 
-Talks to the KFP API only through `kfp.Client`. The pipeline is compiled afresh, so what runs is
-the pipeline as the installed kubetrain defines it. A pipeline is found by its display name: the
+Talks to the KFP API through `kfp.Client`, after one health check of its own (:func:`preflight`)
+that turns an unreachable or wrong host into one line naming the host and the cause. A shipped
+pipeline or a user's `.py` is compiled afresh, so what runs is the pipeline as the code defines
+it; a user's compiled `.yaml` is uploaded as it is. A pipeline is found by its display name: the
 first submit uploads it, later ones add a version, and the run uses exactly the version just
 uploaded. Authentication: a bearer token (`token`), a token file re-read on every request
 (`token_file`, e.g. a projected service-account token, as kfp's
@@ -12,6 +14,9 @@ ids from the KF_PIPELINES_* variables, the kube config, or no authentication for
 from __future__ import annotations
 
 import datetime
+import os
+import socket
+import ssl
 import tempfile
 import urllib.error
 import urllib.request
@@ -23,8 +28,7 @@ from typing import Any, cast
 
 from kubetrain import __version__
 from kubetrain.errors import BackendError, InvalidInputError
-from kubetrain.tooling.catalog import Entry
-from kubetrain.tooling.compiling import compile_text
+from kubetrain.tooling.sources import LoadedPipeline
 
 ClientFactory = Callable[..., Any]
 
@@ -33,7 +37,7 @@ ClientFactory = Callable[..., Any]
 class SubmitRequest:
     """What to submit where."""
 
-    entry: Entry
+    pipeline: LoadedPipeline
     host: str
     experiment: str
     params: Mapping[str, Any]
@@ -42,6 +46,7 @@ class SubmitRequest:
     namespace: str | None = None
     run_name: str | None = None
     version_name: str | None = None
+    ca_cert: str | None = None  # a CA bundle that signed the host's TLS certificate
 
     def __post_init__(self) -> None:
         if not self.host.startswith(("http://", "https://")):
@@ -50,6 +55,8 @@ class SubmitRequest:
             raise InvalidInputError("--experiment: got an empty name")
         if self.token and self.token_file:
             raise InvalidInputError("--token and --token-file: give one of them")
+        if self.ca_cert is not None and not Path(self.ca_cert).is_file():
+            raise InvalidInputError(f"--ca-cert: {self.ca_cert} does not exist; expected a PEM file of CA certificates")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,28 +76,57 @@ class SubmitResult:
         return dict(self.__dict__)
 
 
-def preflight(host: str, token: str | None, *, timeout: float = 10.0) -> None:
-    """One healthz request with the bearer token, so bad credentials or an unreachable host fail at once.
+def _reason(error: BaseException) -> str:
+    """The cause of a failed connection, in words, from urllib's error or its reason."""
+    reason = getattr(error, "reason", error)
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        return f"its TLS certificate is not trusted ({reason.verify_message}); pass --ca-cert PATH"
+    if isinstance(reason, ssl.SSLError):
+        return f"the TLS handshake failed ({reason.reason or reason})"
+    if isinstance(reason, socket.gaierror):
+        return f"the host name does not resolve ({reason.strerror})"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused (nothing listens there; is the port-forward running?)"
+    if isinstance(reason, TimeoutError):
+        return "no answer in time"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return str(reason)
 
-    kfp.Client itself retries healthz five times, five seconds apart, and then reports a timeout
-    whatever the cause was.
+
+def preflight(host: str, token: str | None, *, ca_cert: str | None = None, timeout: float = 10.0) -> None:
+    """One healthz request, so an unreachable host, a wrong URL or refused credentials fail at once, in one line.
+
+    kfp.Client itself retries healthz five times, five seconds apart, logging each failure with its
+    traceback, and then reports a timeout whatever the cause was.
     """
-    request = urllib.request.Request(f"{host.rstrip('/')}/apis/v2beta1/healthz")
+    url = f"{host.rstrip('/')}/apis/v2beta1/healthz"
+    request = urllib.request.Request(url)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
+    context = ssl.create_default_context(cafile=ca_cert) if host.startswith("https://") else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             response.read()
     except urllib.error.HTTPError as e:
+        if e.code in (401, 403) and not token and os.environ.get("KF_PIPELINES_IAP_OAUTH2_CLIENT_ID"):
+            return  # kfp.Client fetches an IAP token of its own for this host
+        if e.code == 404:
+            raise BackendError(
+                f"{host}: no KFP API there (HTTP 404 for {url}); expected the API endpoint, "
+                "e.g. a port-forward to svc/ml-pipeline-ui or svc/ml-pipeline"
+            ) from e
         raise _translate(e, host) from e
     except (urllib.error.URLError, OSError) as e:
-        raise BackendError(f"{host}: cannot reach the KFP API ({e})") from e
+        raise BackendError(f"{host}: cannot reach the KFP API: {_reason(e)}") from e
 
 
 def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
     import kfp
 
     kwargs: dict[str, Any] = {"host": request.host.rstrip("/")}
+    if request.ca_cert:
+        kwargs["ssl_ca_cert"] = request.ca_cert
     if request.token:
         kwargs["existing_token"] = request.token
     elif request.token_file:
@@ -99,9 +135,10 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
         if not Path(request.token_file).is_file():
             raise InvalidInputError(f"--token-file: {request.token_file} does not exist")
         kwargs["credentials"] = ServiceAccountTokenVolumeCredentials(path=request.token_file)
-    if request.token or request.token_file:
-        token = request.token or Path(cast(str, request.token_file)).read_text(encoding="utf-8").strip()
-        preflight(request.host, token)
+    token = request.token
+    if request.token_file:
+        token = Path(request.token_file).read_text(encoding="utf-8").strip()
+    preflight(request.host, token, ca_cert=request.ca_cert)
     with warnings.catch_warnings():
         # kfp.Client warns on every construction that it needs KFP ≥ 2.0.0-beta.2; that is known.
         warnings.filterwarnings(
@@ -110,8 +147,11 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
         try:
             return (factory or kfp.Client)(**kwargs)
         except TimeoutError as e:
-            # kfp.Client's healthz retries gave up (unreachable, or credentials refused).
+            # kfp.Client's healthz retries gave up (the host went away since the preflight, or
+            # credentials of kfp's own were refused).
             raise BackendError(f"{request.host}: the KFP API did not answer its health check ({e})") from e
+        except _api_errors() as e:
+            raise _translate(e, request.host) from e
 
 
 def _api_errors() -> tuple[type[BaseException], ...]:
@@ -131,26 +171,28 @@ def _latest_version_id(client: Any, pipeline_id: str) -> str:
 
 
 def _translate(error: BaseException, host: str) -> Exception:
-    status = getattr(error, "status", None)
+    status = getattr(error, "status", None) or getattr(error, "code", None)
     if status in (401, 403):
         return InvalidInputError(
             f"{host}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file, "
             "or set up kfp.Client's default credentials"
         )
-    body = getattr(error, "body", None) or str(error)
-    return BackendError(f"{host}: KFP API call failed ({f'HTTP {status}: ' if status else ''}{str(body)[:500]})")
+    body = getattr(error, "body", None) or getattr(error, "reason", None) or str(error)
+    # One line: an API error's body is JSON, a proxy's an HTML page.
+    text = " ".join(str(body).split())[:300]
+    return BackendError(f"{host}: KFP API call failed ({f'HTTP {status}: ' if status else ''}{text})")
 
 
 def submit(request: SubmitRequest, *, client_factory: ClientFactory | None = None) -> SubmitResult:
     """Upload (or version) the pipeline, ensure the experiment, start the run; returns its URL."""
-    pipeline = request.entry.load()
+    pipeline = request.pipeline.pipeline
     name = str(pipeline.name)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    text = compile_text(request.entry)
-    client = _client(request, client_factory)
+    client = _client(request, client_factory)  # first: a wrong host fails before any compiling
+    text = request.pipeline.compile_text()
     errors = _api_errors()
     with tempfile.TemporaryDirectory(prefix="kubetrain-submit-") as tmp:
-        package = Path(tmp) / f"{request.entry.name}.yaml"
+        package = Path(tmp) / f"{request.pipeline.name}.yaml"
         package.write_text(text, encoding="utf-8")
         try:
             pipeline_id = client.get_pipeline_id(name)

@@ -1,0 +1,213 @@
+"""The outcome of a local run, read back from kfp.local's output tree, and its summary.
+
+A task directory with an `executor_output.json` succeeded; one without it failed, and its failure
+record (:mod:`kubetrain.kfp_runtime.exits`) says why and with which exit code; a step that left no
+record (a bug's traceback, a user's own component) is described by the last line it printed, exit
+code 1; a task kfp.local never started (no directory, no start in its output) never ran. In a
+cancelled run, a step that stopped because of the cancellation (exit 5, or no record at all:
+killed) is CANCELLED, not FAILED.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from kubetrain.errors import ExitCode
+from kubetrain.kfp_runtime.exits import read_failure
+
+TaskState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "NOT_RUN"]
+RunState = Literal["SUCCEEDED", "FAILED", "CANCELLED"]
+EXECUTOR_OUTPUT = "executor_output.json"
+# Output artifact types copied to reports/ with the file extension a browser or editor expects.
+_REPORT_SUFFIXES = {"system.HTML": ".html", "system.Markdown": ".md"}
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """One task of a local run: its state, why it failed, and where its outputs are."""
+
+    name: str
+    component: str
+    state: TaskState
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    reports: Mapping[str, str] = field(default_factory=dict)
+    error: str | None = None  # one line, for a task that did not succeed
+    exit_code: int | None = None  # the step's exit code (kubetrain.errors.ExitCode); None if it never ran
+    recorded: bool = False  # the failed step left its failure record (else error/exit code are read from its log)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "state": self.state,
+            "component": self.component,
+            "error": self.error,
+            "exit_code": self.exit_code,
+            "metrics": dict(self.metrics),
+            "parameters": dict(self.parameters),
+            "artifacts": dict(self.artifacts),
+            "reports": dict(self.reports),
+        }
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A whole local run."""
+
+    pipeline: str
+    state: RunState
+    run_dir: Path
+    claims_dir: Path  # one directory per PersistentVolumeClaim (the workspace claim among them)
+    wall_seconds: float
+    arguments: Mapping[str, Any]
+    tasks: tuple[TaskOutcome, ...]
+    log_file: Path | None = None  # everything kfp.local and the steps printed
+
+    def task(self, name: str) -> TaskOutcome:
+        """The task called `name` (KeyError naming the tasks if absent)."""
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(f"no task {name!r}; tasks: {[t.name for t in self.tasks]}")
+
+    @property
+    def exit_code(self) -> int:
+        """The process's exit code: 0, 5 when cancelled, else the first failed step's code (1 if unknown)."""
+        if self.state == "SUCCEEDED":
+            return int(ExitCode.SUCCESS)
+        if self.state == "CANCELLED":
+            return int(ExitCode.CANCELLED)
+        codes = [t.exit_code for t in self.tasks if t.state == "FAILED" and t.exit_code]
+        return codes[0] if codes else int(ExitCode.JOB_FAILED)
+
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON object `kubetrain run --json` prints last."""
+        return {
+            "pipeline": self.pipeline,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "run_dir": str(self.run_dir),
+            "log": str(self.log_file) if self.log_file else None,
+            "claims_dir": str(self.claims_dir),
+            "wall_seconds": round(self.wall_seconds, 2),
+            "arguments": dict(self.arguments),
+            "tasks": {t.name: t.to_json() for t in self.tasks},
+        }
+
+
+def dag_tasks(pipeline: Any) -> list[tuple[str, str, dict[str, str]]]:
+    """(task name, component name, {output artifact: type}) per task of the root DAG, upstream first."""
+    spec = pipeline.pipeline_spec
+    tasks = dict(spec.root.dag.tasks.items())
+    ordered: list[str] = []
+    while len(ordered) < len(tasks):
+        ready = sorted(
+            name
+            for name, task in tasks.items()
+            if name not in ordered and all(dep in ordered for dep in task.dependent_tasks)
+        )
+        if not ready:  # a cycle cannot be compiled; keep whatever is left rather than loop
+            ready = sorted(set(tasks) - set(ordered))
+        ordered += ready
+    out = []
+    for task_name in ordered:
+        component = tasks[task_name].component_ref.name
+        outputs = spec.components[component].output_definitions.artifacts
+        out.append((task_name, component, {k: v.artifact_type.schema_title for k, v in outputs.items()}))
+    return out
+
+
+def collect(
+    task_name: str,
+    component: str,
+    outputs: Mapping[str, str],
+    root: Path,
+    reports: Path,
+    *,
+    last_line: str = "",
+    started: bool = False,
+) -> TaskOutcome:
+    """One task's outcome from its directory under `root`.
+
+    `last_line`: what the step printed last; `started`: kfp.local said it started the step (one
+    without output artifacts that fails has no directory).
+    """
+    # kfp.local names a task's directory after its component, without the "comp-" prefix.
+    task_dir = root / component.removeprefix("comp-")
+    if not task_dir.is_dir() and not started:
+        return TaskOutcome(task_name, component, "NOT_RUN")
+    output_file = task_dir / EXECUTOR_OUTPUT
+    if not output_file.is_file():
+        failure = read_failure(task_dir)
+        if failure is not None:
+            return TaskOutcome(
+                task_name, component, "FAILED", error=failure.error, exit_code=failure.exit_code, recorded=True
+            )
+        error = last_line or "the step printed nothing; see the run's log"
+        return TaskOutcome(task_name, component, "FAILED", error=error, exit_code=int(ExitCode.JOB_FAILED))
+    executor_output = json.loads(output_file.read_text(encoding="utf-8"))
+    artifacts: dict[str, str] = {}
+    metrics: dict[str, float] = {}
+    copies: dict[str, str] = {}
+    for name, entry in (executor_output.get("artifacts") or {}).items():
+        for artifact in entry.get("artifacts") or ():
+            path = Path(artifact.get("uri", ""))
+            kind = outputs.get(name, "")
+            if kind == "system.Metrics":
+                metrics.update({k: float(v) for k, v in (artifact.get("metadata") or {}).items()})
+            if path.exists():
+                artifacts[name] = str(path)
+            if kind in _REPORT_SUFFIXES and path.is_file():
+                reports.mkdir(parents=True, exist_ok=True)
+                copy = reports / f"{task_name}-{name}{_REPORT_SUFFIXES[kind]}"
+                shutil.copyfile(path, copy)
+                copies[name] = str(copy)
+    return TaskOutcome(
+        task_name,
+        component,
+        "SUCCEEDED",
+        artifacts=artifacts,
+        parameters=dict(executor_output.get("parameterValues") or {}),
+        metrics=metrics,
+        reports=copies,
+        exit_code=int(ExitCode.SUCCESS),
+    )
+
+
+def cancelled(task: TaskOutcome, signal_name: str) -> TaskOutcome:
+    """A failed task of a cancelled run, as CANCELLED when the cancellation is what stopped it."""
+    if task.state != "FAILED":
+        return task
+    # A step stopped by the run's SIGTERM exits 5 with its record; one killed past its grace leaves
+    # none. A record with another code is a failure of its own, before the cancellation reached it.
+    if task.recorded and task.exit_code != int(ExitCode.CANCELLED):
+        return task
+    return replace(task, state="CANCELLED", exit_code=int(ExitCode.CANCELLED), error=f"cancelled ({signal_name})")
+
+
+def describe(outcome: RunOutcome) -> str:
+    """A human-readable account: state per task, why a task failed, where its outputs are, its final metrics."""
+    lines = [
+        f"pipeline {outcome.pipeline}: {outcome.state} in {outcome.wall_seconds:.1f}s",
+        f"  run directory: {outcome.run_dir}",
+    ]
+    if outcome.log_file is not None:
+        lines.append(f"  full log: {outcome.log_file}")
+    lines.append(f"  workspace claims: {outcome.claims_dir}")
+    for task in outcome.tasks:
+        lines.append(f"  task {task.name}: {task.state}")
+        if task.state in ("FAILED", "CANCELLED") and task.error:
+            lines.append(f"    error: {task.error} (exit code {task.exit_code})")
+        for key, value in task.parameters.items():
+            lines.append(f"    {key}: {value}")
+        for key, value in task.metrics.items():
+            lines.append(f"    {key}: {value:.4g}")
+        for name, path in task.artifacts.items():
+            lines.append(f"    {name}: {task.reports.get(name, path)}")
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""What a local run prints: progress on the console, everything in the run's log file.
+
+`kfp.local` prints, for every step, its executor input as pretty JSON (dozens of lines), kfp's
+executor chatter, each output artifact's repr, separators and ANSI colours, and it warns about
+settings that only matter on a cluster. None of it is the user's concern on this machine; all of
+it is kept, verbatim, in `<run dir>/run.log`. The console gets the progress a user follows:
+
+- `step NAME: running` when kfp.local starts a step, `step NAME: done` / `step NAME: failed` when
+  it ends;
+- what the step itself prints (job and pod transitions, training progress, errors, tracebacks),
+  indented under it;
+- anything else this process prints (the cancellation notice), and warnings and errors logged
+  here.
+
+With `verbose` the console gets every line, as kfp.local printed it.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections import deque
+from typing import TextIO
+
+RUN_LOG = "run.log"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# kfp.local's own log lines: "13:22:02.306 - INFO - message".
+_KFP_LOG = re.compile(r"^\d\d:\d\d:\d\d\.\d+ - [A-Z]+ - (?P<message>.*)$")
+_EXECUTING = re.compile(r"^Executing task '(?P<task>[^']+)'")
+_FINISHED = re.compile(r"^Task '(?P<task>[^']+)' finished with status (?P<status>\w+)")
+_OUTPUTS = re.compile(r"^Task '(?P<task>[^']+)' outputs:")
+_STEP_INDENT = "    "  # kfp.local indents a step's own output by four spaces
+_TAIL_LINES = 20
+
+
+class ProgressFilter:
+    """Decides, line by line, what of kfp.local's output the console shows; remembers each step's tail."""
+
+    def __init__(self) -> None:
+        self.task: str | None = None
+        self._in_executor_input = False
+        self._in_outputs = False
+        self.tails: dict[str, deque[str]] = {}
+        self.started: set[str] = set()  # steps kfp.local started (a step may fail before making its directory)
+
+    def feed(self, raw: str) -> str | None:
+        """The line to show for `raw` (one line, no newline), or None to show nothing."""
+        line = _ANSI.sub("", raw)
+        kfp = _KFP_LOG.match(line)
+        if kfp:
+            return self._kfp_message(kfp.group("message"))
+        if line.startswith("-----"):
+            self._in_outputs = False
+            return None
+        if line.startswith(_STEP_INDENT) and self.task is not None:
+            return self._step_line(self.task, line)
+        if not line.strip():
+            return None
+        self._in_outputs = False
+        return line
+
+    def _kfp_message(self, message: str) -> str | None:
+        self._in_outputs = False
+        if m := _EXECUTING.match(message):
+            self.task = m.group("task")
+            self._in_executor_input = False
+            self.tails[self.task] = deque(maxlen=_TAIL_LINES)
+            self.started.add(self.task)
+            return f"step {self.task}: running"
+        if m := _FINISHED.match(message):
+            return f"step {m.group('task')}: {'done' if m.group('status') == 'SUCCESS' else 'failed'}"
+        if _OUTPUTS.match(message):
+            self._in_outputs = True
+        # The pipeline's start and end, "Streamed logs:": the summary says all of that.
+        return None
+
+    def _step_line(self, task: str, line: str) -> str | None:
+        if self._in_outputs:
+            return None  # the outputs' reprs; the summary lists where each output is
+        body = line[len(_STEP_INDENT) :]
+        if self._in_executor_input:
+            # The JSON dump ends with a closing brace at the step's own indentation.
+            self._in_executor_input = body != "}"
+            return None
+        if body.startswith("[KFP Executor"):
+            self._in_executor_input = body.rstrip().endswith("Got executor_input:")
+            return None
+        if not body.strip():
+            return None
+        self.tails[task].append(body)
+        return line
+
+    def last_line(self, task: str) -> str:
+        """The last line a step printed itself (its error, when it failed without saying more), or ''."""
+        tail = self.tails.get(task)
+        return tail[-1].strip() if tail else ""
+
+
+class RunLog(io.TextIOBase):
+    """A text stream: every line to the log file; to the console what :class:`ProgressFilter` keeps."""
+
+    def __init__(self, log: TextIO, console: TextIO, *, verbose: bool = False) -> None:
+        self.log = log
+        self.console = console
+        self.verbose = verbose
+        self.progress = ProgressFilter()
+        self._partial = ""
+
+    def writable(self) -> bool:
+        """It is written to."""
+        return True
+
+    def write(self, text: str) -> int:
+        """Split into lines; each goes to the log and, filtered, to the console."""
+        self.log.write(text)
+        lines = (self._partial + text).split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            shown = self.progress.feed(line)
+            if self.verbose:
+                self.console.write(line + "\n")
+            elif shown is not None:
+                self.console.write(shown + "\n")
+        return len(text)
+
+    def write_log_only(self, text: str) -> None:
+        """To the log file only (to the console too when verbose): warnings and chatter of no use here."""
+        self.log.write(text)
+        if self.verbose:
+            self.console.write(text)
+
+    def flush(self) -> None:
+        """Flush both ends (a partial line stays buffered until its newline)."""
+        self.log.flush()
+        self.console.flush()
+
+
+class RunLogHandler(logging.Handler):
+    """This process's logging during a run: warnings and errors shown, the rest in the log only."""
+
+    def __init__(self, stream: RunLog) -> None:
+        super().__init__(logging.DEBUG)
+        self.stream = stream
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Route one record."""
+        text = self.format(record) + "\n"
+        if record.levelno >= logging.WARNING:
+            self.stream.write(text)
+        else:
+            self.stream.write_log_only(text)

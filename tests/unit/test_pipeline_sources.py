@@ -1,0 +1,142 @@
+"""PIPELINE as a user's file: a .py with @dsl.pipeline functions, or a compiled .yaml (nothing runs here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubetrain.cli import main
+from kubetrain.errors import ExitCode, InvalidInputError
+from kubetrain.tooling.sources import load_pipeline
+
+HEADER = """\
+from pathlib import Path
+
+from kfp import dsl
+
+from kubetrain.components.download_dataset import download_dataset
+from kubetrain.pipelines.mnist_ps import mnist_ps  # imported, not defined here: not a choice
+"""
+PIPELINE = '''
+@dsl.pipeline(name="{name}")
+def {func}(source: str = "builtin:digits", shards: int = 2):
+    """Fetch a data set.
+
+    Args:
+        source: Where the data comes from.
+        shards: Training shards.
+    """
+    download_dataset(source=source, shards=shards)
+'''
+
+
+def _write(tmp_path: Path, *funcs: str, extra: str = "") -> Path:
+    body = HEADER + "".join(PIPELINE.format(name=f.replace("_", "-"), func=f) for f in funcs) + extra
+    path = tmp_path / "user_dir" / "my_pipelines.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(body)
+    return path
+
+
+def test_one_pipeline_is_taken_and_main_block_does_not_run(tmp_path: Path) -> None:
+    marker = tmp_path / "main-ran"
+    path = _write(tmp_path, "fetch", extra=f'\nif __name__ == "__main__":\n    Path({str(marker)!r}).touch()\n')
+    loaded = load_pipeline(str(path))
+    assert loaded.name == "fetch"
+    assert loaded.pipeline.name == "fetch"
+    assert not marker.exists()
+    spec = yaml.safe_load(loaded.compile_text())
+    assert spec["pipelineInfo"]["name"] == "fetch"
+
+
+def test_several_pipelines_need_pipeline_func(tmp_path: Path) -> None:
+    path = _write(tmp_path, "fetch", "fetch_again")
+    with pytest.raises(InvalidInputError) as e:
+        load_pipeline(str(path))
+    assert str(e.value) == (
+        f"pipeline: {path} defines 2 pipelines (fetch, fetch_again); choose one with --pipeline-func NAME"
+    )
+    assert load_pipeline(str(path), pipeline_func="fetch_again").name == "fetch_again"
+    with pytest.raises(InvalidInputError, match=r"--pipeline-func mnist_ps: .* defines fetch, fetch_again$"):
+        load_pipeline(str(path), pipeline_func="mnist_ps")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("x = 1\n", "defines no @dsl.pipeline function"),
+        ("def broken(:\n", "syntax error"),
+        ("import no_such_module_here\n", "an import failed while loading it: No module named 'no_such_module_here'"),
+    ],
+)
+def test_files_without_a_usable_pipeline(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "p.py"
+    path.write_text(body)
+    with pytest.raises(InvalidInputError, match=message):
+        load_pipeline(str(path))
+
+
+def test_a_module_beside_the_file_imports(tmp_path: Path) -> None:
+    (tmp_path / "settings_for_my_pipeline.py").write_text("SOURCE = 'builtin:digits'\n")
+    path = tmp_path / "p.py"
+    path.write_text(
+        "from kfp import dsl\nfrom kubetrain.components.download_dataset import download_dataset\n"
+        "from settings_for_my_pipeline import SOURCE\n\n"
+        "@dsl.pipeline(name='p')\ndef p():\n    download_dataset(source=SOURCE)\n"
+    )
+    assert load_pipeline(str(path)).name == "p"
+
+
+def test_compiled_yaml_is_taken_as_it_is(tmp_path: Path, repo_root: Path) -> None:
+    compiled = tmp_path / "digits.yaml"
+    compiled.write_text((repo_root / "pipelines" / "mnist_ps.yaml").read_text())
+    loaded = load_pipeline(str(compiled))
+    assert loaded.name == "digits"
+    assert loaded.compile_text() == compiled.read_text()
+    with pytest.raises(InvalidInputError, match="is a compiled component, not a pipeline"):
+        load_pipeline(str(repo_root / "components" / "download_dataset.yaml"))
+
+
+def test_missing_file_and_pipeline_func_for_a_name(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match=r"nope\.py: no such file; expected a \.py file"):
+        load_pipeline(str(tmp_path / "nope.py"))
+    with pytest.raises(InvalidInputError, match=r"--pipeline-func x: only for a \.py file"):
+        load_pipeline("mnist_ps", pipeline_func="x")
+
+
+def test_list_params_of_a_users_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "fetch")
+    runs = tmp_path / "runs"
+    assert main(["run", str(path), "--list-params", "--runs-dir", str(runs)]) == ExitCode.SUCCESS
+    assert capsys.readouterr().out.splitlines() == [
+        "NAME    TYPE     DEFAULT           DESCRIPTION",
+        "source  String   'builtin:digits'  Where the data comes from.",
+        "shards  Integer  2                 Training shards.",
+    ]
+    assert not runs.exists()  # listing runs nothing
+
+
+def test_list_params_of_a_compiled_pipeline(repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", str(repo_root / "pipelines" / "mnist_ps.yaml"), "--list-params"]) == ExitCode.SUCCESS
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "TYPE", "DEFAULT", "DESCRIPTION"]
+    assert "epochs           Integer  5                      Passes over the training data." in lines
+
+
+def test_run_of_an_unknown_name_mentions_files(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "my_pipeline"]) == ExitCode.INVALID_INPUT
+    err = capsys.readouterr().err
+    assert "expected one of mnist_pytorch" in err
+    assert "or a file: a .py defining a @dsl.pipeline function, or a compiled pipeline .yaml" in err
+
+
+def test_bad_parameter_for_a_users_pipeline_names_its_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, "fetch")
+    runs = tmp_path / "runs"
+    assert main(["run", str(path), "--param", "shard=3", "--runs-dir", str(runs)]) == ExitCode.INVALID_INPUT
+    assert "this pipeline has no such parameter; it has shards, source" in capsys.readouterr().err
+    assert not runs.exists()
