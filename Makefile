@@ -81,6 +81,6 @@ cluster-up: setup
 cluster-down: setup
 	$(PY) -m tools.cluster down
 
-# The binaries are built first when missing (a cold machine: tens of minutes, see the README).
+# The binaries are built first when missing (a cold machine: tens of minutes, see docs/testing.md).
 e2e: setup controlplane
 	KUBETRAIN_E2E=1 $(PY) -m pytest tests/cluster $(PYTEST_ARGS)

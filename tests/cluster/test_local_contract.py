@@ -7,7 +7,7 @@ the two views are compared: environment variables (values with host names mapped
 backend's addresses, the pod IP to the local pod's address, and mount paths to the local
 directories that stand for them), the arguments, the working directory, the MPI hostfile, and
 the pod's restart policy. Every difference must be one listed in DIFFERENCES (each with its
-reason, and named in the README's table); one that is not, or a listed one that went away,
+reason, and named in the table of docs/local-vs-cluster.md); one that is not, or a listed one that went away,
 fails the test.
 """
 
@@ -31,13 +31,13 @@ from tools.cluster.controlplane import NAMESPACE, WORKSPACE_CLAIM, Cluster
 
 pytestmark = [pytest.mark.timeout(300)]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+LOCAL_VS_CLUSTER = Path(__file__).resolve().parents[2] / "docs" / "local-vs-cluster.md"
 WORKSPACE = "/workspace"
 _MPI_LOCAL = {"OMPI_MCA_rmaps_base_oversubscribe", "OMPI_MCA_mpi_yield_when_idle"} | (
     {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"} if os.geteuid() == 0 else set()
 )
 _EVERYWHERE = {"PATH", "KUBETRAIN_LOCAL_CONTAINER", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "cwd"}
-# Every difference a program can see, by case; the README's table gives the reason for each.
+# Every difference a program can see, by case; docs/local-vs-cluster.md's table gives the reason for each.
 DIFFERENCES: dict[str, set[str]] = {
     "pytorch": _EVERYWHERE | {"KUBETRAIN_BIND_ADDRESS"},
     "pytorch-elastic": _EVERYWHERE | {"KUBETRAIN_BIND_ADDRESS"},
@@ -195,14 +195,16 @@ def test_a_program_sees_on_the_local_backend_what_it_sees_under_the_real_operato
     unexplained = {k: v for k, v in seen.items() if k not in DIFFERENCES[case]}
     assert not unexplained, f"differences not in DIFFERENCES (fix the local backend or list them): {unexplained}"
     gone = DIFFERENCES[case] - set(seen)
-    assert not gone, f"listed differences no longer seen (drop them from DIFFERENCES and the README): {sorted(gone)}"
+    assert not gone, (
+        f"listed differences no longer seen (drop them from DIFFERENCES and docs/local-vs-cluster.md): {sorted(gone)}"
+    )
     until(f"contract-{case} deleted", lambda: not job_pods(cluster, kind.kind, f"contract-{case}"), 90)
 
 
-def test_every_listed_difference_is_explained_in_the_readme() -> None:
-    text = README.read_text()
-    start = text.index("#### What the local backend does differently")
+def test_every_listed_difference_is_explained_in_docs() -> None:
+    text = LOCAL_VS_CLUSTER.read_text()
+    start = text.index("## What a training program sees")
     end = text.find("\n#", start + 1)
     section = text[start : end if end > 0 else len(text)]
     for item in sorted(set().union(*DIFFERENCES.values())):
-        assert f"`{item}`" in section, f"README's local-vs-real table does not explain {item!r}"
+        assert f"`{item}`" in section, f"docs/local-vs-cluster.md's table does not explain {item!r}"

@@ -1,4 +1,4 @@
-"""The import layering the README describes: a lower layer never imports a higher one.
+"""The import layering docs/architecture.md describes: a lower layer never imports a higher one.
 
 Read from the source (every `import` and `from ... import`, function-local ones included), so a
 lazy import inside a function counts the same as one at the top. Relative imports are resolved
@@ -20,7 +20,7 @@ import pytest
 import kubetrain
 
 ROOT = Path(kubetrain.__file__).resolve().parent
-README = Path(__file__).resolve().parents[2] / "README.md"
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 # Low to high. A module of layer i may import the packages of layers < i and its own package.
 LAYERS: list[tuple[str, ...]] = [
@@ -134,7 +134,9 @@ def _ps_sub(module: Module) -> str:
 @pytest.mark.parametrize("source", _sources(), ids=str)
 def test_no_module_imports_a_higher_layer(source: Source) -> None:
     package = source.module[0]
-    assert package in LAYER_OF, f"{source.path}: package {package!r} has no layer; add it to LAYERS (and the README)"
+    assert package in LAYER_OF, (
+        f"{source.path}: package {package!r} has no layer; add it to LAYERS (and docs/architecture.md)"
+    )
     mine = LAYER_OF[package]
     tree = ast.parse(source.path.read_text(encoding="utf-8"))
     for line, imported in _imported_modules(source, tree):
@@ -153,7 +155,7 @@ def test_ps_sub_packages_keep_their_order(source: Source) -> None:
     mine = _ps_sub(source.module)
     if not mine:
         return  # ps/__init__.py: a docstring
-    assert mine in PS_IMPORTS, f"{source.path}: ps/{mine}/ has no entry in PS_IMPORTS (and the README)"
+    assert mine in PS_IMPORTS, f"{source.path}: ps/{mine}/ has no entry in PS_IMPORTS (and docs/architecture.md)"
     tree = ast.parse(source.path.read_text(encoding="utf-8"))
     for line, imported in _imported_modules(source, tree):
         theirs = _ps_sub(imported) if imported[0] == "ps" else None
@@ -187,9 +189,9 @@ def test_the_layers_cover_every_package() -> None:
     assert ps == set(PS_IMPORTS), "every ps/ sub-package needs an entry in PS_IMPORTS"
 
 
-def _readme_tree() -> list[tuple[int, tuple[str, ...]]]:
-    """(indent, names) per line of the README's tree of src/kubetrain/ (names without / and .py)."""
-    text = README.read_text(encoding="utf-8")
+def _architecture_tree() -> list[tuple[int, tuple[str, ...]]]:
+    """(indent, names) per line of docs/architecture.md's tree of src/kubetrain/ (names without / and .py)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
     start = text.index("```\n", text.index("The tree under `src/kubetrain/`")) + 4
     rows = []
     for line in text[start : text.index("```", start)].splitlines():
@@ -198,17 +200,21 @@ def _readme_tree() -> list[tuple[int, tuple[str, ...]]]:
     return rows
 
 
-def test_the_readme_tree_shows_these_layers() -> None:
-    rows = _readme_tree()
-    assert [names for indent, names in rows if indent == 0] == LAYERS, "README's tree: one line per layer, as LAYERS"
+def test_the_architecture_tree_shows_these_layers() -> None:
+    rows = _architecture_tree()
+    assert [names for indent, names in rows if indent == 0] == LAYERS, (
+        "docs/architecture.md's tree: one line per layer, as LAYERS"
+    )
     first = next(i for i, (_, names) in enumerate(rows) if "ps" in names) + 1
     ps_rows = [names for _, names in rows[first:]]
     ps_rows = ps_rows[: next(i for i, (indent, _) in enumerate(rows[first:]) if indent == 0)]
-    assert {p for names in ps_rows for p in names} == set(PS_IMPORTS), "README's tree lists every ps/ sub-package"
+    assert {p for names in ps_rows for p in names} == set(PS_IMPORTS), (
+        "docs/architecture.md's tree lists every ps/ sub-package"
+    )
     for i, names in enumerate(ps_rows):
         below = {p for lower in ps_rows[:i] for p in lower}
         for package in names:
-            assert PS_IMPORTS[package] <= below, f"README's tree puts ps/{package} below what it imports"
+            assert PS_IMPORTS[package] <= below, f"docs/architecture.md's tree puts ps/{package} below what it imports"
 
 
 def test_relative_imports_are_resolved() -> None:
