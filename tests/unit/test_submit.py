@@ -105,7 +105,7 @@ def test_wrong_token_is_refused_before_anything_is_uploaded(
     api: FakeKfpApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc = main(["submit", "mnist_pytorch", "--host", api.url, "--token", "wrong"])
-    assert rc == ExitCode.INVALID_INPUT
+    assert rc == ExitCode.INFRASTRUCTURE
     assert "refused the credentials (HTTP 401)" in capsys.readouterr().err
     assert not api.state.pipelines
     assert not api.state.runs

@@ -128,8 +128,8 @@ def test_not_a_kfp_api(capsys: pytest.CaptureFixture[str]) -> None:
 def test_credentials_refused(status: int, token: str | None, capsys: pytest.CaptureFixture[str]) -> None:
     with answering(status) as (url, paths):
         code, line = _submit(url, capsys, *(["--token", token] if token else []))
-    # Credentials are the user's input to fix, as `kubetrain submit --help` documents: exit 2.
-    assert code == ExitCode.INVALID_INPUT
+    # The host refused us: exit 4, as for every other answer that stops a submission.
+    assert code == ExitCode.INFRASTRUCTURE
     assert f"{url}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file" in line
     assert paths == ["/apis/v2beta1/healthz"]
 

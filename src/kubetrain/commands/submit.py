@@ -8,8 +8,8 @@ prints the run's URL. Authentication: --token (or $KUBETRAIN_KFP_TOKEN), --token
 service-account token, re-read on every request), or kfp.Client's defaults (KF_PIPELINES_*
 variables, kube config). A host that cannot be reached (connection refused, a name that does not
 resolve, an untrusted TLS certificate) or that is not a KFP API (HTTP 404) ends in one line.
-Exit codes: 0 submitted, 2 invalid input or credentials refused (HTTP 401/403), 4 the KFP API
-could not be reached or failed.
+Exit codes: 0 submitted, 2 invalid input (nothing sent), 4 the KFP API could not be reached,
+refused the credentials (HTTP 401/403), is not there (404) or failed.
 """
 
 from __future__ import annotations

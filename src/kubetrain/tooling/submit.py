@@ -173,7 +173,9 @@ def _latest_version_id(client: Any, pipeline_id: str) -> str:
 def _translate(error: BaseException, host: str) -> Exception:
     status = getattr(error, "status", None) or getattr(error, "code", None)
     if status in (401, 403):
-        return InvalidInputError(
+        # Exit 4 like every other answer of the endpoint that stops a submission (the and
+        # --help's contract): the host refused us; 2 stays for input kubetrain itself refuses.
+        return BackendError(
             f"{host}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file, "
             "or set up kfp.Client's default credentials"
         )
