@@ -137,7 +137,7 @@ def test_demo_compares_the_three_frameworks(tmp_path: Path) -> None:
     ("param", "error"),
     [
         ("architecture=bogus", "architecture: got 'bogus'; expected one of mlp, cnn"),
-        ("workers=-1", ": got -1; expected a non-negative integer"),
+        ("workers=-1", "workers: got -1; expected an integer >= 0"),  # the input the user typed, not `replicas`
     ],
 )
 def test_invalid_input_fails_the_step_before_anything_is_submitted(tmp_path: Path, param: str, error: str) -> None:
