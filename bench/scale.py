@@ -269,8 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", default="10,100,1000", help="numbers of concurrent launchers")
     parser.add_argument("--methods", default="kubetrain,poll-15s")
     parser.add_argument(
-        "--apf", default="none", help="none (API Priority and Fairness's defaults), deploy (deploy/apf.yaml), or both"
-    )
+        "--apf", default="none", choices=("none", "deploy", "both"),
+        help="none (API Priority and Fairness's defaults), deploy (deploy/apf.yaml), or both",
+    )  # fmt: skip
     parser.add_argument("--per-process", type=int, default=10, help="launcher threads per worker process")
     parser.add_argument("--run-seconds", type=float, default=5.0, help="how long kwok keeps each job Running")
     parser.add_argument("--json", action="store_true")

@@ -75,23 +75,45 @@ def test_a_recorded_process_and_its_detached_grandchild_are_stopped_with_the_rec
     assert processes.members(state) == []
 
 
-def test_a_process_left_in_a_deleted_state_directory_is_found_by_its_working_directory(tmp_path: Path) -> None:
-    state = tmp_path / "cluster"
-    (state / "etcd").mkdir(parents=True)
-    # Not started by the harness and without the marker: only its working directory tells.
+def _unmarked(argv: list[str], cwd: Path) -> subprocess.Popen[bytes]:
+    """A process started without the harness: no record, no marker."""
     env = {k: v for k, v in os.environ.items() if k != processes.MARKER}
-    orphan = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"], cwd=state / "etcd", env=env, start_new_session=True
-    )
+    return subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
+
+
+def test_unmarked_cluster_binaries_left_in_a_deleted_state_directory_are_found(tmp_path: Path) -> None:
+    state, cache = tmp_path / "cluster", tmp_path / "cache"
+    (state / "kwok" / "bin").mkdir(parents=True)
+    (cache / "bin").mkdir(parents=True)
+    # A copy kwokctl keeps in the state directory, and a pinned binary whose working directory is there.
+    shutil.copy("/bin/sleep", state / "kwok" / "bin" / "etcd")
+    shutil.copy("/bin/sleep", cache / "bin" / "kube-apiserver")
+    copied = _unmarked([str(state / "kwok" / "bin" / "etcd"), "600"], cwd=tmp_path)
+    pinned = _unmarked([str(cache / "bin" / "kube-apiserver"), "600"], cwd=state / "kwok")
     try:
-        shutil.rmtree(state)  # its cwd now reads "/…/cluster/etcd (deleted)"
-        assert orphan.pid in processes.members(state)
-        processes.stop_all(state, grace_seconds=5)
-        assert orphan.wait(timeout=10) is not None
-        assert processes.members(state) == []
+        shutil.rmtree(state)  # their executable and working directory now read "… (deleted)"
+        assert processes.members(state, binary_roots=[cache]) == sorted([copied.pid, pinned.pid])
+        processes.stop_all(state, grace_seconds=5)  # default roots: the copy is found by its executable
+        assert copied.wait(timeout=10) is not None
     finally:
-        if orphan.poll() is None:
-            orphan.kill()
+        pinned.kill()
+        copied.kill()
+        pinned.wait()
+        copied.wait()
+
+
+def test_a_developers_shell_in_the_state_directory_is_not_a_member(state: Path) -> None:
+    # A shell cd'd into .cluster/, or `tail -f .cluster/…/log`: neither marked nor a cluster binary.
+    (state / "logs").mkdir()
+    (state / "logs" / "x.log").write_text("")
+    tail = _unmarked(["tail", "-f", str(state / "logs" / "x.log")], cwd=state / "logs")
+    try:
+        assert tail.pid not in processes.members(state)
+        processes.stop_all(state, grace_seconds=2)
+        assert tail.poll() is None
+    finally:
+        tail.kill()
+        tail.wait()
 
 
 def test_another_clusters_processes_are_left_alone(tmp_path: Path) -> None:
@@ -117,7 +139,7 @@ def test_stopping_what_one_start_began_leaves_earlier_processes_running(state: P
     before = {r.pid for r in processes.records(state)}
     later = processes.start(state, "later", sleeper, env=dict(os.environ), log=state / "b.log", cwd=state)
 
-    assert processes.stop_all(state, only_new=before, grace_seconds=5) == [later.pid]
+    assert processes.stop_all(state, keep=before, grace_seconds=5) == [later.pid]
 
     assert processes.running(earlier)
     assert not processes.running(later)

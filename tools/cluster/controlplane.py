@@ -138,10 +138,14 @@ def up() -> Cluster:
     try:
         return _up(bin_dir, create=create)
     except BaseException:
-        if create:
-            down(bin_dir)
-        else:
-            processes.stop_all(STATE, only_new=before)
+        try:
+            if create:
+                down(bin_dir)
+            else:
+                processes.stop_all(STATE, keep=before)
+        except (ControlPlaneError, processes.ProcessError, OSError, subprocess.SubprocessError) as cleanup:
+            # The start's own error is the one to report; the cleanup's is a note beside it.
+            print(f"cluster up: cleaning up after the failed start also failed: {cleanup}", file=sys.stderr)
         raise
 
 

@@ -10,8 +10,10 @@ or a test run killed by CI must not leave any of them holding ports for the next
   `KUBETRAIN_CLUSTER=<state dir>`, which its children inherit (kwokctl passes its environment on
   to the control plane it starts);
 - `members(state)` finds the cluster's processes from /proc alone, without any record: the
-  marker in a process's environment, or the state directory in its command line or working
-  directory (also once that directory has been deleted);
+  marker in a process's environment, or an executable of the cluster's (a copy kwokctl keeps in
+  the state directory, or one of the pinned binaries) whose command line or working directory
+  lies in the state directory (also once that directory has been deleted). A developer's shell
+  or `tail -f` in `.cluster/` is none of these and is left alone;
 - `stop_all(state)` ends them (SIGTERM to each process group, SIGKILL after a grace period);
 - `require_free(ports)` checks every port a component is about to bind and names the process
   holding a taken one, from /proc/net/tcp and the owners' open sockets.
@@ -29,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 MARKER = "KUBETRAIN_CLUSTER"
+# Where the pinned binaries of every piece are built and cached (tools/controlplane/build.sh).
+BINARY_ROOTS = (Path.home() / ".cache" / "kubetrain",)
 _PROC = Path("/proc")
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
 
@@ -140,9 +144,10 @@ def _environ_marker(pid: int) -> str | None:
     return None
 
 
-def _cwd(pid: int) -> str:
+def _link(pid: int, name: str) -> str:
+    """/proc/PID/cwd or /proc/PID/exe, also when it has been deleted since ('' when unreadable)."""
     try:
-        return os.readlink(_PROC / str(pid) / "cwd").removesuffix(" (deleted)")
+        return os.readlink(_PROC / str(pid) / name).removesuffix(" (deleted)")
     except OSError:
         return ""
 
@@ -160,10 +165,15 @@ def _ancestors() -> set[int]:
     return out
 
 
-def members(state: Path) -> list[int]:
-    """Every running process of the cluster whose state directory is `state`, found from /proc alone."""
+def members(state: Path, *, binary_roots: Iterable[Path] = BINARY_ROOTS) -> list[int]:
+    """Every running process of the cluster whose state directory is `state`, found from /proc alone.
+
+    A member carries the cluster's marker, or runs an executable inside `state` (kwokctl's copies),
+    or runs one under `binary_roots` with its command line or working directory inside `state`.
+    """
     root = str(state.resolve())
     inside = root + os.sep
+    binaries = tuple(str(r.resolve()) + os.sep for r in binary_roots)
     skip = _ancestors()
     found = []
     for entry in _PROC.iterdir():
@@ -172,11 +182,14 @@ def members(state: Path) -> list[int]:
         pid = int(entry.name)
         if not _alive(pid):
             continue
-        cwd = _cwd(pid)
         marker = _environ_marker(pid) or ""
-        in_args = any(arg == root or inside in arg for arg in _cmdline(pid))
-        if root in (marker, cwd) or marker.startswith(inside) or cwd.startswith(inside) or in_args:
+        exe = _link(pid, "exe")
+        if marker == root or marker.startswith(inside) or exe.startswith(inside):
             found.append(pid)
+        elif exe.startswith(binaries):
+            cwd = _link(pid, "cwd")
+            if cwd == root or cwd.startswith(inside) or any(arg == root or inside in arg for arg in _cmdline(pid)):
+                found.append(pid)
     return sorted(found)
 
 
@@ -186,16 +199,17 @@ def describe(pid: int) -> str:
     return f"pid {pid} ({command})"
 
 
-def stop_all(state: Path, *, only_new: set[int] | None = None, grace_seconds: float = 10.0) -> list[int]:
+def stop_all(state: Path, *, keep: set[int] | None = None, grace_seconds: float = 10.0) -> list[int]:
     """End every process of the cluster under `state`: recorded groups first, then whatever /proc shows.
 
     SIGTERM to each process group (or the process, when it shares another's group), SIGKILL to
-    what is left after `grace_seconds`; the records are removed. With `only_new`, only the
-    recorded processes whose pids are not in it (those one call started). Returns the pids ended.
+    what is left after `grace_seconds`; the records are removed. With `keep` (the recorded pids
+    before a start), only the recorded processes not in it: those one start began. Returns the
+    pids ended.
     """
-    if only_new is not None:
+    if keep is not None:
         files = {path: _load(path) for path in _record_files(state)}
-        mine = {path: record for path, record in files.items() if record.pid not in only_new}
+        mine = {path: record for path, record in files.items() if record.pid not in keep}
         targets = {r.pid for r in mine.values() if running(r)}
         _signal_all(targets, signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
