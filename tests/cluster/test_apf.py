@@ -32,7 +32,7 @@ def shipped_apf(cluster: Cluster) -> Iterator[dict[str, str]]:
     """deploy/apf.yaml applied as it is; the UIDs of its FlowSchema and PriorityLevelConfiguration."""
     cluster.kubectl("apply", "--server-side", "-f", str(APF))
     uids = {
-        kind: cluster.kubectl("get", f"{kind}.flowcontrol.apiserver.k8s.io", "kubetrain-launchers", "-o",
+        kind: cluster.kubectl("get", f"{kind}.flowcontrol.apiserver.k8s.io", "kubetrain-launchers-finish", "-o",
                               "jsonpath={.metadata.uid}")
         for kind in ("flowschema", "prioritylevelconfiguration")
     }  # fmt: skip
@@ -40,8 +40,8 @@ def shipped_apf(cluster: Cluster) -> Iterator[dict[str, str]]:
     cluster.kubectl("delete", "-f", str(APF), "--ignore-not-found")
 
 
-def _classified(cluster: Cluster, token: str, path: str) -> str:
-    """The FlowSchema UID the API server put a GET of `path` in, as that token's bearer."""
+def _classified(cluster: Cluster, token: str, method: str, path: str) -> str:
+    """The FlowSchema UID the API server put a `method` request of `path` in, as that token's bearer."""
     config = yaml.safe_load(cluster.kubeconfig.read_text())
     server = config["clusters"][0]["cluster"]
     context = ssl.create_default_context()
@@ -52,7 +52,9 @@ def _classified(cluster: Cluster, token: str, path: str) -> str:
         Path(ca.name).unlink()
     else:
         context.load_verify_locations(server["certificate-authority"])
-    request = urllib.request.Request(server["server"] + path, headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        server["server"] + path, method=method, headers={"Authorization": f"Bearer {token}"}
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as reply:
             return str(reply.headers["X-Kubernetes-PF-FlowSchema-UID"])
@@ -60,7 +62,7 @@ def _classified(cluster: Cluster, token: str, path: str) -> str:
         return str(e.headers["X-Kubernetes-PF-FlowSchema-UID"])
 
 
-def test_the_shipped_flowschema_classifies_pipeline_runners_launcher_requests(
+def test_the_shipped_flowschema_lifts_only_the_requests_on_a_steps_way_out(
     cluster: Cluster, shipped_apf: dict[str, str]
 ) -> None:
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(
@@ -68,16 +70,25 @@ def test_the_shipped_flowschema_classifies_pipeline_runners_launcher_requests(
     ))  # fmt: skip
     token = cluster.kubectl("create", "token", "pipeline-runner", "-n", "kubeflow", "--duration", "10m").strip()
     ours = shipped_apf["flowschema"]
+    ns = NAMESPACE
 
-    for path in (
-        f"/apis/kubeflow.org/v1/namespaces/{NAMESPACE}/pytorchjobs",
-        f"/apis/kubeflow.org/v2beta1/namespaces/{NAMESPACE}/mpijobs",
-        f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NAMESPACE}/jobsets",
-        f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{NAMESPACE}/trainjobs",
-        f"/api/v1/namespaces/{NAMESPACE}/pods",
-        f"/api/v1/namespaces/{NAMESPACE}/events",
+    # The job's delete: the level of its own.
+    for method, path in (
+        ("DELETE", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/done"),
+        ("DELETE", f"/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs/done"),
+        ("DELETE", f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/done"),
+        ("DELETE", f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs/done"),
     ):
-        assert _classified(cluster, token, path) == ours, path
-    # What the launcher does not do keeps its default classification.
-    assert _classified(cluster, token, f"/api/v1/namespaces/{NAMESPACE}/configmaps") != ours
-    assert _classified(cluster, token, f"/api/v1/namespaces/{NAMESPACE}/secrets") != ours
+        assert _classified(cluster, token, method, path) == ours, (method, path)
+    # A pod's log is a long-running request: API Priority and Fairness neither classifies nor holds it.
+    assert _classified(cluster, token, "GET", f"/api/v1/namespaces/{ns}/pods/done-master-0/log") == "None"
+    # The bulk of a launcher's requests, and anything else, keep their default classification.
+    for method, path in (
+        ("POST", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"),
+        ("GET", f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"),
+        ("GET", f"/api/v1/namespaces/{ns}/events"),
+        ("GET", f"/api/v1/namespaces/{ns}/pods"),
+        ("DELETE", f"/api/v1/namespaces/{ns}/pods/done-master-0"),
+        ("GET", f"/api/v1/namespaces/{ns}/secrets"),
+    ):
+        assert _classified(cluster, token, method, path) != ours, (method, path)
