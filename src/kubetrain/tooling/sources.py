@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -102,6 +103,13 @@ def _from_yaml(path: Path) -> LoadedPipeline:
     return LoadedPipeline(name=path.stem, pipeline=loaded, origin=str(path), compiled_yaml=text)
 
 
+def _where(error: BaseException, path: Path) -> str:
+    """`path:lineno` of the file's last line the error passed through (the user's line that failed)."""
+    target = path.resolve()
+    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == target]
+    return f"{path}:{lines[-1]}" if lines else str(path)
+
+
 def _import(path: Path) -> ModuleType:
     """Import the file as a module of its own (as `import` would), its directory first on sys.path."""
     name = _MODULE_PREFIX + re.sub(r"\W", "_", path.stem)
@@ -118,10 +126,15 @@ def _import(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(name, None)
-        raise InvalidInputError(f"pipeline: {path}:{e.lineno}: syntax error: {e.msg}") from e
+        where = f"{e.filename}:{e.lineno}" if e.filename and Path(e.filename) != path else f"{path}:{e.lineno}"
+        raise InvalidInputError(f"pipeline: {where}: syntax error: {e.msg}") from e
     except ImportError as e:
         sys.modules.pop(name, None)
-        raise InvalidInputError(f"pipeline: {path}: an import failed while loading it: {e}") from e
+        raise InvalidInputError(f"pipeline: {_where(e, path)}: an import failed while loading it: {e}") from e
+    except Exception as e:  # the user's module-level code: whatever it raises, name it
+        # (kfp itself raises TypeError/ValueError while it builds a @dsl.pipeline's graph.)
+        sys.modules.pop(name, None)
+        raise InvalidInputError(f"pipeline: {_where(e, path)}: loading it failed: {type(e).__name__}: {e}") from e
     finally:
         if directory in sys.path:
             sys.path.remove(directory)
