@@ -167,3 +167,13 @@ def test_an_error_in_the_users_module_level_code_is_one_line_naming_the_line(
     assert f"pipeline: {path}:{failing_line}: {expected}" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert module not in sys.modules, "the half-loaded module stayed behind"
+
+
+def test_a_compiled_file_whose_name_is_no_run_name_gets_one(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    compiled = tmp_path / "my pipeline (v2).yaml"
+    compiled.write_text((repo_root / "pipelines" / "mnist_ps.yaml").read_text())
+    assert load_pipeline(str(compiled)).name == "my-pipeline-v2"
+    assert main(["run", str(compiled), "--list-params"]) == ExitCode.SUCCESS
+    assert "epochs" in capsys.readouterr().out

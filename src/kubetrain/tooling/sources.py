@@ -24,6 +24,7 @@ from typing import Any
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.tooling.catalog import PIPELINES, pipeline
+from kubetrain.tooling.compiling import compile_pipeline
 
 SOURCE_SUFFIXES = (".py",)
 COMPILED_SUFFIXES = (".yaml", ".yml")
@@ -48,14 +49,7 @@ class LoadedPipeline:
         """The YAML `submit` uploads: the user's compiled file as it is, or a fresh compile."""
         if self.compiled_yaml is not None:
             return self.compiled_yaml
-        import tempfile
-
-        from kfp import compiler
-
-        with tempfile.TemporaryDirectory(prefix="kubetrain-compile-") as tmp:
-            path = Path(tmp) / f"{self.name}.yaml"
-            compiler.Compiler().compile(self.pipeline, str(path))
-            return path.read_text(encoding="utf-8")
+        return compile_pipeline(self.pipeline, self.name)
 
 
 def is_file_argument(argument: str) -> bool:
@@ -100,7 +94,12 @@ def _from_yaml(path: Path) -> LoadedPipeline:
         raise InvalidInputError(
             f"pipeline: {path}: is a compiled component, not a pipeline; use it inside a @dsl.pipeline"
         )
-    return LoadedPipeline(name=path.stem, pipeline=loaded, origin=str(path), compiled_yaml=text)
+    return LoadedPipeline(name=run_name(path.stem), pipeline=loaded, origin=str(path), compiled_yaml=text)
+
+
+def run_name(stem: str) -> str:
+    """A name for the run directory and the uploaded file from a file's name: `my pipeline (v2)` -> `my-pipeline-v2`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "pipeline"
 
 
 def _where(error: BaseException, path: Path) -> str:
