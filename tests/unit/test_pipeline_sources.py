@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,39 @@ def test_bad_parameter_for_a_users_pipeline_names_its_parameters(
     assert main(["run", str(path), "--param", "shard=3", "--runs-dir", str(runs)]) == ExitCode.INVALID_INPUT
     assert "this pipeline has no such parameter; it has shards, source" in capsys.readouterr().err
     assert not runs.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("\nundefined_name()\n", "loading it failed: NameError: name 'undefined_name' is not defined"),
+        # kfp's own TypeError while it builds the pipeline's graph (an unknown input of a component).
+        (
+            '\n@dsl.pipeline(name="bad")\ndef bad():\n    download_dataset(nonsense=1)\n',
+            'loading it failed: TypeError: download-dataset() got an unexpected keyword argument "nonsense".',
+        ),
+        ("\nimport kubetrain_no_such_module\n", "an import failed while loading it: No module named"),
+    ],
+)
+def test_an_error_in_the_users_module_level_code_is_one_line_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, expected: str
+) -> None:
+    path = _write(tmp_path, "fetch", extra=extra)
+    module = "kubetrain_user_pipeline_my_pipelines"
+    sys.modules.pop(module, None)  # an earlier test's successful load
+    failing_line = len(path.read_text().splitlines())
+    assert main(["run", str(path), "--runs-dir", str(tmp_path / "runs")]) == ExitCode.INVALID_INPUT
+    err = capsys.readouterr().err
+    assert f"pipeline: {path}:{failing_line}: {expected}" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert module not in sys.modules, "the half-loaded module stayed behind"
+
+
+def test_a_compiled_file_whose_name_is_no_run_name_gets_one(
+    tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    compiled = tmp_path / "my pipeline (v2).yaml"
+    compiled.write_text((repo_root / "pipelines" / "mnist_ps.yaml").read_text())
+    assert load_pipeline(str(compiled)).name == "my-pipeline-v2"
+    assert main(["run", str(compiled), "--list-params"]) == ExitCode.SUCCESS
+    assert "epochs" in capsys.readouterr().out

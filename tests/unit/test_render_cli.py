@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.cli import main
+from kubetrain.cli import build_parser, main
+from kubetrain.commands import render
+from kubetrain.errors import ExitCode
 from kubetrain.kfp_runtime import frameworks, train_step
 from kubetrain.kfp_runtime.requests import PSRequest, PyTorchRequest
 from kubetrain.launcher import AwaitOptions
@@ -158,3 +161,32 @@ def test_flags_take_files_for_json_inputs(tmp_path: Path, capsys: pytest.Capture
     patch.write_text(json.dumps({"spec": {"runPolicy": {"ttlSecondsAfterFinished": 60}}}))
     assert main(["render", "mpijob", "--name", "m", "--manifest-patch", f"@{patch}"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["spec"]["runPolicy"]["ttlSecondsAfterFinished"] == 60
+
+
+def test_every_input_type_of_the_components_has_a_flag() -> None:
+    fields = render.input_fields()
+    assert fields
+    for name, (hint, _) in fields.items():
+        assert render._flag_type(name, hint) is not None, f"render has no flag for {name} ({hint})"
+    boolean = render._flag_type("future_switch", bool)
+    assert boolean is not None
+    assert (boolean[0]("false"), boolean[0]("Yes")) == (False, True)
+    with pytest.raises(argparse.ArgumentTypeError, match="expected true or false"):
+        boolean[0]("maybe")
+
+
+def test_an_input_render_cannot_spell_fails_render_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A future input type must not break every `kubetrain` command while the parser is built."""
+    fields = render.input_fields()
+    future = {**fields, "fast": (bool, {PyTorchRequest}), "odd": (complex, {PyTorchRequest})}
+    monkeypatch.setattr(render, "input_fields", lambda: future)
+    parser = build_parser()  # no TypeError
+    assert parser.parse_args(["run", "mnist_ps", "--list-params"]).list_params
+    args = parser.parse_args(["render", "pytorchjob", "--name", "j", "--fast", "no"])
+    assert args.input_fast is False
+    assert main(["render", "pytorchjob", "--name", "j"]) == ExitCode.JOB_FAILED
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kubetrain render: no flag for the input(s) odd (<class 'complex'>)")
+    assert len(err.splitlines()) == 1

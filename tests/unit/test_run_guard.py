@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import signal
+from typing import Any
 
 import pytest
 
+from kubetrain.commands import demo as demo_command
+from kubetrain.commands import run as run_command
 from kubetrain.launcher.signals import SignalEvent
 from kubetrain.tooling.cancel import RunCancelled, RunGuard
 
@@ -37,6 +42,29 @@ def test_the_guard_restores_the_handlers_it_found() -> None:
             assert signal.getsignal(signal.SIGTERM) is not holding
         assert signal.getsignal(signal.SIGTERM) is holding
         assert signal.getsignal(signal.SIGINT) is holding
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("command", [run_command, demo_command])
+def test_run_and_demo_hold_the_stop_signals_from_their_first_line(
+    command: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM while the command loads is recorded for the run (no exit 143), and ignored once it is done."""
+    seen: list[tuple[bool, str | None]] = []
+
+    def body(args: argparse.Namespace, cancel: SignalEvent) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        seen.append((cancel.is_set(), cancel.signal_name))
+        return 5
+
+    monkeypatch.setattr(command, "_run", body)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert command.run(argparse.Namespace()) == 5
+        assert seen == [(True, "SIGTERM")]
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # a late signal cannot turn it into 143
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -12,8 +12,11 @@ import ipaddress
 import socket
 import ssl
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kubetrain.cli import main
-from kubetrain.errors import ExitCode
+from kubetrain.errors import BackendError, ExitCode
+from kubetrain.tooling.submit import preflight
 
 
 @pytest.fixture(autouse=True)
@@ -157,3 +161,25 @@ def test_a_ca_cert_that_does_not_exist(tmp_path: Path, capsys: pytest.CaptureFix
     code, line = _submit("https://127.0.0.1:1", capsys, "--ca-cert", str(tmp_path / "nope.pem"))
     assert code == ExitCode.INVALID_INPUT
     assert "--ca-cert" in line and "nope.pem does not exist" in line
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_host_kfp_client_authenticates_itself_is_not_refused_by_the_preflight(
+    status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kfp.Client fetches a GCP token by itself for `*.googleusercontent.com` (no --token): left to it."""
+    asked: list[str] = []
+
+    def refuse(request: urllib.request.Request, **_: Any) -> Any:
+        asked.append(request.full_url)
+        raise urllib.error.HTTPError(request.full_url, status, "Forbidden", Message(), None)
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    proxy = "https://1a2b3c-dot-us-central1.pipelines.googleusercontent.com"
+    for host in (proxy, proxy + "/"):
+        preflight(host, None)  # no error: kfp.Client gets its token and reports a refusal itself
+    assert asked == [f"{proxy}/apis/v2beta1/healthz"] * 2
+    # With a token of the user's own, a refusal is a refusal; and any other host is refused at once.
+    for host, token in ((proxy, "user-token"), ("https://kfp.example.com", None)):
+        with pytest.raises(BackendError, match=rf"refused the credentials \(HTTP {status}\)"):
+            preflight(host, token)

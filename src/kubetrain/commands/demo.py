@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubetrain.commands.run import add_run_options, single_threaded_defaults
-from kubetrain.launcher.signals import SignalEvent, hold_signals, ignore_signals
+from kubetrain.commands.run import add_run_options, single_threaded_defaults, with_signals_held
+from kubetrain.launcher.signals import SignalEvent
 
 PIPELINE = "compare_frameworks"
 TARGET_ACCURACY = 0.95
@@ -40,13 +40,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo pipeline; print the comparison and where the charts are."""
-    # As `kubetrain run`: a stop signal from the first line on cancels the run (exit 5), and one
-    # that comes while the outcome is printed changes nothing.
-    cancel = hold_signals()
-    try:
-        return _run(args, cancel)
-    finally:
-        ignore_signals()
+    return with_signals_held(_run, args)
 
 
 def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:

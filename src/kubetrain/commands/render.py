@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from kubetrain.errors import ExitCode, InvalidInputError
+from kubetrain.errors import ExitCode, InvalidInputError, KubetrainError
 from kubetrain.kfp_runtime.request_base import IDENTITY_INPUTS
 from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
 from kubetrain.kfp_runtime.train_step import plan_job
@@ -78,10 +78,21 @@ def _elastic(value: str) -> tuple[int, int]:
     return int(low), int(high)
 
 
-def _flag_type(name: str, hint: object) -> tuple[Callable[[str], object], str]:
-    """(argparse type, metavar) of one request field from its type hint."""
+def _boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"got {value!r}; expected true or false")
+
+
+def _flag_type(name: str, hint: object) -> tuple[Callable[[str], object], str] | None:
+    """(argparse type, metavar) of one request field from its type hint; None for a type it has no flag for."""
     if name == "command":
         return _command, "JSON_LIST|COMMAND"
+    if hint is bool:  # before int: a bool is an int to Python
+        return _boolean, "true|false"
     if hint is int:
         return int, "N"
     if hint is float:
@@ -93,7 +104,7 @@ def _flag_type(name: str, hint: object) -> tuple[Callable[[str], object], str]:
         return _json("list"), "JSON_LIST"
     if text.startswith("dict"):
         return _json("object"), "JSON|@FILE"
-    raise TypeError(f"render: no flag type for the input {name} ({hint})")  # a new input type: add it here
+    return None  # a new input type: add it above; until then only `render` fails (see run)
 
 
 def input_fields() -> dict[str, tuple[object, set[type[TrainingRequest]]]]:
@@ -134,8 +145,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     for name in IDENTITY_INPUTS:
         p.add_argument(flag(name), default=RENDER_ID, help=f"the KFP {name.replace('_', ' ')} (default {RENDER_ID})")
+    unsupported = []
     for name, (hint, takers) in sorted(input_fields().items()):
-        kind, metavar = _flag_type(name, hint)
+        flag_type = _flag_type(name, hint)
+        if flag_type is None:
+            unsupported.append(f"{name} ({hint})")
+            continue
+        kind, metavar = flag_type
         only = "" if len(takers) == len(REQUESTS) else f" ({', '.join(sorted(COMPONENTS[t] for t in takers))})"
         p.add_argument(
             flag(name), *ALIASES.get(name, ()), dest=INPUT_DEST + name, type=kind, metavar=metavar,
@@ -143,7 +159,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         )  # fmt: skip
     p.add_argument("--elastic", type=_elastic, default=None, metavar="MIN:MAX", help="elastic_min/max_workers")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    p.set_defaults(func=run)
+    # Building every command's parser must not fail for an input render cannot spell: render alone fails.
+    p.set_defaults(func=run, unsupported_inputs=tuple(unsupported))
 
 
 def request_type_of(args: argparse.Namespace) -> tuple[type[TrainingRequest], dict[str, Any]]:
@@ -191,6 +208,11 @@ def render_manifest(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the manifest; invalid inputs end in the component's own message and exit code 2."""
+    if args.unsupported_inputs:
+        raise KubetrainError(
+            f"no flag for the input(s) {', '.join(args.unsupported_inputs)}: this kubetrain cannot render the "
+            "components' requests; report it (a bug: render's flags must cover every input)"
+        )
     manifest: Mapping[str, Any] = render_manifest(args)
     if args.output == "json":
         json.dump(manifest, sys.stdout, indent=2, sort_keys=False)

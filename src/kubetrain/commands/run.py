@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +99,24 @@ def single_threaded_defaults() -> None:
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the pipeline locally; print the outcome."""
-    # Stop means stop from the first line on: a signal while kfp and the pipeline load is recorded
-    # (no step then starts), one while the outcome is collected and printed changes nothing;
-    # without this, either ended the run with 143 and no report.
+def with_signals_held(body: Callable[[argparse.Namespace, SignalEvent], int], args: argparse.Namespace) -> int:
+    """`body(args, cancel)` with SIGTERM/SIGINT held from the first line on (`run` and `demo`).
+
+    Stop means stop from the first line on: a signal while kfp and the pipeline load is recorded in
+    `cancel` (no step then starts), one while the outcome is collected and printed changes nothing;
+    without this, either ended the run with 143 and no report.
+    """
     cancel = hold_signals()
     try:
-        return _run(args, cancel)
+        return body(args, cancel)
     finally:
         # Decided and printed: the interpreter's shutdown must not turn a late signal into 143.
         ignore_signals()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the pipeline locally; print the outcome."""
+    return with_signals_held(_run, args)
 
 
 def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:

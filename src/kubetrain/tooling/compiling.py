@@ -12,6 +12,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubetrain.tooling.catalog import Entry, entries
 from kubetrain.tooling.legacy import legacy_path, without_task_config
@@ -24,14 +25,19 @@ def normalized(text: str) -> str:
     return _SDK_VERSION.sub("", text)
 
 
-def compile_text(entry: Entry) -> str:
-    """The freshly compiled YAML of one entry."""
+def compile_pipeline(pipeline: Any, name: str) -> str:
+    """The YAML kfp's compiler writes for a component or pipeline object (`name` names its temporary file)."""
     from kfp import compiler
 
     with tempfile.TemporaryDirectory(prefix="kubetrain-compile-") as tmp:
-        path = Path(tmp) / f"{entry.name}.yaml"
-        compiler.Compiler().compile(entry.load(), str(path))
+        path = Path(tmp) / f"{name}.yaml"
+        compiler.Compiler().compile(pipeline, str(path))
         return path.read_text(encoding="utf-8")
+
+
+def compile_text(entry: Entry) -> str:
+    """The freshly compiled YAML of one entry."""
+    return compile_pipeline(entry.load(), entry.name)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ CANCELLED (:mod:`.cancel`).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import os
@@ -42,7 +43,7 @@ from kubetrain.tooling.outcome import (
     RunState,
     TaskOutcome,
     cancelled,
-    collect,
+    collect_tasks,
     dag_tasks,
     describe,
 )
@@ -71,6 +72,9 @@ def _captured(stream: RunLog) -> Iterator[None]:
     """This process's stdout, logging and warnings go through `stream` while the pipeline runs."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    # kfp.local indents a step's output by swapping builtins.print; the ParallelFor iterations it
+    # runs in threads swap it concurrently and can leave it indented for good (the summary too).
+    original_print = builtins.print
     root.handlers[:] = [RunLogHandler(stream)]
     root.setLevel(logging.INFO)
 
@@ -92,6 +96,7 @@ def _captured(stream: RunLog) -> Iterator[None]:
             warnings.showwarning = show
             yield
     finally:
+        builtins.print = original_print
         stream.flush()
         root.handlers[:] = handlers
         root.setLevel(level)
@@ -162,19 +167,22 @@ def run_pipeline_locally(
                 raise BackendError(f"kfp.local could not run {name}: {e}") from e
     wall = time.monotonic() - start
     roots = [p for p in kfp_root.iterdir() if p.is_dir()]
-    if guard.cancelled and not roots:
-        roots = [kfp_root]  # stopped before kfp.local made its run directory: no task ran
-    if len(roots) != 1:
+    if len(roots) > 1:
         raise BackendError(f"{kfp_root}: expected one pipeline run directory from kfp.local, found {len(roots)}")
-    reports = run_dir / "reports"
+    # None there when no step made its directory: stopped before the first step, or the steps that
+    # ran failed before writing anything (a step without output artifacts gets one only on success).
+    root = roots[0] if roots else kfp_root / name
     progress = stream.progress
-    tasks = tuple(
-        collect(
-            task, comp, outs, roots[0], reports, last_line=progress.last_line(task), started=task in progress.started
-        )
-        for task, comp, outs in dag_tasks(pipeline)
+    tasks = collect_tasks(
+        dag_tasks(pipeline),
+        root,
+        run_dir / "reports",
+        last_lines={step: progress.last_line(step) for step in progress.started},
+        started=progress.started,
+        skipped_groups=progress.skipped_groups,
+        pipeline_succeeded=progress.pipeline_status == "SUCCESS",
     )
-    state: RunState = "SUCCEEDED" if tasks and all(t.state == "SUCCEEDED" for t in tasks) else "FAILED"
+    state: RunState = "SUCCEEDED" if tasks and all(t.state in ("SUCCEEDED", "SKIPPED") for t in tasks) else "FAILED"
     if guard.cancelled:
         state = "CANCELLED"
         tasks = tuple(cancelled(t, guard.signal_name or "SIGTERM") for t in tasks)

@@ -3,16 +3,21 @@
 A task directory with an `executor_output.json` succeeded; one without it failed, and its failure
 record (:mod:`kubetrain.kfp_runtime.exits`) says why and with which exit code; a step that left no
 record (a bug's traceback, a user's own component) is described by the last line it printed, exit
-code 1; a task kfp.local never started (no directory, no start in its output) never ran. In a
-cancelled run, a step that stopped because of the cancellation (exit 5, or no record at all:
-killed) is CANCELLED, not FAILED.
+code 1 (kfp.local keeps no step's own exit code); a task kfp.local never started (no directory, no
+start in its output) never ran: SKIPPED when control flow left it out (its `dsl.If` branch's
+condition was false, or its `dsl.ParallelFor` had no items), else NOT_RUN (an upstream step failed,
+or the run stopped first). In a cancelled run, a step that stopped because of the cancellation (exit
+5, or no record at all: killed) is CANCELLED, not FAILED.
+
+The tasks reported are the pipeline's steps, wherever they sit: inside `dsl.If`/`Elif`/`Else`,
+`dsl.ParallelFor` (one outcome per iteration, `NAME[i]`), `dsl.ExitHandler` or a nested pipeline.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +25,8 @@ from typing import Any, Literal
 from kubetrain.errors import ExitCode
 from kubetrain.kfp_runtime.exits import read_failure
 
-TaskState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "NOT_RUN"]
+# SKIPPED: control flow left the step out (a false dsl.If condition, a ParallelFor over no items).
+TaskState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED", "NOT_RUN"]
 RunState = Literal["SUCCEEDED", "FAILED", "CANCELLED"]
 EXECUTOR_OUTPUT = "executor_output.json"
 # Output artifact types copied to reports/ with the file extension a browser or editor expects.
@@ -101,10 +107,27 @@ class RunOutcome:
         }
 
 
-def dag_tasks(pipeline: Any) -> list[tuple[str, str, dict[str, str]]]:
-    """(task name, component name, {output artifact: type}) per task of the root DAG, upstream first."""
-    spec = pipeline.pipeline_spec
-    tasks = dict(spec.root.dag.tasks.items())
+@dataclass(frozen=True)
+class DagTask:
+    """One step of a pipeline (a component's task), wherever it sits in the pipeline's DAGs."""
+
+    name: str  # the task's name in its DAG (two DAGs may each have a task of the same name)
+    component: str  # its component's name in the pipeline spec ("comp-...", unique in the pipeline)
+    outputs: Mapping[str, str]  # output artifact name -> artifact type (schema title)
+    conditions: tuple[str, ...] = ()  # the enclosing dsl.If/Elif/Else groups' DAG tasks, outermost first
+    loops: tuple[str, ...] = ()  # the enclosing dsl.ParallelFor groups' DAG tasks, outermost first
+
+    @property
+    def directory(self) -> str:
+        """The step's name as kfp.local logs it and names its directory: its component's, without "comp-".
+
+        Unique in the pipeline, unlike :attr:`name`, so the outcome reports every step by it; for a
+        task of the pipeline's own DAG it is the task's name.
+        """
+        return self.component.removeprefix("comp-")
+
+
+def _upstream_first(tasks: Mapping[str, Any]) -> list[str]:
     ordered: list[str] = []
     while len(ordered) < len(tasks):
         ready = sorted(
@@ -115,12 +138,93 @@ def dag_tasks(pipeline: Any) -> list[tuple[str, str, dict[str, str]]]:
         if not ready:  # a cycle cannot be compiled; keep whatever is left rather than loop
             ready = sorted(set(tasks) - set(ordered))
         ordered += ready
-    out = []
-    for task_name in ordered:
-        component = tasks[task_name].component_ref.name
-        outputs = spec.components[component].output_definitions.artifacts
-        out.append((task_name, component, {k: v.artifact_type.schema_title for k, v in outputs.items()}))
+    return ordered
+
+
+def _walk(spec: Any, dag: Any, conditions: tuple[str, ...], loops: tuple[str, ...]) -> list[DagTask]:
+    tasks = dict(dag.tasks.items())
+    out: list[DagTask] = []
+    for task_name in _upstream_first(tasks):
+        task = tasks[task_name]
+        component = spec.components[task.component_ref.name]
+        if component.WhichOneof("implementation") == "dag":
+            # A control-flow group or a nested pipeline: its own steps are what runs.
+            inner_conditions = conditions + ((task_name,) if task.trigger_policy.condition else ())
+            inner_loops = loops + ((task_name,) if task.WhichOneof("iterator") else ())
+            out += _walk(spec, component.dag, inner_conditions, inner_loops)
+            continue
+        outputs = {k: v.artifact_type.schema_title for k, v in component.output_definitions.artifacts.items()}
+        out.append(DagTask(task_name, task.component_ref.name, outputs, conditions, loops))
     return out
+
+
+def dag_tasks(pipeline: Any) -> list[DagTask]:
+    """Every step of the pipeline, sub-DAGs (control flow, nested pipelines) included, upstream first."""
+    spec = pipeline.pipeline_spec
+    return _walk(spec, spec.root.dag, (), ())
+
+
+def _iteration_index(path: Path) -> int:
+    return int(path.name.rpartition("-iteration-")[2])
+
+
+def instances(task: DagTask, root: Path) -> list[tuple[str, Path]]:
+    """(name to report, directory its step's directory is in) per run of `task`: one per ParallelFor iteration.
+
+    The name is :attr:`DagTask.directory`, with `[i]` for iteration i (`[i,j]` in nested loops).
+
+    kfp.local runs iteration i of a loop under `<dir>/<loop task>-iteration-<i>/`. A loop with no
+    iteration directory (it never ran, or had no items) leaves one instance that has no directory.
+    """
+    found = [(task.directory, root, "")]
+    for loop in task.loops:
+        deeper = []
+        for name, base, index in found:
+            iterations = sorted(
+                (p for p in base.glob(f"{loop}-iteration-*") if p.name.rpartition("-")[2].isdigit()),
+                key=_iteration_index,
+            )
+            deeper += [(name, p, ",".join(filter(None, (index, str(_iteration_index(p)))))) for p in iterations]
+            if not iterations:
+                deeper.append((name, base / loop, index))  # never exists: no iteration ran
+        found = deeper
+    return [(f"{name}[{index}]" if index else name, base) for name, base, index in found]
+
+
+def collect_tasks(
+    tasks: list[DagTask],
+    root: Path,
+    reports: Path,
+    *,
+    last_lines: Mapping[str, str],
+    started: Collection[str],
+    skipped_groups: Collection[str],
+    pipeline_succeeded: bool,
+) -> tuple[TaskOutcome, ...]:
+    """Every step's outcome (one per loop iteration) from kfp.local's run directory `root`.
+
+    `last_lines` and `started` are keyed by the name kfp.local logs a step by (:attr:`DagTask.directory`);
+    `skipped_groups`: the dsl.If groups kfp.local skipped (their condition was false);
+    `pipeline_succeeded`: kfp.local said the pipeline succeeded, so a step that did not run was left
+    out by control flow.
+    """
+    out: list[TaskOutcome] = []
+    for task in tasks:
+        skipped = pipeline_succeeded or any(group in skipped_groups for group in task.conditions)
+        for name, base in instances(task, root):
+            out.append(
+                collect(
+                    name,
+                    task.component,
+                    task.outputs,
+                    base,
+                    reports,
+                    last_line=last_lines.get(task.directory, ""),
+                    started=task.directory in started,
+                    skipped=skipped,
+                )
+            )
+    return tuple(out)
 
 
 def collect(
@@ -132,16 +236,21 @@ def collect(
     *,
     last_line: str = "",
     started: bool = False,
+    skipped: bool = False,
 ) -> TaskOutcome:
     """One task's outcome from its directory under `root`.
 
     `last_line`: what the step printed last; `started`: kfp.local said it started the step (one
-    without output artifacts that fails has no directory).
+    without output artifacts that fails has no directory); `skipped`: control flow left the task
+    out if it did not run (its dsl.If group was skipped).
     """
     # kfp.local names a task's directory after its component, without the "comp-" prefix.
     task_dir = root / component.removeprefix("comp-")
-    if not task_dir.is_dir() and not started:
-        return TaskOutcome(task_name, component, "NOT_RUN")
+    if not task_dir.is_dir():
+        if skipped:
+            return TaskOutcome(task_name, component, "SKIPPED")
+        if not started:
+            return TaskOutcome(task_name, component, "NOT_RUN")
     output_file = task_dir / EXECUTOR_OUTPUT
     if not output_file.is_file():
         failure = read_failure(task_dir)

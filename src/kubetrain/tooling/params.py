@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.errors import InvalidInputError
+from kubetrain.errors import InvalidInputError, SpecError
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -17,10 +18,26 @@ class PipelineInput:
     """One pipeline parameter: its KFP type name, default and description (from the docstring's Args)."""
 
     name: str
-    type: str  # String, Integer, Float, Boolean, ...
+    type: str  # String, Integer, Float, Boolean, List, Dict (typing.List[str], ...), or an artifact's type
     default: Any
     optional: bool
     description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise SpecError("pipeline input name", self.name, "a Python identifier, as KFP names its inputs")
+        if not isinstance(self.type, str) or not self.type.strip():
+            raise SpecError(f"pipeline input {self.name}: type", self.type, "a KFP type name such as String or List")
+        if not isinstance(self.optional, bool):
+            raise SpecError(f"pipeline input {self.name}: optional", self.optional, "True or False")
+        if not isinstance(self.description, str):
+            raise SpecError(f"pipeline input {self.name}: description", self.description, "text")
+
+
+def _json_kind(kind: str) -> str | None:
+    """ "list" or "dict" for the KFP types a pipeline's List and Struct parameters have, else None."""
+    base = kind.removeprefix("typing.").split("[", 1)[0].lower()
+    return {"list": "list", "dict": "dict"}.get(base)
 
 
 def _compiled_descriptions(pipeline: Any) -> dict[str, str]:
@@ -94,7 +111,28 @@ def convert(value: str, kind: str, name: str) -> Any:
         raise InvalidInputError(f"--param {name}={value}: expected true or false")
     if kind == "String":
         return value
-    raise InvalidInputError(f"--param {name}: inputs of type {kind} cannot be set from the command line")
+    json_kind = _json_kind(kind)
+    if json_kind is not None:
+        return _from_json(value, json_kind, name)
+    raise InvalidInputError(
+        f"--param {name}: inputs of type {kind} cannot be set from the command line "
+        "(an artifact comes from a step of the pipeline)"
+    )
+
+
+def _from_json(value: str, kind: str, name: str) -> Any:
+    """A List or Struct parameter's JSON value; errors name the parameter and show the form expected."""
+    example = """'["a", "b"]'""" if kind == "list" else """'{"key": 1}'"""
+    what = "a JSON list" if kind == "list" else "a JSON object"
+    try:
+        data = json.loads(value)
+    except ValueError as e:
+        raise InvalidInputError(f"--param {name}={value}: expected {what}, e.g. {name}={example} ({e})") from e
+    if not isinstance(data, list if kind == "list" else dict):
+        raise InvalidInputError(
+            f"--param {name}={value}: expected {what}, e.g. {name}={example}; got a JSON {type(data).__name__}"
+        )
+    return data
 
 
 def parse_params(pairs: Iterable[str], inputs: Mapping[str, PipelineInput]) -> dict[str, Any]:
@@ -106,9 +144,8 @@ def parse_params(pairs: Iterable[str], inputs: Mapping[str, PipelineInput]) -> d
         if not sep or not key:
             raise InvalidInputError(f"--param {pair!r}: expected KEY=VALUE")
         if key not in inputs:
-            raise InvalidInputError(
-                f"--param {key}: this pipeline has no such parameter; it has {', '.join(sorted(inputs))}"
-            )
+            has = f"it has {', '.join(sorted(inputs))}" if inputs else "it takes no parameters"
+            raise InvalidInputError(f"--param {key}: this pipeline has no such parameter; {has}")
         if key in out:
             raise InvalidInputError(f"--param {key}: given twice")
         out[key] = convert(value, inputs[key].type, key)

@@ -30,6 +30,9 @@ _KFP_LOG = re.compile(r"^\d\d:\d\d:\d\d\.\d+ - [A-Z]+ - (?P<message>.*)$")
 _EXECUTING = re.compile(r"^Executing task '(?P<task>[^']+)'")
 _FINISHED = re.compile(r"^Task '(?P<task>[^']+)' finished with status (?P<status>\w+)")
 _OUTPUTS = re.compile(r"^Task '(?P<task>[^']+)' outputs:")
+_PIPELINE_DONE = re.compile(r"^Pipeline '[^']+' finished with status (?P<status>[A-Z]+)")
+# Logged through this process's logging (not kfp.local's own logger) when a dsl.If group's condition is false.
+_SKIPPED_GROUP = re.compile(r"^Skipping conditional task (?P<task>\S+) \(condition evaluated to False\)")
 _STEP_INDENT = "    "  # kfp.local indents a step's own output by four spaces
 _TAIL_LINES = 20
 
@@ -40,9 +43,17 @@ class ProgressFilter:
     def __init__(self) -> None:
         self.task: str | None = None
         self._in_executor_input = False
+        self._input_indent = 0
         self._in_outputs = False
         self.tails: dict[str, deque[str]] = {}
         self.started: set[str] = set()  # steps kfp.local started (a step may fail before making its directory)
+        self.skipped_groups: set[str] = set()  # dsl.If groups (their DAG tasks) kfp.local skipped
+        self.pipeline_status: str | None = None  # kfp.local's verdict on the whole pipeline: SUCCESS, FAILURE
+
+    def note_log(self, message: str) -> None:
+        """A message kfp.local logged through this process's logging: remembers the groups it skipped."""
+        if m := _SKIPPED_GROUP.match(message):
+            self.skipped_groups.add(m.group("task"))
 
     def feed(self, raw: str) -> str | None:
         """The line to show for `raw` (one line, no newline), or None to show nothing."""
@@ -50,7 +61,7 @@ class ProgressFilter:
         kfp = _KFP_LOG.match(line)
         if kfp:
             return self._kfp_message(kfp.group("message"))
-        if line.startswith("-----"):
+        if line.strip() == "-" * 80:  # kfp.local's separator, indented too inside a ParallelFor
             self._in_outputs = False
             return None
         if line.startswith(_STEP_INDENT) and self.task is not None:
@@ -72,6 +83,8 @@ class ProgressFilter:
             return f"step {m.group('task')}: {'done' if m.group('status') == 'SUCCESS' else 'failed'}"
         if _OUTPUTS.match(message):
             self._in_outputs = True
+        if m := _PIPELINE_DONE.match(message):
+            self.pipeline_status = m.group("status")
         # The pipeline's start and end, "Streamed logs:": the summary says all of that.
         return None
 
@@ -79,12 +92,15 @@ class ProgressFilter:
         if self._in_outputs:
             return None  # the outputs' reprs; the summary lists where each output is
         body = line[len(_STEP_INDENT) :]
+        indent = len(body) - len(body.lstrip())
         if self._in_executor_input:
-            # The JSON dump ends with a closing brace at the step's own indentation.
-            self._in_executor_input = body != "}"
+            # The JSON dump ends with a closing brace at its header's indentation (deeper than the
+            # step's own for a step inside a ParallelFor, whose iterations kfp.local runs in threads).
+            self._in_executor_input = not (body.strip() == "}" and indent == self._input_indent)
             return None
-        if body.startswith("[KFP Executor"):
+        if body.lstrip().startswith("[KFP Executor"):
             self._in_executor_input = body.rstrip().endswith("Got executor_input:")
+            self._input_indent = indent
             return None
         if not body.strip():
             return None
@@ -146,6 +162,7 @@ class RunLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         """Route one record."""
+        self.stream.progress.note_log(record.getMessage())
         text = self.format(record) + "\n"
         if record.levelno >= logging.WARNING:
             self.stream.write(text)

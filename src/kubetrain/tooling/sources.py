@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ from typing import Any
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.tooling.catalog import PIPELINES, pipeline
+from kubetrain.tooling.compiling import compile_pipeline
 
 SOURCE_SUFFIXES = (".py",)
 COMPILED_SUFFIXES = (".yaml", ".yml")
@@ -47,14 +49,7 @@ class LoadedPipeline:
         """The YAML `submit` uploads: the user's compiled file as it is, or a fresh compile."""
         if self.compiled_yaml is not None:
             return self.compiled_yaml
-        import tempfile
-
-        from kfp import compiler
-
-        with tempfile.TemporaryDirectory(prefix="kubetrain-compile-") as tmp:
-            path = Path(tmp) / f"{self.name}.yaml"
-            compiler.Compiler().compile(self.pipeline, str(path))
-            return path.read_text(encoding="utf-8")
+        return compile_pipeline(self.pipeline, self.name)
 
 
 def is_file_argument(argument: str) -> bool:
@@ -99,7 +94,19 @@ def _from_yaml(path: Path) -> LoadedPipeline:
         raise InvalidInputError(
             f"pipeline: {path}: is a compiled component, not a pipeline; use it inside a @dsl.pipeline"
         )
-    return LoadedPipeline(name=path.stem, pipeline=loaded, origin=str(path), compiled_yaml=text)
+    return LoadedPipeline(name=run_name(path.stem), pipeline=loaded, origin=str(path), compiled_yaml=text)
+
+
+def run_name(stem: str) -> str:
+    """A name for the run directory and the uploaded file from a file's name: `my pipeline (v2)` -> `my-pipeline-v2`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-.") or "pipeline"
+
+
+def _where(error: BaseException, path: Path) -> str:
+    """`path:lineno` of the file's last line the error passed through (the user's line that failed)."""
+    target = path.resolve()
+    lines = [f.lineno for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == target]
+    return f"{path}:{lines[-1]}" if lines else str(path)
 
 
 def _import(path: Path) -> ModuleType:
@@ -118,10 +125,15 @@ def _import(path: Path) -> ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(name, None)
-        raise InvalidInputError(f"pipeline: {path}:{e.lineno}: syntax error: {e.msg}") from e
+        where = f"{e.filename}:{e.lineno}" if e.filename and Path(e.filename) != path else f"{path}:{e.lineno}"
+        raise InvalidInputError(f"pipeline: {where}: syntax error: {e.msg}") from e
     except ImportError as e:
         sys.modules.pop(name, None)
-        raise InvalidInputError(f"pipeline: {path}: an import failed while loading it: {e}") from e
+        raise InvalidInputError(f"pipeline: {_where(e, path)}: an import failed while loading it: {e}") from e
+    except Exception as e:  # the user's module-level code: whatever it raises, name it
+        # (kfp itself raises TypeError/ValueError while it builds a @dsl.pipeline's graph.)
+        sys.modules.pop(name, None)
+        raise InvalidInputError(f"pipeline: {_where(e, path)}: loading it failed: {type(e).__name__}: {e}") from e
     finally:
         if directory in sys.path:
             sys.path.remove(directory)

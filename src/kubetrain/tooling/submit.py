@@ -8,13 +8,15 @@ first submit uploads it, later ones add a version, and the run uses exactly the 
 uploaded. Authentication: a bearer token (`token`), a token file re-read on every request
 (`token_file`, e.g. a projected service-account token, as kfp's
 ServiceAccountTokenVolumeCredentials does), or whatever `kfp.Client` does by default (IAP client
-ids from the KF_PIPELINES_* variables, the kube config, or no authentication for a port-forward).
+ids from the KF_PIPELINES_* variables, a GCP token for a `*.googleusercontent.com` host, the kube
+config, or no authentication for a port-forward).
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import re
 import socket
 import ssl
 import tempfile
@@ -94,6 +96,22 @@ def _reason(error: BaseException) -> str:
     return str(reason)
 
 
+# kfp.Client's own test (Client._is_inverse_proxy_host) for a Google-hosted Kubeflow Pipelines
+# behind the inverse proxy, for which it fetches a GCP access token by itself.
+_INVERSE_PROXY_HOST = re.compile(r"\S+.googleusercontent.com/{0,1}$")
+
+
+def fetches_own_token(host: str) -> bool:
+    """Whether kfp.Client, given no token, gets one of its own for `host` (so a 401/403 without it means nothing).
+
+    It does with an IAP OAuth client id (KF_PIPELINES_IAP_OAUTH2_CLIENT_ID), and for a host behind
+    Google's inverse proxy (`*.googleusercontent.com`).
+    """
+    return bool(os.environ.get("KF_PIPELINES_IAP_OAUTH2_CLIENT_ID")) or bool(
+        _INVERSE_PROXY_HOST.match(host.rstrip("/"))
+    )
+
+
 def preflight(host: str, token: str | None, *, ca_cert: str | None = None, timeout: float = 10.0) -> None:
     """One healthz request, so an unreachable host, a wrong URL or refused credentials fail at once, in one line.
 
@@ -109,8 +127,8 @@ def preflight(host: str, token: str | None, *, ca_cert: str | None = None, timeo
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             response.read()
     except urllib.error.HTTPError as e:
-        if e.code in (401, 403) and not token and os.environ.get("KF_PIPELINES_IAP_OAUTH2_CLIENT_ID"):
-            return  # kfp.Client fetches an IAP token of its own for this host
+        if e.code in (401, 403) and not token and fetches_own_token(host):
+            return  # kfp.Client gets a token of its own for this host; it reports a refusal itself
         if e.code == 404:
             raise BackendError(
                 f"{host}: no KFP API there (HTTP 404 for {url}); expected the API endpoint, "
