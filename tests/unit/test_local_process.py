@@ -91,6 +91,45 @@ def test_output_goes_to_the_file_and_the_prefixed_sink(tmp_path: Path) -> None:
     assert list(read_log(proc.log.path, stream=None, follow=False, tail_lines=1)) == ["tail"]
 
 
+def _exited(pid: int) -> bool:
+    """The process has ended and waits to be reaped (a zombie), or is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_an_exit_is_reported_only_once_the_output_is_in_the_log(tmp_path: Path) -> None:
+    # A busy machine: the log reader lags behind a program that has already exited. Here the
+    # reader is held on the first line by its sink until the test lets it go.
+    let_go = threading.Event()
+    first = threading.Event()
+
+    def sink(line: str) -> None:
+        first.set()
+        let_go.wait(timeout=50)
+
+    proc = ReplicaProcess(
+        argv=[sys.executable, "-c", "for i in range(500): print(f'line {i:03d}')"],
+        env={"PATH": os.environ["PATH"]},
+        cwd=tmp_path,
+        log=LogStream(tmp_path / "logs" / "r.0.log"),
+        prefix="worker-0",
+        sink=sink,
+    )
+    try:
+        assert first.wait(timeout=50)
+        _wait_for(lambda: _exited(proc.pid), timeout=50)
+        assert proc.poll() is None  # exited, but 499 lines are still in the pipe
+    finally:
+        let_go.set()
+    _wait_for(lambda: proc.poll() is not None, timeout=50)
+    assert proc.poll() == 0
+    lines = list(read_log(proc.log.path, stream=None, follow=False))
+    assert lines == [f"line {i:03d}" for i in range(500)]
+
+
 def test_follow_returns_lines_as_they_come_and_ends_with_the_process(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     code = f"""

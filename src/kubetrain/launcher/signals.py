@@ -48,8 +48,13 @@ def hold_signals() -> SignalEvent:
     if threading.current_thread() is threading.main_thread():
 
         def record(signum: int, frame: FrameType | None) -> None:
-            if event.signal_name is None:
-                event.signal_name = signal.Signals(signum).name
+            # Python runs a handler between any two bytecodes, inside a running handler too: in a
+            # storm of signals each call would be interrupted by the next (RecursionError), or call
+            # set() while the interrupted set() holds the event's lock (a deadlock). Only the first
+            # signal does anything; the name is recorded before set(), so nested calls return.
+            if event.signal_name is not None:
+                return
+            event.signal_name = signal.Signals(signum).name
             event.set()
 
         for sig in HANDLED_SIGNALS:
@@ -84,6 +89,7 @@ class CancelGuard:
         self.event = event
         self.signal_name: str | None = None
         self._armed = False
+        self._handling = False
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> CancelGuard:
@@ -101,9 +107,16 @@ class CancelGuard:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signal_name is None:
-            self.signal_name = signal.Signals(signum).name
-        self.event.set()
+        if self._handling:
+            return  # a signal inside this handler (a storm, see hold_signals): the outer call acts
+        self._handling = True
+        try:
+            if self.signal_name is None:
+                self.signal_name = signal.Signals(signum).name
+            if not self.event.is_set():
+                self.event.set()
+        finally:
+            self._handling = False
         if self._armed:
             self._armed = False  # a second signal during clean-up must not interrupt the delete
             raise Cancelled(self.signal_name)

@@ -82,6 +82,9 @@ _REAPER = Path(reaper.__file__)
 _EXIT_CHECK_SECONDS = 0.02
 # How long SIGKILLed processes may take to disappear (they are in uninterruptible I/O at worst).
 _KILL_WAIT_SECONDS = 5.0
+# How long an exited container may wait for its output to be captured before its exit is
+# reported anyway: only a holder of the pipe that could not be killed keeps it open that long.
+_OUTPUT_DRAIN_SECONDS = 30.0
 
 
 def container_exit_code(returncode: int) -> int:
@@ -184,6 +187,7 @@ class ReplicaProcess:
             registry.add(self.container)
         self.started_at = time.time()
         self._returncode: int | None = None
+        self._exited_at: float | None = None  # when poll() saw the main process exit
         self._reader = threading.Thread(target=self._pump, name=f"kubetrain-log-{prefix}", daemon=True)
         self._reader.start()
 
@@ -210,18 +214,24 @@ class ReplicaProcess:
         return self._log
 
     def poll(self) -> int | None:
-        """The container exit code once the main process has exited (then the rest of it is killed)."""
-        if self._returncode is not None:
-            return container_exit_code(self._returncode)
-        rc = self._popen.poll()
-        if rc is None:
+        """The container exit code once the main process has exited (then the rest of it is killed)
+        and its output is captured: the log of a container that has ended is complete."""
+        if self._returncode is None:
+            rc = self._popen.poll()
+            if rc is None:
+                return None
+            self._returncode = rc
+            self._exited_at = time.monotonic()
+            # Like a container: when the main process ends, whatever it left behind ends too. The reaper
+            # has ended its tree; this is for what left it another way (the reaper was killed).
+            signal_container(self.container, signal.SIGKILL)
+            self._unregister()
+        # Up to a pipe's worth of output may still be on its way to the log (a reader slowed by a
+        # busy machine); the reader wakes the supervisor once it is all written.
+        exited_at = self._exited_at  # None: stop() ended it, and has waited for the output itself
+        if exited_at is not None and not self._log.closed and time.monotonic() - exited_at < _OUTPUT_DRAIN_SECONDS:
             return None
-        self._returncode = rc
-        # Like a container: when the main process ends, whatever it left behind ends too. The reaper
-        # has ended its tree; this is for what left it another way (the reaper was killed).
-        signal_container(self.container, signal.SIGKILL)
-        self._unregister()
-        return container_exit_code(rc)
+        return container_exit_code(self._returncode)
 
     def _unregister(self) -> None:
         if self._registry is not None:

@@ -6,7 +6,9 @@ health checks, kills (SIGKILL, as a node loss) and restarts on the same address.
 `workdir/logs/<role>-<i>.log`; workers append their trained batches to
 `workdir/trained/<worker>.jsonl` for accounting. Like the JobSet, every worker sees the master's
 state dir as `$KUBETRAIN_PS_STATE_DIR` (`worker_state_dir=False` hides it: workers then only
-have their retry deadline).
+have their retry deadline). A worker added with `gated=True` reaches the master through a
+MasterGate, so a test can hold it between tasks (`hold`, `release`) to create the state it
+asserts on instead of racing towards it, and wait for one to be handed a task (`tasks_given`).
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from types import TracebackType
 from typing import Any
 
 from kubetrain.data.dataset_format import read_dataset_info
-from kubetrain.ps.common.errors import PSUnavailableError
+from kubetrain.ps.common.errors import PSConfigError, PSUnavailableError
 from kubetrain.ps.common.outcome import STATE_DIR_ENV
 from kubetrain.ps.common.rpc import wait_serving
 from kubetrain.ps.harness.accounting import Audit, audit, read_generations
+from kubetrain.ps.harness.gate import MasterGate
 
 __all__ = ["LocalPSJob", "free_port", "wait_until"]
 
@@ -79,6 +82,7 @@ class LocalPSJob:
     worker_state_dir: bool = True
     python: str = sys.executable
     procs: dict[tuple[str, int], _Proc] = field(default_factory=dict)
+    gate: MasterGate | None = None
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -152,8 +156,13 @@ class LocalPSJob:
             env["KUBETRAIN_BIND_ADDRESS"] = host
         self.procs[(role, index)] = _Proc(role, index, argv, env, self.workdir / "logs" / f"{role}-{index}.log")
 
-    def add_worker(self, index: int, extra: Sequence[str] = ()) -> None:
-        """Declare worker `index` (with extra flags, e.g. `--slowdown 4`)."""
+    def add_worker(self, index: int, extra: Sequence[str] = (), *, gated: bool = False) -> None:
+        """Declare worker `index` (with extra flags, e.g. `--slowdown 4`); `gated`: through the gate."""
+        master = self.master_addr
+        if gated:
+            if self.gate is None:
+                self.gate = MasterGate(self.master_addr, self.master_host.rsplit(".", 1)[0] + ".2")
+            master = self.gate.addr
         self._add(
             "worker",
             index,
@@ -162,7 +171,7 @@ class LocalPSJob:
                 "-m",
                 "kubetrain.ps.worker",
                 "--master",
-                self.master_addr,
+                master,
                 "--ps-addrs",
                 ",".join(self.ps_addrs),
                 "--data",
@@ -183,6 +192,28 @@ class LocalPSJob:
         if self.worker_state_dir:
             env[STATE_DIR_ENV] = str(self.workdir / "state")
         return env
+
+    def hold(self, *workers: int) -> None:
+        """Give these gated workers no new task until `release` (they finish the one they have)."""
+        for i in workers:
+            self._gate_of(i).hold(f"worker-{i}")
+
+    def release(self, *workers: int) -> None:
+        """Let these gated workers take tasks again."""
+        for i in workers:
+            self._gate_of(i).release(f"worker-{i}")
+
+    def tasks_given(self, index: int) -> int:
+        """How many tasks the master has handed to this gated worker so far."""
+        return self._gate_of(index).tasks_given(f"worker-{index}")
+
+    def _gate_of(self, index: int) -> MasterGate:
+        p = self.procs.get(("worker", index))
+        if p is None or self.gate is None or self.gate.addr not in p.argv:
+            raise PSConfigError(
+                f"worker-{index}: not added with gated=True; add_worker({index}, gated=True) puts it behind the gate"
+            )
+        return self.gate
 
     # ----------------------------------------------------------------------------- processes
 
@@ -295,11 +326,14 @@ class LocalPSJob:
         )
 
     def close(self) -> None:
-        """Kill whatever still runs."""
+        """Kill whatever still runs, then stop the gate."""
         for p in self.procs.values():
             if p.popen is not None and p.popen.poll() is None:
                 p.popen.kill()
                 p.popen.wait(timeout=30)
+        if self.gate is not None:
+            self.gate.close()
+            self.gate = None
 
     def __enter__(self) -> LocalPSJob:
         return self
