@@ -22,7 +22,7 @@ Measured per N and method, in one run:
 
     .venv/bin/python bench/scale.py                      # N = 10, 100, 1000; both methods
     .venv/bin/python bench/scale.py --n 10 --json
-    .venv/bin/python bench/scale.py --n 1000 --methods kubetrain --apf both   # deploy/apf.yaml's effect
+    .venv/bin/python bench/scale.py --n 1000 --methods kubetrain --apf both --fresh-cluster   # deploy/apf.yaml's effect
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from bench._cluster import (
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.status import JobStatus
+from tools.cluster import controlplane
 from tools.cluster.controlplane import NAMESPACE, Cluster
 
 POLL_SECONDS = 15.0
@@ -274,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--per-process", type=int, default=10, help="launcher threads per worker process")
     parser.add_argument("--run-seconds", type=float, default=5.0, help="how long kwok keeps each job Running")
+    parser.add_argument(
+        "--fresh-cluster", action="store_true",
+        help="a new control plane for every run: a cluster that has just run N = 1,000 jobs keeps their "
+        "events for an hour and a grown API server, which slows the next run whatever it measures",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -294,6 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     apfs = ["none", "deploy"] if args.apf == "both" else [args.apf]
     for n in sizes:
         for method, apf in [(m, a) for m in args.methods.split(",") for a in apfs]:
+            if args.fresh_cluster and rows:
+                controlplane.down()
+                where = cluster()
+                ensure_nodes(where, max(sizes))
             print(f"scale: N={n} {method} apf={apf} ...", file=sys.stderr, flush=True)
             rows.append(one_run(where, method, n, args.per_process, args.run_seconds, apf))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept even if a later run fails
