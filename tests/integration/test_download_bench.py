@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.bench, pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.bench, pytest.mark.slow, pytest.mark.timeout(450)]
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "download.py"
 
@@ -21,7 +21,7 @@ def test_bench_download_smoke(tmp_path: Path) -> None:
         [sys.executable, str(BENCH), "--size-mb", "8", "--rounds", "2", "--json", "--dir", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=400,  # bounds a hung run; a loaded machine makes it slow, not wrong
         check=False,
     )
     assert proc.returncode == 0, proc.stderr

@@ -83,9 +83,16 @@ class Run:
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.stderr: list[str] = []
+        self.stdout: list[str] = []
         self.running = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        # One reader per pipe, and nothing else reads them: communicate() would also read stderr and
+        # take lines from under the reader (the tail of the output went missing that way).
+        self._readers = (
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=self._read_stdout, daemon=True),
+        )
+        for reader in self._readers:
+            reader.start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
@@ -94,13 +101,18 @@ class Run:
             if "→ Running" in line:  # "Created → Running", or "submitted → Running" when the watch came late
                 self.running.set()
 
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        self.stdout.extend(self.proc.stdout)
+
     def wait_until_training(self) -> None:
         assert self.running.wait(120), "the training job never reached Running:\n" + "".join(self.stderr[-30:])
 
     def finish(self, timeout: float = 90) -> tuple[int, str]:
-        out, _ = self.proc.communicate(timeout=timeout)
-        self._reader.join(10)
-        return self.proc.returncode, out
+        self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(10)  # the pipes close when the process exits; this only collects what is left
+        return self.proc.returncode, "".join(self.stdout)
 
 
 @pytest.fixture
