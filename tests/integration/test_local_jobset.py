@@ -246,7 +246,7 @@ def test_a_child_jobs_backoff_limit_absorbs_a_failure(backend: LocalBackend) -> 
 
 def test_a_deadline_rule_fails_the_set_without_restarts(backend: LocalBackend) -> None:
     sleeper = _rjob("master", ["python", "-c", "import time; time.sleep(600)"], deadline=1)
-    rule = {"name": "deadline-is-final", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]}
+    rule = {"name": "DeadlineIsFinal", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]}
     ref = backend.submit(_jobset("late", [sleeper], failurePolicy={"maxRestarts": 3, "rules": [rule]}))
     status, _ = _follow(backend, ref, timeout=30)
     assert status.phase is JobPhase.FAILED

@@ -209,6 +209,25 @@ def test_jobset_rules() -> None:
         validate_manifest(manifest)
 
 
+@pytest.mark.parametrize(
+    ("rules", "match"),
+    [
+        ([{"name": "deadline-is-final", "action": "FailJobSet"}], r"rules\[0\]\.name.*no '-'"),
+        ([{"name": "1st", "action": "FailJobSet"}], r"rules\[0\]\.name.*a letter first"),
+        ([{"name": "a" * 129, "action": "FailJobSet"}], r"rules\[0\]\.name.*1-128 characters"),
+        ([{"name": "Final", "action": "FailJobSet"}, {"name": "Final", "action": "RestartJobSet"}],
+         r"rules\[1\]\.name.*names two rules"),
+    ],
+)  # fmt: skip
+def test_jobset_failure_rule_names_follow_the_webhook(rules: list[dict[str, str]], match: str) -> None:
+    # The JobSet webhook refuses these with HTTP 422; the schema alone lets them through.
+    manifest = build_manifest(ps_job_spec(name="ps", params=PARAMS))
+    manifest["spec"]["failurePolicy"]["rules"] = rules
+    assert strict_errors(manifest) == []
+    with pytest.raises(ManifestError, match=match):
+        validate_manifest(manifest)
+
+
 def test_user_manifest_of_unknown_kind_is_refused() -> None:
     with pytest.raises(ManifestError, match="TFJob"):
         validate_manifest({"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "x"}, "spec": {}})

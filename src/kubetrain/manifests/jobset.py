@@ -127,7 +127,7 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
     rules: list[Manifest] = []
     if spec.run_policy.active_deadline_seconds is not None:
         # A deadline is final: restarting the set would only run into it again.
-        rules.append({"name": "deadline-is-final", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]})
+        rules.append({"name": "DeadlineIsFinal", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]})
     job_spec: Manifest = {
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "successPolicy": {"operator": "All", "targetReplicatedJobs": ["master"]},

@@ -7,6 +7,7 @@ event (no condition, so a naive launcher waits forever), is refused here with a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ from kubetrain.names import DNS1035_MAX, is_dns1035_label
 RUN_POLICY_FIELDS = ("cleanPodPolicy", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
                      "activeDeadlineSecond", "schedulingPolicy", "suspend")  # fmt: skip
 JOB_POD_SUFFIX = 5
+# JobSet's webhook (v0.12 validateFailurePolicy); the CRD schema does not carry it, so a manifest
+# that passes the schema can still be refused at submission.
+_JOBSET_RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_JOBSET_RULE_NAME_MAX = 128
 
 
 def _fail(path: str, problem: str) -> None:
@@ -193,7 +198,19 @@ def _validate_jobset(manifest: Mapping[str, Any]) -> None:
         for target in targets:
             if target not in seen:
                 _fail(f"spec.{policy_name}.targetReplicatedJobs", f"{target!r} is not a replicated job")
-    for rule in (spec.get("failurePolicy") or {}).get("rules") or ():
+    rule_names: set[str] = set()
+    for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or ()):
+        rule_name = str(rule.get("name", ""))
+        if not _JOBSET_RULE_NAME.fullmatch(rule_name) or len(rule_name) > _JOBSET_RULE_NAME_MAX:
+            _fail(
+                f"spec.failurePolicy.rules[{i}].name",
+                f"{rule_name!r} is not a rule name JobSet accepts: 1-{_JOBSET_RULE_NAME_MAX} characters, a letter "
+                "first, then letters, digits, '_', ',' or ':', not ending in ',' or ':' "
+                "(no '-'; e.g. 'DeadlineIsFinal')",
+            )
+        if rule_name in rule_names:
+            _fail(f"spec.failurePolicy.rules[{i}].name", f"{rule_name!r} names two rules; give each rule its own name")
+        rule_names.add(rule_name)
         for target in rule.get("targetReplicatedJobs") or ():
             if target not in seen:
                 _fail("spec.failurePolicy.rules.targetReplicatedJobs", f"{target!r} is not a replicated job")
