@@ -622,3 +622,19 @@ def test_start_timeout_no_longer_applies_once_running() -> None:
 
     launch(backend, script, start_timeout_seconds=0.2, tuning={"watch_window_seconds": 0.2})
     assert "delete" in backend.calls
+
+
+def test_watch_windows_vary_so_parallel_launchers_do_not_reconnect_together() -> None:
+    # A thousand steps started together must not reopen their watches at the same instant every
+    # window: the API server answers such a burst with 429s (docs/benchmarks.md, Scale).
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_conditions(cond("Running"))
+        b.wait_for(lambda: b.calls.count("watch") >= 6, "six watch windows")
+        b.set_conditions(cond("Succeeded"))
+
+    launch(backend, script, tuning={"watch_window_seconds": 0.2})
+    windows = backend.windows[:6]
+    assert all(0.1 <= w <= 0.2 for w in windows), windows
+    assert len(set(windows)) == len(windows), windows

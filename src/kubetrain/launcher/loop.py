@@ -32,7 +32,7 @@ from typing import Any
 from kubetrain.backends.base import Backend, JobObject, JobRef, JobWatch, PodInfo
 from kubetrain.errors import JobCancelledError, JobFailedError, JobTimeoutError
 from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, choose_primary, read_tail
-from kubetrain.launcher.options import AwaitOptions
+from kubetrain.launcher.options import AwaitOptions, spread_window
 from kubetrain.launcher.pending import REJECTION_REASONS, PendingLook
 from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summary
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
@@ -164,7 +164,8 @@ class _Await:
             remaining = limit - time.monotonic()
             if remaining <= 0:
                 raise _Deadline(status, not_started=limit != deadline, pods=progress.pending_summary())
-            stream = self.backend.watch(self.ref, timeout_seconds=min(remaining, self.opts.tuning.watch_window_seconds))
+            window = spread_window(self.opts.tuning.watch_window_seconds)
+            stream = self.backend.watch(self.ref, timeout_seconds=min(remaining, window))
             with self._stream_lock:
                 self._stream = stream
                 if look.rejected is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,8 +18,9 @@ ON_TIMEOUT_CHOICES: tuple[str, ...] = ("delete", "suspend")
 class Tuning:
     """How often the launcher looks at what. Defaults suit real clusters; tests shorten them."""
 
-    # A watch window while nothing is expected but a status change (the backend reconnects
-    # inside it; the window only bounds how long the loop goes without checking its deadline).
+    # The longest watch window (each is drawn between half this and this: spread_window). The
+    # backend reconnects inside it; the window bounds how long the loop goes without checking its
+    # deadline and how long a silently dead connection goes unnoticed.
     watch_window_seconds: float = 300.0
     # While the job or a pod is pending, events are listed after this long, so that
     # FailedScheduling, FailedMount and operator rejections (an MPIJob's ValidationError, a
@@ -45,6 +47,18 @@ class Tuning:
             )
         if self.log_tail_lines < 1:
             raise InvalidInputError(f"log_tail_lines: got {self.log_tail_lines!r}; expected ≥ 1")
+
+
+def spread_window(seconds: float) -> float:
+    """One watch window's length: between half of `seconds` and `seconds`, drawn anew each time.
+
+    Launchers started together (a pipeline's parallel steps) would otherwise reopen their watches
+    at the same instant at the end of every window, and API Priority and Fairness answers such a
+    burst with 429s, which delays the news of every job that ends just then (docs/benchmarks.md,
+    Scale). Never longer than `seconds`: the window also bounds how long a silently dead
+    connection goes unnoticed.
+    """
+    return seconds * random.uniform(0.5, 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)

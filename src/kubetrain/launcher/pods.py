@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from kubetrain.backends.base import Backend, JobRef, PodInfo, PodWatch
 from kubetrain.errors import BackendError
 from kubetrain.launcher.logs import crash_tail, failed_pods
+from kubetrain.launcher.options import spread_window
 from kubetrain.launcher.progress import LogSink
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ class PodBook:
 class PodTracker(threading.Thread):
     """Follows one job's pods: tells `listeners` of every new set, keeps the book, reads crash tails.
 
-    The stream is read in windows of `window_seconds` (each resumes where the last ended).
+    The stream is read in windows of at most `window_seconds` (spread_window; each resumes where
+    the last ended).
     :meth:`stop` closes it from the launcher's thread; after that nothing the thread still sees
     counts, and :meth:`settle` hands the listeners and the book the launcher's own final look.
     """
@@ -136,7 +138,7 @@ class PodTracker(threading.Thread):
         with self._lock:
             if self._stopped:
                 return False
-            stream = self._stream = self._backend.watch_pods(self._ref, timeout_seconds=self._window)
+            stream = self._stream = self._backend.watch_pods(self._ref, timeout_seconds=spread_window(self._window))
         try:
             for pods in stream:
                 with self._lock:
