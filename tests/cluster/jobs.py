@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tools.cluster.controlplane import NAMESPACE, Cluster
+from tools.cluster.controlplane import NAMESPACE, Cluster, ControlPlaneError
 from tools.cluster.stages import SIM_DURATION, SIM_LABEL
 
 Manifest = dict[str, Any]
@@ -167,13 +167,24 @@ def gone(cluster: Cluster, kind: Kind, name: str) -> bool:
     return not get(cluster, kind.plural, name) and not job_pods(cluster, kind.kind, name)
 
 
-def crash(cluster: Cluster, pod: Manifest, restarts: int) -> None:
-    """Play the kubelet: every container of `pod` crashed `restarts` times and is in CrashLoopBackOff."""
+def crash(cluster: Cluster, pod: Manifest, restarts: int) -> bool:
+    """Play the kubelet: every container of `pod` crashed `restarts` times and is in CrashLoopBackOff.
+
+    False when the pod is already gone: its controller may delete it between the listing that
+    found it and this patch (a JobSet recreating its jobs, a loaded machine), and a replacement
+    is then for the caller's next listing.
+    """
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     last = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}
     status = {"status": {"phase": "Running", "containerStatuses": [{
         "name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": restarts,
         "started": False, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": last,
     } for c in pod["spec"]["containers"]]}}  # fmt: skip
-    cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--subresource=status",
-                    "--type=merge", "-p", json.dumps(status))  # fmt: skip
+    try:
+        cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--subresource=status",
+                        "--type=merge", "-p", json.dumps(status))  # fmt: skip
+    except ControlPlaneError as e:
+        if "(NotFound)" in str(e):
+            return False
+        raise
+    return True

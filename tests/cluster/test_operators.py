@@ -23,7 +23,7 @@ import pytest
 from kubetrain.errors import ExitCode
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from tests.cluster.jobs import KINDS, crash, finish, gone, job_pods, launch, render, simulate, until
-from tools.cluster.controlplane import NAMESPACE, Cluster
+from tools.cluster.controlplane import NAMESPACE, Cluster, ControlPlaneError
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -39,11 +39,19 @@ def test_the_real_operator_runs_the_job_to_success(cluster: Cluster, tmp_path: P
     until(f"{name} and its pods deleted", lambda: gone(cluster, kind, name))
 
 
-def _backoff_limit(cluster: Cluster, manifest: dict[str, Any], pod: dict[str, Any]) -> int:
-    """The restarts after which the pod's controller gives up: its batch Job's, or the job's run policy."""
+def _backoff_limit(cluster: Cluster, manifest: dict[str, Any], pod: dict[str, Any]) -> int | None:
+    """The restarts after which the pod's controller gives up: its batch Job's, or the job's run policy.
+
+    None when the pod's Job went since the listing (a JobSet recreating its jobs): so did the pod.
+    """
     owner = next(iter(pod["metadata"].get("ownerReferences") or ()), {})
     if owner.get("kind") == "Job":
-        job = json.loads(cluster.kubectl("get", "job", owner["name"], "-n", pod["metadata"]["namespace"], "-o", "json"))
+        try:
+            job = json.loads(cluster.kubectl("get", "job", owner["name"], "-n", NAMESPACE, "-o", "json"))
+        except ControlPlaneError as e:
+            if "(NotFound)" not in str(e):
+                raise
+            return None
         return int(job["spec"].get("backoffLimit", 6))
     return int(manifest["spec"]["runPolicy"]["backoffLimit"])
 
@@ -78,8 +86,9 @@ def test_a_crashing_pod_fails_the_job_with_the_operators_message(cluster: Cluste
                 and meta["name"] not in crashed
                 and ("deletionTimestamp" not in meta)
             ):
-                crash(cluster, pod, _backoff_limit(cluster, manifest, pod) + 1)
-                crashed.append(meta["name"])
+                limit = _backoff_limit(cluster, manifest, pod)
+                if limit is not None and crash(cluster, pod, limit + 1):
+                    crashed.append(meta["name"])
         time.sleep(0.25)
     code, result, err = finish(proc)
     assert code == ExitCode.JOB_FAILED, err[-4000:]
