@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.cluster import processes
+from tools.cluster import operators, processes
 
 # A process that starts a detached grandchild (its own session, as a daemon does), prints the
 # grandchild's pid, and then sleeps: the grandchild is in no process group the harness recorded.
@@ -173,3 +173,36 @@ def test_a_free_port_passes() -> None:
         port = probe.getsockname()[1]
     assert processes.listener(port) is None
     processes.require_free({port: "anything"})
+
+
+# Answers every connection with an HTTP/2 SETTINGS frame, as a gRPC or HTTP/2-only server on an
+# operator's health port does; http.client reads it as BadStatusLine.
+HTTP2_SERVER = """
+import socket
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()
+print(s.getsockname()[1], flush=True)
+while True:
+    conn, _ = s.accept()
+    conn.sendall(bytes([0, 0, 0x18, 4, 0, 0, 0, 0, 0]) + bytes(24) + b"\\r\\n")
+    conn.close()
+"""
+
+
+def test_a_health_probe_answered_by_another_program_says_so_in_one_line(tmp_path: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", HTTP2_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        port = int(holder.stdout.readline())
+        op = operators.Operator(
+            name="mpi-operator", argv=(), env=(), ports=(port,), health=f"http://127.0.0.1:{port}/healthz"
+        )
+        with pytest.raises(operators.ProbeError) as caught:
+            operators.wait_for("mpi-operator", lambda: operators.probe(op, tmp_path), deadline_s=30)
+        message = str(caught.value)
+        assert "\n" not in message
+        probe_url = f"http://127.0.0.1:{port}/healthz"
+        assert message.startswith(f"mpi-operator: its health probe {probe_url} was answered by pid {holder.pid} (")
+        assert message.endswith("not by the operator (BadStatusLine)")
+    finally:
+        holder.kill()
+        holder.wait()

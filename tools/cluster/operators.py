@@ -142,7 +142,8 @@ class ProbeError(processes.ProcessError):
     """A health probe was answered by something that is not the operator (named in the message)."""
 
 
-def _ready(op: Operator, state: Path) -> bool:
+def probe(op: Operator, state: Path) -> bool:
+    """True when the operator's health URL answers 200; ProbeError when another program answers it."""
     try:
         with urllib.request.urlopen(op.health, timeout=2) as reply:
             return bool(reply.status == 200)
@@ -193,7 +194,7 @@ def start(state: Path, bin_dir: Path, kubeconfig: Path) -> None:
         def healthy(op: Operator = op, log: Path = log) -> bool:
             if not processes.running(started[op.name]):
                 raise processes.ProcessError(f"{op.name} exited; its log ({log}):\n{log.read_text()[-3000:]}")
-            return _ready(op, state)
+            return probe(op, state)
 
         wait_for(op.name, healthy, 120, log)
 
