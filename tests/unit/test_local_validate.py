@@ -96,7 +96,7 @@ JS = ["spec", "replicatedJobs"]
         (_ps, _set([*JS, 1, "dependsOn"], [{"name": "master", "status": "Started"}]), "dependsOn[0].status"),
         (_ps, _set(["spec", "startupPolicy"], {"startupPolicyOrder": "InOrder"}), "spec.startupPolicy"),
         (_ps, _set(["spec", "successPolicy", "targetReplicatedJobs"], ["chief"]), "targetReplicatedJobs"),
-        (_ps, _set(["spec", "failurePolicy", "rules"], [{"action": "Explode"}]), "rules[0].action"),
+        (_ps, _set(["spec", "failurePolicy", "rules"], [{"name": "Boom", "action": "Explode"}]), "rules[0].action"),
         (_ps, _set([*JS, 2, "template", "spec", "template", "spec", "restartPolicy"], "Always"), "restartPolicy"),
         (_ps, _set([*JS, 0, "name"], "ps"), "spec.replicatedJobs[ps].name"),
     ],
