@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
-.PHONY: setup demo test test-fast lint typecheck compile golden bench clean controlplane cluster-up cluster-down e2e lock
+.PHONY: setup demo test test-fast lint typecheck compile golden bench clean controlplane node-packages cluster-up cluster-down e2e lock
 
 setup: $(STAMP)
 
@@ -72,10 +72,21 @@ clean:
 
 # The real control plane (tests/cluster): binaries built from the Go module proxy, cached by their
 # pins under ~/.cache/kubetrain/controlplane; kwokctl runs them as host processes.
-controlplane:
-	bash tools/controlplane/build.sh
+# KUBETRAIN_REAL_NODE=0 leaves the real node out (kwok nodes only: no root, no Debian packages).
+REAL_NODE ?= $(if $(filter 0,$(KUBETRAIN_REAL_NODE)),,node)
+NODE_PACKAGES := runc buildah mmdebstrap iptables nftables
 
-cluster-up: setup
+controlplane: $(if $(REAL_NODE),node-packages)
+	bash tools/controlplane/build.sh $(REAL_NODE)
+
+# The real node runs containers with Debian's runc, builds images with buildah on an mmdebstrap
+# base, and its kubelet and kube-proxy program iptables (nft underneath).
+node-packages:
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "node-packages: installing" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+
+cluster-up: setup controlplane
 	$(PY) -m tools.cluster up
 
 cluster-down: setup

@@ -3,20 +3,28 @@
 # references the components and presets use (kubetrain.presets.image_ref), so a compiled pipeline
 # pulls exactly these. Run from anywhere; the build context is the repository root.
 #
-#   images/build.sh                 build all four: launcher pytorch chainermn ps
-#   images/build.sh --push          build and push
-#   images/build.sh pytorch ps      build some
-#   images/build.sh --dry-run       print the commands only
+#   images/build.sh                      build all four: launcher pytorch chainermn ps
+#   images/build.sh --push               build and push to REGISTRY
+#   images/build.sh pytorch ps           build some
+#   images/build.sh --dry-run            print the commands only
+#   images/build.sh --base local         build on a python 3.11 base made from Debian packages
+#                                        (images/local-base.sh), for machines that cannot pull
+#   images/build.sh --mirror HOST:PORT   also push to a plain-HTTP registry under the same paths
+#                                        (kubetrain/<name>:<version>), to serve as a mirror of REGISTRY
 #
 # REGISTRY (default ghcr.io/kubetrain) changes where they go; the compiled YAML and the presets
 # name ghcr.io/kubetrain, so with another registry either mirror the images under those names or
 # pass `image=` to the training components (the launcher image is the components' base_image).
-# DOCKER (default docker; podman works) is the build tool.
+# BUILDER (docker, podman or buildah; default: docker when its daemon answers, else the first
+# of podman and buildah installed) is the build tool.
+# Without docker, podman and buildah build daemonless with runc (BUILDAH_STORAGE, default
+# ~/.cache/kubetrain/images, holds their storage and pip's download cache), and every RUN step
+# sees CA_BUNDLE (default: this machine's bundle) and a pip.conf naming it, for a TLS proxy.
+# TORCH_INDEX_URL, when set, is passed to the pytorch and ps builds (e.g. a CUDA index).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 registry="${REGISTRY:-ghcr.io/kubetrain}"
-docker="${DOCKER:-docker}"
 version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$root/src/kubetrain/__init__.py")"
 if [[ -z "$version" ]]; then
     echo "build.sh: cannot read __version__ from src/kubetrain/__init__.py" >&2
@@ -25,28 +33,95 @@ fi
 
 push=0
 dry=0
+base=""
+mirror=""
 names=()
-for arg in "$@"; do
-    case "$arg" in
+while [[ $# -gt 0 ]]; do
+    case "$1" in
         --push) push=1 ;;
         --dry-run) dry=1 ;;
-        launcher|pytorch|chainermn|ps) names+=("$arg") ;;
-        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) echo "build.sh: unknown argument '$arg' (expected --push, --dry-run or an image name)" >&2; exit 2 ;;
+        --base) base="${2:?--base needs an image or 'local'}"; shift ;;
+        --mirror) mirror="${2:?--mirror needs HOST:PORT}"; shift ;;
+        launcher|pytorch|chainermn|ps) names+=("$1") ;;
+        -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) echo "build.sh: unknown argument '$1' (expected --push, --dry-run, --base, --mirror or an image name)" >&2; exit 2 ;;
     esac
+    shift
 done
 [[ ${#names[@]} -gt 0 ]] || names=(launcher pytorch chainermn ps)
+
+builder="${BUILDER:-}"
+if [[ -z "$builder" ]]; then
+    # docker only with a daemon to talk to (a CLI alone cannot build).
+    if command -v docker >/dev/null && docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+        builder=docker
+    else
+        for candidate in podman buildah; do
+            if command -v "$candidate" >/dev/null; then builder=$candidate; break; fi
+        done
+    fi
+    builder=${builder:-docker}
+fi
 
 run() {
     echo "+ $*"
     [[ $dry -eq 1 ]] || "$@"
 }
 
+build_args=()
+engine=("$builder")
+case "$builder" in
+    docker)
+        build=(env DOCKER_BUILDKIT=1 docker build) ;;
+    podman|buildah)
+        storage="${BUILDAH_STORAGE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/images}"
+        engine=("$builder" --root "$storage/storage" --runroot "$storage/runroot")
+        ca="${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
+        # buildah keeps `RUN --mount=type=cache` directories (pip's downloads) under TMPDIR.
+        export TMPDIR="$storage/tmp"
+        if [[ $dry -eq 0 ]]; then
+            mkdir -p "$TMPDIR"
+            printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' > "$storage/pip.conf"
+        fi
+        # runc: crun refuses hosts with cgroup v1; host network: no firewall rules for builds.
+        build=("${engine[@]}" build --runtime runc --network host --layers
+               --volume "$ca:/etc/ssl/certs/ca-certificates.crt:ro" --volume "$storage/pip.conf:/etc/pip.conf:ro") ;;
+    *) echo "build.sh: BUILDER must be docker, podman or buildah, not '$builder'" >&2; exit 2 ;;
+esac
+if [[ "$base" == local ]]; then
+    if [[ "$builder" == docker ]]; then
+        echo "build.sh: --base local needs buildah or podman (BUILDER=buildah)" >&2
+        exit 2
+    fi
+    if [[ $dry -eq 1 ]]; then
+        base="localhost/kubetrain/python:3.11-bookworm"
+    else
+        base=$("$root/images/local-base.sh" --root "$storage/storage" --runroot "$storage/runroot")
+    fi
+fi
+[[ -n "$base" ]] && build_args+=(--build-arg "BASE_IMAGE=$base")
+
 for name in "${names[@]}"; do
     ref="$registry/$name:$version"
+    start=$(date +%s)
     # BuildKit reads images/<name>/Dockerfile.dockerignore, keeping the context small.
-    run env DOCKER_BUILDKIT=1 "$docker" build -f "$root/images/$name/Dockerfile" -t "$ref" "$root"
+    image_args=("${build_args[@]}")
+    if [[ -n "${TORCH_INDEX_URL:-}" && ( $name == pytorch || $name == ps ) ]]; then
+        image_args+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL")
+    fi
+    run "${build[@]}" "${image_args[@]}" -f "$root/images/$name/Dockerfile" -t "$ref" "$root"
+    if [[ $dry -eq 0 && "$builder" != docker ]]; then
+        size=$("${engine[@]}" images --noheading --format '{{.Size}}' "$ref" 2>/dev/null || echo "?")
+        echo "build.sh: $ref built in $(( $(date +%s) - start ))s, $size" >&2
+    fi
     if [[ $push -eq 1 ]]; then
-        run "$docker" push "$ref"
+        run "${engine[@]}" push "$ref"
+    fi
+    if [[ -n "$mirror" ]]; then
+        # Uncompressed: the layers are pulled once, over the loopback, by the node's containerd.
+        case "$builder" in
+            docker) run docker tag "$ref" "$mirror/kubetrain/$name:$version"; run docker push "$mirror/kubetrain/$name:$version" ;;
+            *) run "${engine[@]}" push --tls-verify=false --disable-compression "$ref" "docker://$mirror/kubetrain/$name:$version" ;;
+        esac
     fi
 done

@@ -50,13 +50,18 @@ def parse_dockerfile(text: str) -> list[Stage]:
         logical.append(current + line)
         current = ""
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}  # `ARG NAME=default` before the first FROM, usable in FROM lines
     for line in logical:
         keyword, _, rest = line.partition(" ")
         keyword = keyword.upper()
-        if keyword == "FROM":
+        if keyword == "ARG" and not stages:
+            name, _, default = rest.strip().partition("=")
+            global_args[name] = default
+        elif keyword == "FROM":
             words = [w for w in rest.split() if not w.startswith("--")]
             alias = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
-            stages.append(Stage(base=words[0], alias=alias))
+            base = re.sub(r"\$\{?(\w+)\}?", lambda m: global_args.get(m.group(1), m.group(0)), words[0])
+            stages.append(Stage(base=base, alias=alias))
         elif stages:
             stages[-1].instructions.append((keyword, rest.strip()))
     return stages
@@ -113,6 +118,14 @@ def test_every_copy_source_exists_in_the_build_context(name: str) -> None:
             for source in copy_sources(rest) or []:
                 matches = list(REPO.glob(source.rstrip("/"))) if any(c in source for c in "*?[") else []
                 assert matches or (REPO / source).exists(), f"{name}: {keyword} source {source!r} not in {REPO}"
+
+
+def test_a_base_given_as_a_build_argument_is_checked_by_its_default() -> None:
+    # images/build.sh --base local overrides BASE_IMAGE; the default is what a user's docker pulls.
+    stages = parse_dockerfile("ARG BASE_IMAGE=python:latest\nFROM ${BASE_IMAGE} AS wheel\nFROM $BASE_IMAGE\n")
+    assert [s.base for s in stages] == ["python:latest", "python:latest"]
+    for name in IMAGE_NAMES:
+        assert "ARG BASE_IMAGE=python:3.11.9-slim-bookworm" in dockerfiles()[name].read_text(), name
 
 
 def test_lint_rejects_what_it_should() -> None:

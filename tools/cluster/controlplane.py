@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from tests.crds import SOURCES, crd_dir
-from tools.cluster import operators, processes, stages, webhooks
+from tools.cluster import node, node_config, operators, processes, stages, webhooks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Another cluster beside the default one (tests/cluster/test_harness.py starts one to fail on purpose).
@@ -65,6 +65,11 @@ class Cluster:
     started_here: bool  # False when it was running already (`make cluster-up`)
 
     @property
+    def pki(self) -> Path:
+        """kwokctl's certificates: `ca.crt` (the client CA), `admin.crt`/`admin.key` (system:masters)."""
+        return self.workdir / "clusters" / NAME / "pki"
+
+    @property
     def audit_log(self) -> Path:
         """The kube-apiserver's audit log (the launcher user's requests, metadata level)."""
         return self.workdir / "clusters" / NAME / "logs" / "audit.log"
@@ -85,16 +90,18 @@ class Cluster:
         return _kwokctl(self.bin_dir, *args, "--name", NAME)
 
 
-def build() -> Path:
+def build(*, real_node: bool = False) -> Path:
     """The directory of the pinned binaries, built first if missing (tools/controlplane/build.sh).
 
-    `KUBETRAIN_CONTROLPLANE_BIN` names a directory of binaries to use as they are instead.
+    With `real_node`, the node's binaries too. `KUBETRAIN_CONTROLPLANE_BIN` names a directory of
+    binaries to use as they are instead.
     """
     given = os.environ.get("KUBETRAIN_CONTROLPLANE_BIN")
     if given:
         return Path(given)
     script = REPO_ROOT / "tools" / "controlplane" / "build.sh"
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    argv = ["bash", str(script), *(["node"] if real_node else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ControlPlaneError(f"{script} failed:\n{done.stderr[-4000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
@@ -118,6 +125,33 @@ def _kwokctl(bin_dir: Path, *args: str, timeout: float = 300) -> str:
     return done.stdout
 
 
+def _kwokctl_options() -> str:
+    """kwokctl's own configuration, for a cluster with a real node beside the kwok one (tools/cluster/node.py).
+
+    The API server certificate also names the address pods use for it (`kubernetes.default`);
+    kwok takes only the nodes annotated as its own (by default it would take the real node too);
+    the API server reaches the kubelet by its address with a client certificate (`kubectl logs`);
+    two admission plugins keep kwok pods and real pods apart by namespace. Component flags go
+    here, not in `--extra-args`: kwokctl v0.8.0 indexes repeated `--extra-args` of several
+    components wrongly and panics.
+    """
+    pki = STATE / "kwok" / "clusters" / NAME / "pki"
+    flags = {
+        "kwok-controller": {"manage-all-nodes": "false",
+                            "manage-nodes-with-annotation-selector": "kwok.x-k8s.io/node=fake"},
+        "kube-apiserver": {
+            "kubelet-preferred-address-types": "InternalIP,Hostname",
+            "kubelet-client-certificate": str(pki / "admin.crt"), "kubelet-client-key": str(pki / "admin.key"),
+            "enable-admission-plugins": "NodeRestriction,PodNodeSelector,PodTolerationRestriction",
+        },
+    }  # fmt: skip
+    patches = [{"name": component, "extraArgs": [{"key": k, "value": v} for k, v in args.items()]}
+               for component, args in flags.items()]  # fmt: skip
+    sans = [node_config.KUBERNETES_SERVICE_IP, "kubernetes.default.svc"]
+    return yaml.safe_dump({"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
+                           "options": {"kubeApiserverCertSANs": sans}, "componentsPatches": patches})  # fmt: skip
+
+
 def _running(bin_dir: Path) -> bool:
     try:
         return NAME in _kwokctl(bin_dir, "get", "clusters", timeout=60).split()
@@ -125,24 +159,35 @@ def _running(bin_dir: Path) -> bool:
         return False
 
 
-def up() -> Cluster:
+def up(*, real_node: bool | None = None) -> Cluster:
     """Start the control plane (or find it running) and prepare CRDs, the namespace and the users.
 
-    A start that fails stops what this call started (everything, when it created the cluster; the
-    operators it started otherwise) before the error propagates.
+    With `real_node` (default: `KUBETRAIN_REAL_NODE`, on unless "0") a real node joins the kwok
+    one (tools/cluster/node.py). A start that fails stops what this call started (everything, when
+    it created the cluster; the operators and the node it started otherwise) before the error
+    propagates.
     """
-    bin_dir = build()
+    if real_node is None:
+        real_node = os.environ.get("KUBETRAIN_REAL_NODE", "1") != "0"
+    if real_node:
+        node.check_host()
+    bin_dir = build(real_node=real_node)
     STATE.mkdir(exist_ok=True)
     before = {r.pid for r in processes.records(STATE)}
     create = not _running(bin_dir)
     try:
-        return _up(bin_dir, create=create)
+        cluster = _up(bin_dir, create=create)
+        if real_node and not node.running(STATE):
+            node.up(cluster, STATE)
+            cluster.kubectl("apply", "--server-side", "-n", node.REAL_NAMESPACE, "-f", "-", stdin=_user_binding())
+        return cluster
     except BaseException:
         try:
             if create:
                 down(bin_dir)
             else:
                 processes.stop_all(STATE, keep=before)
+                node.clean_host(STATE)
         except (ControlPlaneError, processes.ProcessError, OSError, subprocess.SubprocessError) as cleanup:
             # The start's own error is the one to report; the cleanup's is a note beside it.
             print(f"cluster up: cleaning up after the failed start also failed: {cleanup}", file=sys.stderr)
@@ -157,6 +202,8 @@ def _up(bin_dir: Path, *, create: bool) -> Cluster:
         stages.stages_config(
             operators.module_dir(GO_WRAPPERS / "kwok", "sigs.k8s.io/kwok"), STATE / "container.log", NAMESPACE
         )
+        + "---\n"
+        + _kwokctl_options()
     )
     if create:
         # Leftovers of an earlier start of this cluster go first (kwokctl picks free ports for its
@@ -307,6 +354,8 @@ def down(bin_dir: Path | None = None) -> list[int]:
     """
     link = STATE / "bin"
     bin_dir = bin_dir or (link.resolve() if link.exists() else None)
+    # The real node's pods go through the API while it still runs, so the kubelet tears down their network.
+    node.drain(bin_dir / "kubectl" if bin_dir else None, STATE / "kubeconfig")
     if bin_dir is not None and (STATE / "kwok" / "clusters" / NAME).exists():
         try:
             _kwokctl(bin_dir, "delete", "cluster", "--name", NAME, timeout=120)
@@ -314,6 +363,8 @@ def down(bin_dir: Path | None = None) -> list[int]:
             print(f"cluster down: kwokctl could not delete the cluster ({str(e).splitlines()[0]}); "
                   "stopping its processes directly", file=sys.stderr)  # fmt: skip
     ended = processes.stop_all(STATE)
+    for line in node.clean_host(STATE):
+        print(f"cluster down: {line}", file=sys.stderr)
     shutil.rmtree(STATE, ignore_errors=True)
     if processes.listener(webhooks.TRAINING_OPERATOR_WEBHOOK_PORT) is None:  # no other cluster's operator uses it
         shutil.rmtree(operators.TRAINING_OPERATOR_CERT_DIR, ignore_errors=True)

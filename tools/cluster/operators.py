@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from tools.cluster import processes
+from tools.cluster.node_config import INIT_IMAGE
 from tools.cluster.webhooks import JOBSET_WEBHOOK_PORT, TRAINER_WEBHOOK_PORT, TRAINING_OPERATOR_WEBHOOK_PORT
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -65,9 +66,14 @@ INIT_CONTAINER_TEMPLATE = """
     capabilities: {drop: [ALL]}
     runAsNonRoot: true
     seccompProfile: {type: RuntimeDefault}
-  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; fi;\
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do\
+    if nslookup {{.MasterAddr}} | grep -q "^Name:"; then err=0 && break; fi;\
     echo waiting for master; sleep 2; done; exit $err']
 """
+# One change to upstream's command, for the real node: its init image is Debian's BusyBox 1.35
+# (node_config.INIT_IMAGE; alpine:3.10 cannot be pulled here), whose nslookup exits 1 when any
+# search domain answers NXDOMAIN although the master's name resolved through the first; the
+# answer's `Name:` line is what says the name resolves.
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,7 @@ def _operators(state: Path, bin_dir: Path, kubeconfig: Path) -> list[Operator]:
             "--metrics-bind-address=0", f"--health-probe-bind-address=127.0.0.1:{TRAINING_OPERATOR_HEALTH}",
             f"--webhook-server-port={TRAINING_OPERATOR_WEBHOOK_PORT}",
             f"--pytorch-init-container-template-file={init_template}",
+            f"--pytorch-init-container-image={INIT_IMAGE}",
         ), (*kube, ("MY_POD_NAMESPACE", "kubeflow")), (TRAINING_OPERATOR_HEALTH, TRAINING_OPERATOR_WEBHOOK_PORT),
             f"http://127.0.0.1:{TRAINING_OPERATOR_HEALTH}/readyz"),
         Operator("mpi-operator", (

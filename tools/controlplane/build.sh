@@ -11,7 +11,7 @@ source "$here/pins.env"
 export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0
 export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/controlplane"
-hash=$(cat "$here/pins.env" "$here"/*/go.mod "$here"/*/go.sum | sha256sum | cut -c1-16)
+hash=$(cat "$here/pins.env" "$here"/*/* | sha256sum | cut -c1-16)
 bin="$cache/$hash/bin"
 mkdir -p "$bin"
 jobs="${KUBETRAIN_GO_JOBS:-2}"
@@ -26,7 +26,8 @@ k8s_ldflags() {
 build() {  # build DIR OUTPUT PACKAGE [LDFLAGS]
   local dir=$1 out=$2 pkg=$3 ldflags=${4:--s -w}
   local key piece
-  key=$(cat "$here/pins.env" "$here/$dir/go.mod" "$here/$dir/go.sum" <(echo "$ldflags") | sha256sum | cut -c1-16)
+  # Every file of the wrapper module (go.mod, go.sum, any source) and the link flags.
+  key=$(cat "$here/pins.env" "$here/$dir"/* <(echo "$ldflags") | sha256sum | cut -c1-16)
   piece="$cache/pieces/$dir-$key"
   if [ ! -x "$piece/$out" ]; then
     echo "controlplane: building $out ($pkg)" >&2
@@ -52,4 +53,23 @@ build training-operator training-operator github.com/kubeflow/training-operator/
 build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
 build jobset jobset-controller sigs.k8s.io/jobset
 build trainer trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+
+# The real node (`build.sh node`, or KUBETRAIN_NODE=1): kubelet and kube-proxy from their own module
+# (so the control plane's pins did not change), containerd with its runc shim, the CNI plugins,
+# CoreDNS, the image registry the node pulls from, and a pause process for pod sandboxes.
+if [ "${1:-}" = node ] || [ "${KUBETRAIN_NODE:-0}" = 1 ]; then
+  build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$(k8s_ldflags)"
+  build kubelet kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$(k8s_ldflags)"
+  ctrd="github.com/containerd/containerd/v2"
+  ctrd_ldflags="-s -w -X $ctrd/version.Version=$CONTAINERD_VERSION -X $ctrd/version.Package=$ctrd"
+  for cmd in containerd containerd-shim-runc-v2 ctr; do
+    build containerd "$cmd" "$ctrd/cmd/$cmd" "$ctrd_ldflags"
+  done
+  for plugin in ipam/host-local main/bridge main/loopback meta/portmap; do
+    build cni "cni-${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin"
+  done
+  build coredns coredns github.com/coredns/coredns
+  build registry registry github.com/distribution/distribution/v3/cmd/registry
+  build pause pause kubetrain.local/pause
+fi
 echo "$bin"

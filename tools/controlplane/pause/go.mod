@@ -1,0 +1,3 @@
+module kubetrain.local/pause
+
+go 1.26.0
