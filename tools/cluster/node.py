@@ -144,7 +144,7 @@ def up(cluster: Control, state: Path) -> None:
         ],
     }))  # fmt: skip
     env = {**os.environ, "PATH": f"{cluster.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    processes.start(p.run, "node", ["unshare", "--mount", "--propagation", "private", "--", sys.executable, "-m",
+    processes.start(p.run, "node", ["unshare", "--mount", "--propagation", "private", "--fork", "--", sys.executable, "-m",
                                     "tools.cluster.node_namespace", str(spec)],
                     env=env, log=p.run / "node.log", cwd=REPO_ROOT)  # fmt: skip
     proxy = [str(cluster.bin_dir / "kube-proxy"), "--config", str(p.run / "kube-proxy.yaml")]

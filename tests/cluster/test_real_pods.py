@@ -1,0 +1,131 @@
+"""Training in real containers on the real node: the images built here, the pod network, "restricted".
+
+Each job is what the components submit (`kubetrain render`), launched by `kubetrain launch` as the
+non-admin launcher user (or from a pod of the launcher image under its service account), on the
+built-in digits that `kubetrain download` wrote to the workspace claim from a pod of the launcher
+image. Pods run in a namespace enforcing the "restricted" Pod Security level.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubetrain.presets import image_ref
+from tests.cluster import jobs, real_pods
+from tests.cluster.real_pods import RealNode
+from tools.cluster import node
+from tools.cluster.controlplane import STATE, Cluster
+
+pytestmark = pytest.mark.timeout(1800)
+TARGET = 0.95
+
+
+@pytest.fixture(scope="module")
+def real(cluster: Cluster) -> RealNode:
+    """The real node with the launcher and pytorch images on its registry and the digits on its claim."""
+    if not node.running(STATE):
+        pytest.skip("no real node in this cluster (KUBETRAIN_REAL_NODE=0)")
+    return real_pods.prepare(cluster, ["launcher", "pytorch"])
+
+
+def _launch(
+    real: RealNode, manifest: dict[str, object], tmp_path: Path, *args: str
+) -> tuple[int, dict[str, object], str]:
+    proc = jobs.launch(real.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1200", *args)
+    return jobs.finish(proc, timeout=1300)
+
+
+def test_pytorchjob_master_and_two_workers_train_over_gloo_in_real_pods(real: RealNode, tmp_path: Path) -> None:
+    manifest = real_pods.render("pytorchjob", "ddp-real", "--workers", "2", "--epochs", "10", "--cpu", "300m",
+                                "--memory", "1Gi")  # fmt: skip
+    start = time.monotonic()
+    code, result, err = _launch(real, manifest, tmp_path, "--delete-after", "never")
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    seconds = time.monotonic() - start
+    pods = json.loads(real.kubectl("get", "pods", "-l", "training.kubeflow.org/job-name=ddp-real", "-o", "json"))
+    assert sorted(p["metadata"]["name"] for p in pods["items"]) == [
+        "ddp-real-master-0", "ddp-real-worker-0", "ddp-real-worker-1"]  # fmt: skip
+    for pod in pods["items"]:
+        assert pod["spec"]["nodeName"] == "kubetrain-node"  # ran for real, not on the kwok node
+        assert pod["status"]["phase"] == "Succeeded"
+        assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    written = real_pods.metrics(real, "ddp-real")
+    assert written["world_size"] == 3  # master + 2 workers met through the master's service name
+    assert written["test_accuracy"] >= TARGET, written
+    assert any(p.name.startswith("model.") for p in (real.workspace / "runs" / "ddp-real" / "output").iterdir())
+    print(f"ddp in real pods: accuracy {written['test_accuracy']:.4f}, launch to return {seconds:.1f}s")
+    real.kubectl("delete", "pytorchjob", "ddp-real", "--wait=true")
+
+
+def _launcher_pod(name: str, manifest: dict[str, object]) -> str:
+    """A ConfigMap holding the job manifest and a pod of the launcher image running `kubetrain launch` on it."""
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+              "data": {"job.yaml": yaml.safe_dump(manifest)}}  # fmt: skip
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": "kubetrain-launcher",  # deploy/rbac.yaml
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 60,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "launcher", "image": image_ref("launcher"), "securityContext": real_pods.RESTRICTED_CONTAINER,
+                "command": ["kubetrain", "launch", "-f", "/job/job.yaml", "--start-timeout", "600"],
+                "volumeMounts": [{"name": "job", "mountPath": "/job"}],
+            }],
+            "volumes": [{"name": "job", "configMap": {"name": name}}],
+        },
+    }  # fmt: skip
+    return yaml.safe_dump_all([config, pod])
+
+
+def test_the_launcher_in_a_pod_awaits_a_real_job_with_its_service_account(real: RealNode) -> None:
+    manifest = real_pods.render("pytorchjob", "ddp-from-pod", "--workers", "1", "--epochs", "3", "--cpu", "300m",
+                                "--memory", "1Gi")  # fmt: skip
+    real.kubectl("apply", "-f", "-", stdin=_launcher_pod("launcher-ok", manifest))
+    pod = real.wait_pod("launcher-ok", "Succeeded", 900)
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    log = real.kubectl("logs", "launcher-ok")
+    assert "PyTorchJob kubetrain-real/ddp-from-pod succeeded" in log, log[-3000:]
+    assert real_pods.metrics(real, "ddp-from-pod")["world_size"] == 2
+
+
+def test_deleting_the_launcher_pod_deletes_its_job_and_the_job_pods_end(real: RealNode) -> None:
+    # What KFP's terminate does to a step: the launcher pod is deleted and gets SIGTERM.
+    manifest = real_pods.render("pytorchjob", "ddp-cancel", "--workers", "1", "--epochs", "500", "--cpu", "300m",
+                                "--memory", "1Gi")  # fmt: skip
+    real.kubectl("apply", "-f", "-", stdin=_launcher_pod("launcher-cancel", manifest))
+    label = "training.kubeflow.org/job-name=ddp-cancel"
+
+    def training() -> bool:
+        pods = json.loads(real.kubectl("get", "pods", "-l", label, "-o", "json"))["items"]
+        return len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)
+
+    jobs.until("the job's pods running", training, 600)
+    real.kubectl("delete", "pod", "launcher-cancel", "--wait=true", "--timeout=120s")
+    log_gone = jobs.until(
+        "the job and its pods gone",
+        lambda: (
+            not real.kubectl("get", "pytorchjob,pods", "-l", label, "-o", "name").strip()
+            and "ddp-cancel" not in real.kubectl("get", "pytorchjobs", "-o", "name")
+        ),
+        180,
+    )
+    assert log_gone
+
+
+def test_a_job_whose_image_does_not_exist_fails_within_the_start_timeout(real: RealNode, tmp_path: Path) -> None:
+    manifest = real_pods.render("pytorchjob", "no-image", "--workers", "1", "--cpu", "100m",
+                                "--image", "ghcr.io/kubetrain/does-not-exist:0")  # fmt: skip
+    proc = jobs.launch(real.cluster, manifest, tmp_path, "--start-timeout", "90", "--timeout", "3600")
+    code, _, err = jobs.finish(proc, timeout=600)  # the overall timeout (an hour) would end it much later
+    assert code == 3, err[-3000:]  # ExitCode.TIMEOUT, from the start timeout
+    assert "did not start within 90s" in err, err[-3000:]
+    assert "ImagePullBackOff" in err or "ErrImagePull" in err, err[-3000:]
