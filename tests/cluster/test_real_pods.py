@@ -129,3 +129,65 @@ def test_a_job_whose_image_does_not_exist_fails_within_the_start_timeout(real: R
     assert code == 3, err[-3000:]  # ExitCode.TIMEOUT, from the start timeout
     assert "did not start within 90s" in err, err[-3000:]
     assert "ImagePullBackOff" in err or "ErrImagePull" in err, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def real_ps(real: RealNode) -> RealNode:
+    """The real node with the parameter-server image too."""
+    return real_pods.prepare(real.cluster, ["ps"])
+
+
+def _ps_job(name: str, epochs: int) -> dict[str, object]:
+    return real_pods.render("psjob", name, "--workers", "3", "--ps-replicas", "2", "--epochs", str(epochs),
+                            "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
+
+
+def test_ps_jobset_master_two_servers_three_workers_train_over_grpc_in_real_pods(
+    real_ps: RealNode, tmp_path: Path
+) -> None:
+    code, result, err = _launch(real_ps, _ps_job("ps-real", 5), tmp_path)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    written = real_pods.metrics(real_ps, "ps-real")
+    assert written["world_size"] == 3 and written["num_ps"] == 2
+    assert written["records_untrained"] == 0, written  # the master's audit: every record trained
+    assert written["test_accuracy"] >= TARGET, written
+
+
+def test_a_ps_worker_pod_deleted_mid_training_loses_no_record(real_ps: RealNode, tmp_path: Path) -> None:
+    proc = jobs.launch(real_ps.cluster, _ps_job("ps-fault", 12), tmp_path, "--start-timeout", "600")
+    label = "jobset.sigs.k8s.io/jobset-name=ps-fault"
+
+    def a_worker_training() -> str | None:
+        pods = json.loads(real_ps.kubectl("get", "pods", "-l", f"{label},jobset.sigs.k8s.io/replicatedjob-name=worker",
+                                          "-o", "json"))["items"]  # fmt: skip
+        running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
+        progress = real_ps.workspace / "runs" / "ps-fault" / "output" / "ps-state"
+        return running[0] if len(running) == 3 and progress.exists() else None
+
+    victim = jobs.until("three workers training", a_worker_training, 600)
+    real_ps.kubectl("delete", "pod", victim, "--wait=false")
+    code, _, err = jobs.finish(proc, timeout=1200)
+    assert code == 0, err[-4000:]
+    written = real_pods.metrics(real_ps, "ps-fault")
+    assert written["records_untrained"] == 0, written
+    assert written["test_accuracy"] >= TARGET, written
+
+
+@pytest.fixture(scope="module")
+def real_mpi(real: RealNode) -> RealNode:
+    """The real node with the ChainerMN image too."""
+    return real_pods.prepare(real.cluster, ["chainermn"])
+
+
+def test_mpijob_chainermn_runs_mpirun_over_ssh_between_pods_as_non_root(real_mpi: RealNode, tmp_path: Path) -> None:
+    # The launcher's mpirun reaches each worker's sshd on 2222 as mpiuser, with the operator's key
+    # Secret, through the hostfile's `<pod>.<service>` names; every container under "restricted".
+    manifest = real_pods.render("mpijob", "mpi-real", "--workers", "2", "--epochs", "5", "--cpu", "200m",
+                                "--memory", "1Gi")  # fmt: skip
+    code, result, err = _launch(real_mpi, manifest, tmp_path)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    written = real_pods.metrics(real_mpi, "mpi-real")
+    assert written["world_size"] == 2, written
+    assert written["test_accuracy"] >= TARGET, written

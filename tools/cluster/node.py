@@ -144,9 +144,9 @@ def up(cluster: Control, state: Path) -> None:
         ],
     }))  # fmt: skip
     env = {**os.environ, "PATH": f"{cluster.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    processes.start(p.run, "node", ["unshare", "--mount", "--propagation", "private", "--fork", "--", sys.executable, "-m",
-                                    "tools.cluster.node_namespace", str(spec)],
-                    env=env, log=p.run / "node.log", cwd=REPO_ROOT)  # fmt: skip
+    holder = ["unshare", "--mount", "--propagation", "private", "--fork", "--",
+              sys.executable, "-m", "tools.cluster.node_namespace", str(spec)]  # fmt: skip
+    processes.start(p.run, "node", holder, env=env, log=p.run / "node.log", cwd=REPO_ROOT)
     proxy = [str(cluster.bin_dir / "kube-proxy"), "--config", str(p.run / "kube-proxy.yaml")]
     processes.start(p.run, "kube-proxy", proxy, env=env, log=p.run / "kube-proxy.log", cwd=p.run)
     processes.start(p.run, "coredns", [str(cluster.bin_dir / "coredns"), "-conf", str(p.run / "Corefile")],
@@ -321,6 +321,10 @@ def clean_host(state: Path) -> list[str]:
     Returns one line per thing removed.
     """
     run = state / "node"
+    if not (run / "mount-points.json").exists():
+        # This cluster never started a node: the bridge, the pod cgroups and the firewall rules on
+        # this machine, if any, belong to another cluster's node (one per machine) and stay.
+        return []
     killed = _kill_pod_processes()
     done = [f"killed {len(killed)} container process(es) left in pod cgroups: {killed}"] if killed else []
     removed = _remove_pod_cgroups()
