@@ -191,3 +191,32 @@ def test_mpijob_chainermn_runs_mpirun_over_ssh_between_pods_as_non_root(real_mpi
     written = real_pods.metrics(real_mpi, "mpi-real")
     assert written["world_size"] == 2, written
     assert written["test_accuracy"] >= TARGET, written
+
+
+def test_elastic_pytorchjob_workers_meet_through_torchrun_rendezvous_across_pods(
+    real: RealNode, tmp_path: Path
+) -> None:
+    manifest = real_pods.render("pytorchjob", "elastic-real", "--workers", "2", "--elastic", "1:3", "--epochs", "10",
+                                "--cpu", "300m", "--memory", "1Gi")  # fmt: skip
+    code, result, err = _launch(real, manifest, tmp_path)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    written = real_pods.metrics(real, "elastic-real")
+    assert written["world_size"] == 2, written
+    assert written["test_accuracy"] >= TARGET, written
+
+
+@pytest.mark.parametrize(("framework", "job"), [("pytorch", "tj-torch"), ("chainermn", "tj-mpi")])
+def test_trainjob_trains_in_real_pods_on_its_runtime(
+    real: RealNode, real_mpi: RealNode, tmp_path: Path, framework: str, job: str
+) -> None:
+    # torch-distributed (Trainer's own runtime, the pytorch image through the TrainJob's trainer.image)
+    # and kubetrain-mpi (deploy/runtimes: mpirun over ssh between the ChainerMN image's nodes).
+    manifest = real_pods.render("trainjob", job, "--framework", framework, "--workers", "2", "--epochs", "8",
+                                "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
+    code, result, err = _launch(real, manifest, tmp_path)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    written = real_pods.metrics(real, job)
+    assert written["world_size"] >= 2, written
+    assert written["test_accuracy"] >= TARGET, written
