@@ -18,6 +18,9 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file 0600; a model or metrics.json on a shared claim must be readable
+        # by the next step's pod, which may run as another user: the mode open() would give.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -32,6 +35,17 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (os.umask can only be read by setting it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -181,3 +181,16 @@ def test_a_rank_log_line_reaches_stderr_in_one_write() -> None:
         while message := parent.recv(65536):
             writes.append(message)
     assert writes == [b"[rank 0] mpi: rank 0/2\n", b"[rank 1] second\n"]
+
+
+def test_atomically_written_files_are_readable_by_the_next_steps_user(tmp_path: Path) -> None:
+    # Found in real pods: mkstemp's 0600 left metrics.json and the model unreadable on a shared
+    # claim to a next step running as another uid.
+    from kubetrain.fileio import atomic_write_bytes
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_bytes(tmp_path / "metrics.json", b"{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "metrics.json").stat().st_mode & 0o777 == 0o644
