@@ -96,7 +96,11 @@ def pytorch_train(
             where nodes are added on demand or jobs wait in a queue (Kueue); 0 for no limit
             (then only timeout_seconds ends a job that never starts).
         delete_after: Delete the job when it ends: never, success (failed jobs stay) or always.
-        backoff_limit: Pod restarts the operator allows before the job fails.
+        backoff_limit: Container restarts the operator allows, summed over every replica, before
+            the job fails. One rank's crash ends every rank of a DDP job (its peers' collectives
+            fail), so each failure costs workers + 1 restarts: the default 3 survives none with 2
+            workers; allow (workers + 1) x the failures to survive, each resuming from the newest
+            checkpoint.
         namespace: Namespace of the job; empty for the launcher pod's namespace.
         service_account: Service account of the training pods; empty for the namespace default.
         job_api: pytorchjob (training-operator v1, kubeflow.org/v1) or trainjob (Kubeflow Trainer

@@ -101,3 +101,15 @@ def metrics(node: RealNode, job: str) -> dict[str, Any]:
     """The `metrics.json` the job's training wrote to its output directory on the claim."""
     found: dict[str, Any] = json.loads((node.workspace / "runs" / job / "output" / "metrics.json").read_text())
     return found
+
+
+def kill_container(node: RealNode, pod: str) -> None:
+    """SIGKILL the first container of `pod` through the node's containerd, as an OOM kill or a crash would end it."""
+    status = node.pod_json(pod)["status"]["containerStatuses"][0]
+    container_id = status["containerID"].removeprefix("containerd://")
+    socket = paths(STATE, node.cluster.bin_dir).containerd_socket
+    subprocess.run(
+        [str(node.cluster.bin_dir / "ctr"), "--address", str(socket), "--namespace", "k8s.io", "tasks", "kill",
+         "--signal", "SIGKILL", container_id],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip

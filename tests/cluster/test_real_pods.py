@@ -220,3 +220,29 @@ def test_trainjob_trains_in_real_pods_on_its_runtime(
     written = real_pods.metrics(real, job)
     assert written["world_size"] >= 2, written
     assert written["test_accuracy"] >= TARGET, written
+
+
+def test_a_ddp_worker_container_killed_mid_training_is_restarted_and_resumes_from_its_checkpoint(
+    real: RealNode, tmp_path: Path
+) -> None:
+    # One killed rank ends all three (their gloo peers fail) and each restart counts against the
+    # operator's backoffLimit, summed over the pods: 9 lets the job survive up to three such failures.
+    manifest = real_pods.render("pytorchjob", "ddp-kill", "--workers", "2", "--epochs", "40", "--cpu", "300m",
+                                "--memory", "1Gi", "--backoff-limit", "9")  # fmt: skip
+    proc = jobs.launch(real.cluster, manifest, tmp_path, "--start-timeout", "600", "--delete-after", "never")
+    checkpoints = real.workspace / "runs" / "ddp-kill" / "checkpoints"
+
+    def checkpointed() -> bool:
+        return checkpoints.is_dir() and any(checkpoints.iterdir())
+
+    jobs.until("a checkpoint on the claim", checkpointed, 600)
+    real_pods.kill_container(real, "ddp-kill-worker-0")
+    code, result, err = jobs.finish(proc, timeout=1200)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    restarts = real.pod_json("ddp-kill-worker-0")["status"]["containerStatuses"][0]["restartCount"]
+    assert restarts >= 1  # the operator's OnFailure restart, not a new pod
+    written = real_pods.metrics(real, "ddp-kill")
+    assert written["resumed_from_step"] > 0, written  # from the checkpoint, not from scratch
+    assert written["test_accuracy"] >= TARGET, written
+    real.kubectl("delete", "pytorchjob", "ddp-kill", "--wait=true")
