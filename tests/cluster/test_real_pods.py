@@ -9,6 +9,7 @@ image. Pods run in a namespace enforcing the "restricted" Pod Security level.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tools.cluster.controlplane import STATE, Cluster
 
 pytestmark = pytest.mark.timeout(1800)
 TARGET = 0.95
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 @pytest.fixture(scope="module")
@@ -246,3 +248,23 @@ def test_a_ddp_worker_container_killed_mid_training_is_restarted_and_resumes_fro
     assert written["resumed_from_step"] > 0, written  # from the checkpoint, not from scratch
     assert written["test_accuracy"] >= TARGET, written
     real.kubectl("delete", "pytorchjob", "ddp-kill", "--wait=true")
+
+
+@pytest.mark.parametrize(("kind", "program", "job"), [("pytorchjob", "ddp_train.py", "own-ddp"),
+                                                      ("mpijob", "chainermn_train.py", "own-mpi")])  # fmt: skip
+def test_a_users_own_program_trains_in_real_pods(
+    real: RealNode, real_mpi: RealNode, tmp_path: Path, kind: str, program: str, job: str
+) -> None:
+    # The user guide's own programs (docs/examples), which know only the operators' environment and
+    # KUBETRAIN_DATA_DIR / KUBETRAIN_OUTPUT_DIR, from the workspace claim, in kubetrain's images.
+    programs = real.workspace / "programs"
+    programs.mkdir(exist_ok=True)
+    shutil.copy(EXAMPLES / program, programs / program)
+    manifest = real_pods.render(kind, job, "--workers", "2", "--cpu", "200m", "--memory", "1Gi",
+                                "--command", json.dumps(["python", f"/workspace/programs/{program}"]),
+                                "--args", json.dumps(["--epochs", "20"]))  # fmt: skip
+    code, result, err = _launch(real, manifest, tmp_path)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    written = real_pods.metrics(real, job)
+    assert written["test_accuracy"] >= TARGET, written
