@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tools.cluster import controlplane, processes
+from tools.cluster import controlplane, node, processes
 
 
 def main(argv: list[str] | None = None) -> int:
     """up: start (or find) the cluster and print its kubeconfigs; down: stop everything; status: what runs."""
     parser = argparse.ArgumentParser(prog="python -m tools.cluster", description=__doc__)
     parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument(
+        "--no-real-node",
+        action="store_true",
+        help="up: kwok nodes only, no real node (no root needed; also KUBETRAIN_REAL_NODE=0)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.action == "down":
@@ -20,10 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "status":
             print("\n".join(controlplane.status()))
         else:
-            cluster = controlplane.up()
+            cluster = controlplane.up(real_node=False if args.no_real_node else None)
             print(f"admin kubeconfig:    {cluster.kubeconfig}")
             print(f"launcher kubeconfig: {cluster.launcher_kubeconfig}")
-    except (controlplane.ControlPlaneError, processes.ProcessError, TimeoutError) as e:
+    except (controlplane.ControlPlaneError, processes.ProcessError, node.NodeError, TimeoutError) as e:
         print(f"cluster {args.action}: {e}", file=sys.stderr)
         return 1
     return 0
