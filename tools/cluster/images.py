@@ -10,6 +10,7 @@ layer cache makes a second build of unchanged sources take seconds. torch comes 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ from tools.cluster import node_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TORCH_INDEX = "https://pypi.org/simple"
+# Four images with two torch layers take about 13 GiB; each source change adds about 1 GiB.
+STORAGE_LIMIT_BYTES = 24 * 2**30
+MIN_FREE_BYTES = 12 * 2**30  # a cold build of the four needs about this much
 
 
 class ImageBuildError(RuntimeError):
@@ -42,6 +46,8 @@ def ensure(names: list[str], log: Path) -> Built:
         argv += ["--base", "local"]
         env["BUILDER"] = env.get("BUILDER", "buildah")
     log.parent.mkdir(parents=True, exist_ok=True)
+    if env.get("BUILDER") == "buildah":
+        _limit_storage(log)
     start = time.monotonic()
     with log.open("w") as out:
         done = subprocess.run([*argv, *names], stdout=out, stderr=subprocess.STDOUT, env=env, check=False,
@@ -50,6 +56,25 @@ def ensure(names: list[str], log: Path) -> Built:
         raise ImageBuildError(f"images/build.sh {' '.join(names)} failed (exit {done.returncode}); "
                               f"{log}:\n{log.read_text()[-3000:]}")  # fmt: skip
     return Built(tuple(names), time.monotonic() - start, log)
+
+
+def _limit_storage(log: Path) -> None:
+    """Empty buildah's storage when it outgrows STORAGE_LIMIT_BYTES or the disk runs short.
+
+    Every source change leaves the previous build's kubetrain layers behind (buildah keeps the
+    intermediate images its layer cache needs, and cannot tell them from stale ones); emptying
+    it costs one cold build (a few minutes, torch downloaded again) instead of a full disk.
+    """
+    storage = Path(os.environ.get("BUILDAH_STORAGE") or Path.home() / ".cache" / "kubetrain" / "images")
+    if not storage.is_dir():
+        return
+    used = sum(f.stat().st_size for f in storage.rglob("*") if f.is_file() and not f.is_symlink())
+    free = shutil.disk_usage(storage).free
+    if used > STORAGE_LIMIT_BYTES or free < MIN_FREE_BYTES:
+        with log.open("a") as out:
+            out.write(f"images: buildah storage {used / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free: emptied\n")
+            subprocess.run(["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "runroot"),
+                            "rmi", "--all", "--force"], stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
 
 
 def _docker_daemon() -> bool:

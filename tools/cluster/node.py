@@ -114,6 +114,10 @@ def start_registry(state: Path, bin_dir: Path) -> None:
     p.registry_root.mkdir(parents=True, exist_ok=True)
     config = p.run / "registry.yaml"
     config.write_text(node_config.registry_config(p))
+    # Each image build after a source change pushes new layers under the same tags; the old ones
+    # would pile up in the cache. The registry is not running yet, so its offline collector is safe.
+    subprocess.run([str(bin_dir / "registry"), "garbage-collect", "--delete-untagged", str(config)],
+                   capture_output=True, check=False, timeout=600)  # fmt: skip
     processes.start(p.run, "registry", [str(bin_dir / "registry"), "serve", str(config)], env=os.environ,
                     log=p.run / "registry.log", cwd=p.run)  # fmt: skip
     _wait("the image registry", lambda: _http_ok(f"http://127.0.0.1:{node_config.REGISTRY_PORT}/v2/"), 30,
