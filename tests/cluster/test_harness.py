@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.timeout(600)]
 
 
 def _harness(state: Path, action: str, **popen: object) -> subprocess.Popen[str]:
-    env = {**os.environ, "KUBETRAIN_CLUSTER_DIR": str(state), "KUBETRAIN_CLUSTER_NAME": f"kubetrain-{state.name}"}
+    # One real node per machine (fixed ports, one bridge): the session cluster has it, a second one none.
+    env = {**os.environ, "KUBETRAIN_CLUSTER_DIR": str(state), "KUBETRAIN_CLUSTER_NAME": f"kubetrain-{state.name}",
+           "KUBETRAIN_REAL_NODE": "0"}  # fmt: skip
     return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
         [sys.executable, "-m", "tools.cluster", action], cwd=REPO_ROOT, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen,
