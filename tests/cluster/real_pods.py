@@ -8,6 +8,7 @@ real node); the workspace claim there is a host directory, so the test reads wha
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +41,12 @@ class RealNode:
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         """kubectl as the admin, in the real namespace."""
         return self.cluster.kubectl("-n", REAL_NAMESPACE, *args, stdin=stdin)
+
+    def fresh_run(self, job: str) -> None:
+        """Remove what an earlier run of `job` left (a cluster kept by `make cluster-up` keeps it): a
+        kept job object would be adopted by the launch, its checkpoints resumed, its metrics.json read."""
+        self.kubectl("delete", "pytorchjobs,mpijobs,jobsets,trainjobs", job, "--ignore-not-found", "--wait=true")
+        shutil.rmtree(self.workspace / "runs" / job, ignore_errors=True)
 
     def pod_json(self, name: str) -> dict[str, Any]:
         """One pod of the real namespace."""

@@ -38,6 +38,9 @@ def real(cluster: Cluster) -> RealNode:
 def _launch(
     real: RealNode, manifest: dict[str, object], tmp_path: Path, *args: str
 ) -> tuple[int, dict[str, object], str]:
+    metadata = manifest["metadata"]
+    assert isinstance(metadata, dict)
+    real.fresh_run(str(metadata["name"]))
     proc = jobs.launch(real.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1200", *args)
     return jobs.finish(proc, timeout=1300)
 
@@ -91,6 +94,8 @@ def _launcher_pod(name: str, manifest: dict[str, object]) -> str:
 def test_the_launcher_in_a_pod_awaits_a_real_job_with_its_service_account(real: RealNode) -> None:
     manifest = real_pods.render("pytorchjob", "ddp-from-pod", "--workers", "1", "--epochs", "3", "--cpu", "300m",
                                 "--memory", "1Gi")  # fmt: skip
+    real.fresh_run("ddp-from-pod")
+    real.kubectl("delete", "pod,configmap", "launcher-ok", "--ignore-not-found", "--wait=true")
     real.kubectl("apply", "-f", "-", stdin=_launcher_pod("launcher-ok", manifest))
     pod = real.wait_pod("launcher-ok", "Succeeded", 900)
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
@@ -103,6 +108,8 @@ def test_deleting_the_launcher_pod_deletes_its_job_and_the_job_pods_end(real: Re
     # What KFP's terminate does to a step: the launcher pod is deleted and gets SIGTERM.
     manifest = real_pods.render("pytorchjob", "ddp-cancel", "--workers", "1", "--epochs", "500", "--cpu", "300m",
                                 "--memory", "1Gi")  # fmt: skip
+    real.fresh_run("ddp-cancel")
+    real.kubectl("delete", "pod,configmap", "launcher-cancel", "--ignore-not-found", "--wait=true")
     real.kubectl("apply", "-f", "-", stdin=_launcher_pod("launcher-cancel", manifest))
     label = "training.kubeflow.org/job-name=ddp-cancel"
 
@@ -159,6 +166,7 @@ def test_ps_jobset_master_two_servers_three_workers_train_over_grpc_in_real_pods
 
 
 def test_a_ps_worker_pod_deleted_mid_training_loses_no_record(real_ps: RealNode, tmp_path: Path) -> None:
+    real_ps.fresh_run("ps-fault")
     proc = jobs.launch(real_ps.cluster, _ps_job("ps-fault", 12), tmp_path, "--start-timeout", "600")
     label = "jobset.sigs.k8s.io/jobset-name=ps-fault"
 
@@ -233,6 +241,7 @@ def test_a_ddp_worker_container_killed_mid_training_is_restarted_and_resumes_fro
     # operator's backoffLimit, summed over the pods: 9 lets the job survive up to three such failures.
     manifest = real_pods.render("pytorchjob", "ddp-kill", "--workers", "2", "--epochs", "40", "--cpu", "300m",
                                 "--memory", "1Gi", "--backoff-limit", "9")  # fmt: skip
+    real.fresh_run("ddp-kill")
     proc = jobs.launch(real.cluster, manifest, tmp_path, "--start-timeout", "600", "--delete-after", "never")
     checkpoints = real.workspace / "runs" / "ddp-kill" / "checkpoints"
 
