@@ -12,6 +12,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -49,9 +50,7 @@ def test_pytorchjob_master_and_two_workers_train_over_gloo_in_real_pods(real: Re
     manifest = real_pods.render("pytorchjob", "ddp-real", "--workers", "2", "--epochs", "10", "--cpu", "300m",
                                 "--memory", "1Gi")  # fmt: skip
     start = time.monotonic()
-    code, result, err = _launch(real, manifest, tmp_path, "--delete-after", "never")
-    assert code == 0, err[-4000:]
-    assert result["phase"] == "Succeeded", result
+    written = _trains(real, manifest, tmp_path, "--delete-after", "never")
     seconds = time.monotonic() - start
     pods = json.loads(real.kubectl("get", "pods", "-l", "training.kubeflow.org/job-name=ddp-real", "-o", "json"))
     assert sorted(p["metadata"]["name"] for p in pods["items"]) == [
@@ -60,12 +59,21 @@ def test_pytorchjob_master_and_two_workers_train_over_gloo_in_real_pods(real: Re
         assert pod["spec"]["nodeName"] == "kubetrain-node"  # ran for real, not on the kwok node
         assert pod["status"]["phase"] == "Succeeded"
         assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-    written = real_pods.metrics(real, "ddp-real")
     assert written["world_size"] == 3  # master + 2 workers met through the master's service name
     assert written["test_accuracy"] >= TARGET, written
     assert any(p.name.startswith("model.") for p in (real.workspace / "runs" / "ddp-real" / "output").iterdir())
     print(f"ddp in real pods: accuracy {written['test_accuracy']:.4f}, launch to return {seconds:.1f}s")
     real.kubectl("delete", "pytorchjob", "ddp-real", "--wait=true")
+
+
+def _trains(real: RealNode, manifest: dict[str, object], tmp_path: Path, *args: str) -> dict[str, Any]:
+    """Launch the job, require that it succeeded, and return the metrics.json its training wrote."""
+    code, result, err = _launch(real, manifest, tmp_path, *args)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    metadata = manifest["metadata"]
+    assert isinstance(metadata, dict)
+    return real_pods.metrics(real, str(metadata["name"]))
 
 
 def _launcher_pod(name: str, manifest: dict[str, object]) -> str:
@@ -156,10 +164,7 @@ def test_ps_jobset_master_two_servers_three_workers_train_over_grpc_in_real_pods
 ) -> None:
     # Asynchronous updates on two cores: each gradient is applied with the learning rate divided by
     # its staleness, so 5 epochs ended at 0.9499 once here; 12, as in the fault scenario below.
-    code, result, err = _launch(real_ps, _ps_job("ps-real", 12), tmp_path)
-    assert code == 0, err[-4000:]
-    assert result["phase"] == "Succeeded", result
-    written = real_pods.metrics(real_ps, "ps-real")
+    written = _trains(real_ps, _ps_job("ps-real", 12), tmp_path)
     assert written["world_size"] == 3 and written["num_ps"] == 2
     assert written["records_untrained"] == 0, written  # the master's audit: every record trained
     assert written["test_accuracy"] >= TARGET, written
@@ -197,10 +202,7 @@ def test_mpijob_chainermn_runs_mpirun_over_ssh_between_pods_as_non_root(real_mpi
     # Secret, through the hostfile's `<pod>.<service>` names; every container under "restricted".
     manifest = real_pods.render("mpijob", "mpi-real", "--workers", "2", "--epochs", "5", "--cpu", "200m",
                                 "--memory", "1Gi")  # fmt: skip
-    code, result, err = _launch(real_mpi, manifest, tmp_path)
-    assert code == 0, err[-4000:]
-    assert result["phase"] == "Succeeded", result
-    written = real_pods.metrics(real_mpi, "mpi-real")
+    written = _trains(real_mpi, manifest, tmp_path)
     assert written["world_size"] == 2, written
     assert written["test_accuracy"] >= TARGET, written
 
@@ -210,10 +212,7 @@ def test_elastic_pytorchjob_workers_meet_through_torchrun_rendezvous_across_pods
 ) -> None:
     manifest = real_pods.render("pytorchjob", "elastic-real", "--workers", "2", "--elastic", "1:3", "--epochs", "10",
                                 "--cpu", "300m", "--memory", "1Gi")  # fmt: skip
-    code, result, err = _launch(real, manifest, tmp_path)
-    assert code == 0, err[-4000:]
-    assert result["phase"] == "Succeeded", result
-    written = real_pods.metrics(real, "elastic-real")
+    written = _trains(real, manifest, tmp_path)
     assert written["world_size"] == 2, written
     assert written["test_accuracy"] >= TARGET, written
 
@@ -226,10 +225,7 @@ def test_trainjob_trains_in_real_pods_on_its_runtime(
     # and kubetrain-mpi (deploy/runtimes: mpirun over ssh between the ChainerMN image's nodes).
     manifest = real_pods.render("trainjob", job, "--framework", framework, "--workers", "2", "--epochs", "8",
                                 "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
-    code, result, err = _launch(real, manifest, tmp_path)
-    assert code == 0, err[-4000:]
-    assert result["phase"] == "Succeeded", result
-    written = real_pods.metrics(real, job)
+    written = _trains(real, manifest, tmp_path)
     assert written["world_size"] >= 2, written
     assert written["test_accuracy"] >= TARGET, written
 
@@ -274,8 +270,5 @@ def test_a_users_own_program_trains_in_real_pods(
     manifest = real_pods.render(kind, job, "--workers", "2", "--cpu", "200m", "--memory", "1Gi",
                                 "--command", json.dumps(["python", f"/workspace/programs/{program}"]),
                                 "--args", json.dumps(["--epochs", "20"]))  # fmt: skip
-    code, result, err = _launch(real, manifest, tmp_path)
-    assert code == 0, err[-4000:]
-    assert result["phase"] == "Succeeded", result
-    written = real_pods.metrics(real, job)
+    written = _trains(real, manifest, tmp_path)
     assert written["test_accuracy"] >= TARGET, written

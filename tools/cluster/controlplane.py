@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from tests.crds import SOURCES, crd_dir
-from tools.cluster import node, node_config, operators, processes, stages, webhooks
+from tools.cluster import manifests, node, node_config, operators, processes, stages, webhooks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Another cluster beside the default one (tests/cluster/test_harness.py starts one to fail on purpose).
@@ -317,19 +317,8 @@ def _workspace() -> str:
     Nothing is ever written to it (kwok runs no container); it lets pods that mount the claim be
     scheduled, as on a cluster with an RWX storage class.
     """
-    volume = {
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{NAMESPACE}-workspace"},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "kubetrain-e2e",
-                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/nonexistent/kubetrain-e2e"},
-                 "claimRef": {"namespace": NAMESPACE, "name": WORKSPACE_CLAIM}},
-    }  # fmt: skip
-    claim = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": WORKSPACE_CLAIM, "namespace": NAMESPACE},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "kubetrain-e2e",
-                 "volumeName": f"{NAMESPACE}-workspace", "resources": {"requests": {"storage": "1Gi"}}},
-    }  # fmt: skip
-    return yaml.safe_dump_all([volume, claim])
+    return manifests.workspace_claim(NAMESPACE, WORKSPACE_CLAIM, host_path="/nonexistent/kubetrain-e2e", size="1Gi",
+                                     storage_class="kubetrain-e2e", path_must_exist=False)  # fmt: skip
 
 
 def _user_binding() -> str:

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import yaml
 
-from tools.cluster import netfilter, node_config, oci, processes
+from tools.cluster import manifests, netfilter, node_config, oci, operators, processes
 from tools.cluster.node_config import NODE_NAME, NodePaths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -120,12 +120,12 @@ def start_registry(state: Path, bin_dir: Path) -> None:
                    capture_output=True, check=False, timeout=600)  # fmt: skip
     processes.start(p.run, "registry", [str(bin_dir / "registry"), "serve", str(config)], env=os.environ,
                     log=p.run / "registry.log", cwd=p.run)  # fmt: skip
-    _wait("the image registry", lambda: _http_ok(f"http://127.0.0.1:{node_config.REGISTRY_PORT}/v2/"), 30,
+    operators.wait_for("the image registry", lambda: _http_ok(f"http://127.0.0.1:{node_config.REGISTRY_PORT}/v2/"), 30,
           p.run / "registry.log")  # fmt: skip
 
 
 def up(cluster: Control, state: Path) -> None:
-    """Start the node's processes and wait until the node is Ready; NodeError (after cleaning up) if not."""
+    """Start the node's processes and wait until the node is Ready; NodeError or TimeoutError if not."""
     check_host()
     p = paths(state, cluster.bin_dir)
     p.run.mkdir(parents=True, exist_ok=True)
@@ -155,8 +155,8 @@ def up(cluster: Control, state: Path) -> None:
     processes.start(p.run, "kube-proxy", proxy, env=env, log=p.run / "kube-proxy.log", cwd=p.run)
     processes.start(p.run, "coredns", [str(cluster.bin_dir / "coredns"), "-conf", str(p.run / "Corefile")],
                     env=env, log=p.run / "coredns.log", cwd=p.run)  # fmt: skip
-    _wait("the real node", lambda: _node_ready(cluster, p), 180, p.run / "kubelet.log")
-    _wait("CoreDNS", lambda: _http_ok(f"http://127.0.0.1:{node_config.COREDNS_HEALTH}/health"), 60,
+    operators.wait_for("the real node", lambda: _node_ready(cluster, p), 180, p.run / "kubelet.log")
+    operators.wait_for("CoreDNS", lambda: _http_ok(f"http://127.0.0.1:{node_config.COREDNS_HEALTH}/health"), 60,
           p.run / "coredns.log")  # fmt: skip
     _real_namespace(cluster, p)
 
@@ -166,20 +166,9 @@ def _real_namespace(cluster: Control, p: NodePaths) -> None:
     p.workspace.mkdir(parents=True, exist_ok=True)
     p.workspace.chmod(0o1777)  # pods run as uid 1000; a hostPath volume ignores fsGroup
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=real_namespace(REAL_NAMESPACE))
-    volume = {
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{REAL_NAMESPACE}-workspace"},
-        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"],
-                 "storageClassName": "kubetrain-real", "persistentVolumeReclaimPolicy": "Retain",
-                 "hostPath": {"path": str(p.workspace), "type": "Directory"},
-                 "claimRef": {"namespace": REAL_NAMESPACE, "name": WORKSPACE_CLAIM}},
-    }  # fmt: skip
-    claim = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": WORKSPACE_CLAIM, "namespace": REAL_NAMESPACE},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "kubetrain-real",
-                 "volumeName": f"{REAL_NAMESPACE}-workspace", "resources": {"requests": {"storage": "10Gi"}}},
-    }  # fmt: skip
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all([volume, claim]))
+    claim = manifests.workspace_claim(REAL_NAMESPACE, WORKSPACE_CLAIM, host_path=str(p.workspace), size="10Gi",
+                                      storage_class="kubetrain-real", path_must_exist=True)  # fmt: skip
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=claim)
     cluster.kubectl("apply", "--server-side", "-n", REAL_NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
 
 
@@ -277,17 +266,6 @@ def _http_ok(url: str) -> bool:
             return bool(reply.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-def _wait(what: str, check: object, seconds: float, log: Path) -> None:
-    assert callable(check)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    tail = log.read_text()[-3000:] if log.exists() else ""
-    raise NodeError(f"{what} not ready after {seconds:.0f}s; {log}:\n{tail}")
 
 
 def real_namespace(name: str) -> str:
