@@ -105,7 +105,7 @@ def check_host() -> None:
 
 
 def start_registry(state: Path, bin_dir: Path) -> None:
-    """The local registry (the images `images/build.sh --registry` pushes), unless it is running."""
+    """The local registry (the images `images/build.sh --mirror` pushes), unless it is running."""
     p = paths(state, bin_dir)
     if any(r.name == "registry" and processes.running(r) for r in processes.records(p.run)):
         return
@@ -120,8 +120,8 @@ def start_registry(state: Path, bin_dir: Path) -> None:
                    capture_output=True, check=False, timeout=600)  # fmt: skip
     processes.start(p.run, "registry", [str(bin_dir / "registry"), "serve", str(config)], env=os.environ,
                     log=p.run / "registry.log", cwd=p.run)  # fmt: skip
-    operators.wait_for("the image registry", lambda: _http_ok(f"http://127.0.0.1:{node_config.REGISTRY_PORT}/v2/"), 30,
-          p.run / "registry.log")  # fmt: skip
+    registry = f"http://127.0.0.1:{node_config.REGISTRY_PORT}/v2/"
+    operators.wait_for("the image registry", lambda: _http_ok(registry), 30, p.run / "registry.log")
 
 
 def up(cluster: Control, state: Path) -> None:
@@ -156,8 +156,8 @@ def up(cluster: Control, state: Path) -> None:
     processes.start(p.run, "coredns", [str(cluster.bin_dir / "coredns"), "-conf", str(p.run / "Corefile")],
                     env=env, log=p.run / "coredns.log", cwd=p.run)  # fmt: skip
     operators.wait_for("the real node", lambda: _node_ready(cluster, p), 180, p.run / "kubelet.log")
-    operators.wait_for("CoreDNS", lambda: _http_ok(f"http://127.0.0.1:{node_config.COREDNS_HEALTH}/health"), 60,
-          p.run / "coredns.log")  # fmt: skip
+    health = f"http://127.0.0.1:{node_config.COREDNS_HEALTH}/health"
+    operators.wait_for("CoreDNS", lambda: _http_ok(health), 60, p.run / "coredns.log")
     _real_namespace(cluster, p)
 
 
