@@ -162,8 +162,8 @@ def _ps_job(name: str, epochs: int) -> dict[str, object]:
 def test_ps_jobset_master_two_servers_three_workers_train_over_grpc_in_real_pods(
     real_ps: RealNode, tmp_path: Path
 ) -> None:
-    # Asynchronous updates on two cores: each gradient is applied with the learning rate divided by
-    # its staleness, so 5 epochs ended at 0.9499 once here; 12, as in the fault scenario below.
+    # Asynchronous updates on two cores: 5 epochs ended at 0.9499 once here (the learning rate was
+    # then divided by each gradient's staleness); 12, as in the fault scenario below.
     written = _trains(real_ps, _ps_job("ps-real", 12), tmp_path)
     assert written["world_size"] == 3 and written["num_ps"] == 2
     assert written["records_untrained"] == 0, written  # the master's audit: every record trained

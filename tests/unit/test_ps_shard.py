@@ -18,9 +18,17 @@ TABLE = TableConfig("emb", 3, 0.1)
 
 
 def _shard(
-    mode: str = "async", opt: str = "sgd", lr: float = 0.1, k: int = 1, index: int = 0, n: int = 1
+    mode: str = "async",
+    opt: str = "sgd",
+    lr: float = 0.1,
+    k: int = 1,
+    index: int = 0,
+    n: int = 1,
+    modulation: bool = False,
 ) -> ParameterShard:
-    s = ParameterShard(ShardConfig(index, n, mode=mode, optimizer=OptimizerSpec(name=opt, lr=lr), grads_to_wait=k))
+    optimizer = OptimizerSpec(name=opt, lr=lr)
+    config = ShardConfig(index, n, mode=mode, optimizer=optimizer, grads_to_wait=k, lr_staleness_modulation=modulation)
+    s = ParameterShard(config)
     s.init_model({"w": np.ones((2, 2), np.float32)}, [TABLE], seed=7)
     return s
 
@@ -35,8 +43,17 @@ def test_first_init_wins() -> None:
     assert np.array_equal(s.pull(dense=True, lookups={})[1]["w"], np.ones((2, 2)))
 
 
-def test_async_applies_on_arrival_with_staleness_scaled_lr() -> None:
+def test_async_applies_every_gradient_on_arrival_at_the_full_rate_by_default() -> None:
     s = _shard(lr=0.1)
+    s.push(version=0, dense=_g(0.0), sparse={})  # version 1
+    s.push(version=1, dense=_g(0.0), sparse={})  # version 2
+    s.push(version=0, dense=_g(1.0), sparse={})  # staleness 2, applied as if fresh
+    assert np.allclose(s.pull(dense=True, lookups={})[1]["w"], 0.9)
+    assert s.version == 3
+
+
+def test_async_with_staleness_modulation_scales_the_lr_by_staleness() -> None:
+    s = _shard(lr=0.1, modulation=True)
     assert s.push(version=0, dense=_g(1.0), sparse={}).applied_version == 1  # fresh: full lr
     assert np.allclose(s.pull(dense=True, lookups={})[1]["w"], 0.9)
     s.push(version=1, dense=_g(0.0), sparse={})  # version 2

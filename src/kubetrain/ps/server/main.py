@@ -220,9 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, default=100, help="versions between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument(
-        "--no-lr-staleness-modulation",
+        "--lr-staleness-modulation",
         action="store_true",
-        help="async: apply every gradient at the full learning rate",
+        help="async: divide each gradient's learning rate by its staleness (default: the full rate)",
     )
     p.add_argument("--log-level", default="INFO")
     return p
@@ -240,7 +240,7 @@ def _config(args: argparse.Namespace) -> ShardConfig:
         mode=args.mode,
         optimizer=OptimizerSpec(name=args.optimizer, lr=args.lr, momentum=args.momentum),
         grads_to_wait=args.grads_to_wait,
-        lr_staleness_modulation=not args.no_lr_staleness_modulation,
+        lr_staleness_modulation=args.lr_staleness_modulation,
         lr_half_life=args.lr_half_life,
     )
 
