@@ -31,8 +31,8 @@ def test_containerd_config_is_toml_with_the_settings_this_host_needs(tmp_path: P
 
 
 def test_the_registry_mirror_keeps_the_image_names_of_the_manifests() -> None:
-    hosts = tomllib.loads(node_config.registry_hosts(18500))
-    assert hosts["server"] == "https://ghcr.io"
+    hosts = tomllib.loads(node_config.registry_hosts("quay.io", 18500))
+    assert hosts["server"] == "https://quay.io"
     assert hosts["host"]["http://127.0.0.1:18500"]["capabilities"] == ["pull", "resolve"]
 
 

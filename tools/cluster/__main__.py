@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tools.cluster import controlplane, node, processes
+from tools.cluster import controlplane, node, oci, processes
+from tools.cluster.kfp import backend, mariadb, services_venv
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +18,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="up: kwok nodes only, no real node (no root needed; also KUBETRAIN_REAL_NODE=0)",
     )
+    parser.add_argument(
+        "--no-kfp",
+        action="store_true",
+        help="up: no Kubeflow Pipelines backend on the real node (also KUBETRAIN_KFP=0)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.action == "down":
@@ -25,10 +31,23 @@ def main(argv: list[str] | None = None) -> int:
         elif args.action == "status":
             print("\n".join(controlplane.status()))
         else:
-            cluster = controlplane.up(real_node=False if args.no_real_node else None)
+            real_node = False if args.no_real_node else None
+            kfp = False if args.no_kfp or args.no_real_node else None
+            cluster = controlplane.up(real_node=real_node, kfp=kfp)
             print(f"admin kubeconfig:    {cluster.kubeconfig}")
             print(f"launcher kubeconfig: {cluster.launcher_kubeconfig}")
-    except (controlplane.ControlPlaneError, processes.ProcessError, node.NodeError, TimeoutError) as e:
+            if backend.running(controlplane.STATE):
+                print(f"KFP API (kfp.Client host): http://127.0.0.1:{backend.API_HTTP_PORT}")
+    except (
+        controlplane.ControlPlaneError,
+        processes.ProcessError,
+        node.NodeError,
+        backend.BackendError,
+        mariadb.MariaDBError,
+        services_venv.ServicesVenvError,
+        oci.RegistryError,
+        TimeoutError,
+    ) as e:
         print(f"cluster {args.action}: {e}", file=sys.stderr)
         return 1
     return 0

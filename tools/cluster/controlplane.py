@@ -28,6 +28,7 @@ import yaml
 
 from tests.crds import SOURCES, crd_dir
 from tools.cluster import manifests, node, node_config, operators, processes, stages, webhooks
+from tools.cluster.kfp import backend as kfp_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Another cluster beside the default one (tests/cluster/test_harness.py starts one to fail on purpose).
@@ -159,16 +160,22 @@ def _running(bin_dir: Path) -> bool:
         return False
 
 
-def up(*, real_node: bool | None = None) -> Cluster:
+def up(*, real_node: bool | None = None, kfp: bool | None = None) -> Cluster:
     """Start the control plane (or find it running) and prepare CRDs, the namespace and the users.
 
     With `real_node` (default: `KUBETRAIN_REAL_NODE`, on unless "0") a real node joins the kwok
-    one (tools/cluster/node.py). A start that fails stops what this call started (everything, when
+    one (tools/cluster/node.py); with `kfp` (default: `KUBETRAIN_KFP`, on unless "0"; needs the
+    real node) the Kubeflow Pipelines backend runs on it (tools/cluster/kfp/backend.py). A start
+    that fails stops what this call started (everything, when
     it created the cluster; the operators and the node it started otherwise) before the error
     propagates.
     """
     if real_node is None:
         real_node = os.environ.get("KUBETRAIN_REAL_NODE", "1") != "0"
+    if kfp is None:
+        kfp = real_node and os.environ.get("KUBETRAIN_KFP", "1") != "0"
+    if kfp and not real_node:
+        raise ControlPlaneError("the KFP backend runs its steps on the real node: start it too (KUBETRAIN_REAL_NODE=1)")
     if real_node:
         node.check_host()
     bin_dir = build(real_node=real_node)
@@ -180,6 +187,8 @@ def up(*, real_node: bool | None = None) -> Cluster:
         if real_node and not node.running(STATE):
             node.up(cluster, STATE)
             cluster.kubectl("apply", "--server-side", "-n", node.REAL_NAMESPACE, "-f", "-", stdin=_user_binding())
+        if kfp and not kfp_backend.running(STATE):
+            kfp_backend.up(cluster, STATE)
         return cluster
     except BaseException:
         try:

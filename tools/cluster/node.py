@@ -178,9 +178,10 @@ def _write_configs(cluster: Control, p: NodePaths) -> None:
                                       "--group", "system:nodes")  # fmt: skip
     (run / "kubelet.kubeconfig").write_text(node_kubeconfig)
     (run / "containerd.toml").write_text(node_config.containerd_config(p))
-    hosts = run / "containerd" / "certs.d" / node_config.MIRRORED_REGISTRY / "hosts.toml"
-    hosts.parent.mkdir(parents=True, exist_ok=True)
-    hosts.write_text(node_config.registry_hosts())
+    for registry in node_config.MIRRORED_REGISTRIES:
+        hosts = run / "containerd" / "certs.d" / registry / "hosts.toml"
+        hosts.parent.mkdir(parents=True, exist_ok=True)
+        hosts.write_text(node_config.registry_hosts(registry))
     (run / "cni" / "net.d").mkdir(parents=True, exist_ok=True)
     (run / "cni" / "net.d" / "10-kubetrain.conflist").write_text(node_config.cni_config(p))
     p.cni_bin.mkdir(parents=True, exist_ok=True)

@@ -38,8 +38,9 @@ PAUSE_IMAGE = "localhost/kubetrain/pause:1"
 # is given this one instead (its --pytorch-init-container-image flag): Debian's static BusyBox.
 INIT_IMAGE = "localhost/kubetrain/busybox:1.35"
 BUSYBOX_APPLETS = ("sh", "nslookup", "grep", "seq", "sleep", "echo")
-# Images the manifests name, pulled from the local registry instead (containerd's hosts.toml).
-MIRRORED_REGISTRY = "ghcr.io"
+# Registries whose images the manifests name, pulled from the local registry instead (containerd's
+# hosts.toml): kubetrain's and KFP's images on ghcr.io, Argo's executor on quay.io.
+MIRRORED_REGISTRIES = ("ghcr.io", "quay.io")
 
 
 @dataclass(frozen=True)
@@ -123,10 +124,10 @@ def containerd_config(paths: NodePaths) -> str:
     return _toml(config)
 
 
-def registry_hosts(registry_port: int = REGISTRY_PORT) -> str:
-    """containerd's hosts.toml for ghcr.io: pull through the local registry, so manifests keep their image names."""
+def registry_hosts(registry: str, registry_port: int = REGISTRY_PORT) -> str:
+    """containerd's hosts.toml for `registry`: pull through the local registry, so manifests keep their image names."""
     return (
-        f'server = "https://{MIRRORED_REGISTRY}"\n\n'
+        f'server = "https://{registry}"\n\n'
         f'[host."http://127.0.0.1:{registry_port}"]\n'
         '  capabilities = ["pull", "resolve"]\n'
     )

@@ -1,0 +1,1 @@
+"""The real Kubeflow Pipelines backend in the e2e cluster."""

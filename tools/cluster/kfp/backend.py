@@ -1,0 +1,267 @@
+"""The real Kubeflow Pipelines 2.17 backend on the e2e cluster's real node: `make cluster-up` with KUBETRAIN_KFP=1.
+
+Servers run as host processes, as the findings allowed: MariaDB (tools/cluster/kfp/mariadb.py),
+an S3 store (moto), ML Metadata (tools/cluster/kfp/mlmd_server.py over the real MLMD library),
+KFP's API server and Argo's workflow-controller, built from the pinned sources by
+tools/kfp/build.sh. What runs in pods in a cluster runs in pods here, on the real node: the
+persistence agent (it needs its projected token), and every run's steps — Argo's executor, KFP's
+driver and launcher, kubetrain's launcher image — from one-layer images of the static binaries
+pushed to the node's registry under their upstream names. Pods reach the servers by their usual
+names (`ml-pipeline.kubeflow`, `metadata-grpc-service.kubeflow:8080`, `seaweedfs.kubeflow:9000`)
+through Services whose endpoints are the host as pods see it (tools/cluster/kfp/manifests.py).
+
+The API server and the workflow-controller reach Kubernetes as their service accounts would
+(`system:serviceaccount:kubeflow:ml-pipeline`, `...:argo`): client certificates for those names,
+so the RBAC of KFP's and Argo's own manifests is what authorizes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from tools.cluster import manifests as cluster_manifests
+from tools.cluster import node_config, oci, operators, processes
+from tools.cluster.kfp import manifests, mariadb, services_venv
+from tools.cluster.kfp.manifests import NAMESPACE, HostService
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BUILD_SCRIPT = REPO_ROOT / "tools" / "kfp" / "build.sh"
+API_GRPC_PORT = 18887
+API_HTTP_PORT = 18888
+API_WEBHOOK_PORT = 18443
+MLMD_PORT = 18080
+S3_PORT = 19000
+ARGO_HEALTH_PORT = 6060  # hard-coded in workflow-controller v4.0.5
+WORKSPACE_CLAIM = "kubetrain-workspace"
+
+
+class BackendError(RuntimeError):
+    """The KFP backend could not be built or started; the message says which piece and where its log is."""
+
+
+class Control(Protocol):
+    """What the backend needs of the control plane (tools.cluster.controlplane.Cluster)."""
+
+    @property
+    def bin_dir(self) -> Path: ...
+
+    def kubectl(self, *args: str, as_launcher: bool = False, stdin: str | None = None) -> str: ...
+
+    def kwokctl(self, *args: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A running backend: where `kfp.Client` reaches it and where its logs are."""
+
+    host: str
+    run_dir: Path
+
+    @property
+    def logs(self) -> Path:
+        """The servers' logs (one per process)."""
+        return self.run_dir
+
+
+def ports() -> dict[int, str]:
+    """Every host port the backend's processes bind, and which binds it."""
+    return {
+        API_GRPC_PORT: "the KFP API server (gRPC)", API_HTTP_PORT: "the KFP API server (HTTP)",
+        API_WEBHOOK_PORT: "the KFP API server (webhook)", MLMD_PORT: "ML Metadata (gRPC)",
+        S3_PORT: "the S3 store (moto)", ARGO_HEALTH_PORT: "Argo's workflow-controller (health)",
+        mariadb.PORT: "MariaDB",
+    }  # fmt: skip
+
+
+def build(log: Path | None = None) -> Path:
+    """The directory of the KFP and Argo binaries, built first if missing (tools/kfp/build.sh)."""
+    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(done.stderr)
+    if done.returncode != 0:
+        raise BackendError(f"{BUILD_SCRIPT} failed:\n{done.stderr[-4000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def running(state: Path) -> bool:
+    """Whether this cluster's KFP API server is running."""
+    return any(r.name == "kfp-apiserver" and processes.running(r) for r in processes.records(state / "kfp"))
+
+
+def up(cluster: Control, state: Path) -> Backend:
+    """Start every piece of the backend (on a cluster whose real node is up); wait until it serves."""
+    run = state / "kfp"
+    run.mkdir(parents=True, exist_ok=True)
+    bins = build(run / "build.log")
+    venv = services_venv.ensure(run / "services-venv.log")
+    processes.require_free(ports())
+    mariadb.start(run)
+    gateway = node_config.GATEWAY
+    env = services_venv.environment()
+    processes.start(run, "s3", [str(services_venv.moto_server(venv)), "-H", gateway, "-p", str(S3_PORT)],
+                    env=env, log=run / "s3.log", cwd=run)  # fmt: skip
+    mlmd = [str(services_venv.python(venv)), str(Path(__file__).with_name("mlmd_server.py")),
+            "--host", gateway, "--port", str(MLMD_PORT), "--sqlite", str(run / "mlmd.sqlite")]  # fmt: skip
+    processes.start(run, "mlmd", mlmd, env=env, log=run / "mlmd.log", cwd=run)
+    operators.wait_for("the S3 store", lambda: _http_answers(f"http://{gateway}:{S3_PORT}/"), 60, run / "s3.log")
+    operators.wait_for("ML Metadata", lambda: _tcp_open(gateway, MLMD_PORT), 60, run / "mlmd.log")
+    _apply_objects(cluster, bins, state)
+    _push_images(bins)
+    _start_workflow_controller(cluster, bins, run)
+    _start_api_server(cluster, bins, run)
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.persistence_agent())
+    cluster.kubectl("rollout", "status", "-n", NAMESPACE, "deployment/ml-pipeline-persistenceagent", "--timeout=180s")
+    return Backend(host=f"http://127.0.0.1:{API_HTTP_PORT}", run_dir=run)
+
+
+def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:
+    src = bins.parent / "src"
+    crds, files = manifests.upstream_files(src / "pipelines", src / "argo-workflows")
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_namespace())
+    for crd in crds:
+        cluster.kubectl("apply", "--server-side", "-f", str(crd))
+    for path in files:
+        cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(path))
+    services = [
+        HostService("ml-pipeline", 8887, API_GRPC_PORT, "grpc"),
+        HostService("ml-pipeline", 8888, API_HTTP_PORT, "http"),
+        HostService("metadata-grpc-service", 8080, MLMD_PORT, "grpc-api"),
+        HostService("seaweedfs", 9000, S3_PORT, "s3"),
+        HostService("minio-service", 9000, S3_PORT, "s3"),
+    ]
+    objects = [manifests.host_services(services, node_config.GATEWAY), manifests.object_store_secret(),
+               manifests.launcher_config(), manifests.workflow_controller_config()]  # fmt: skip
+    for text in objects:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
+    cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
+    workspace = state / "node" / "workspace-kubeflow"
+    workspace.mkdir(parents=True, exist_ok=True)
+    workspace.chmod(0o1777)  # steps run as several uids; a hostPath volume ignores fsGroup
+    claim = cluster_manifests.workspace_claim(NAMESPACE, WORKSPACE_CLAIM, host_path=str(workspace), size="10Gi",
+                                              storage_class="kubetrain-kfp", path_must_exist=True)  # fmt: skip
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=claim)
+
+
+def _namespace() -> str:
+    """`kubeflow`, whose pods run on the real node; "restricted" is warned and audited, "baseline" enforced.
+
+    Argo's and KFP's pods set no seccomp profile on every container (the driver's, the launcher's
+    init container), which "restricted" requires; KFP's own install does not label the namespace.
+    """
+    key, value = node_config.NODE_LABEL
+    toleration = [{"key": node_config.NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    labels = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted",
+              "pod-security.kubernetes.io/audit": "restricted"}  # fmt: skip
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": labels,
+                     "annotations": {"scheduler.alpha.kubernetes.io/node-selector": f"{key}={value}",
+                                     "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(toleration)}},
+    })  # fmt: skip
+
+
+def _push_images(bins: Path) -> None:
+    registry = f"127.0.0.1:{node_config.REGISTRY_PORT}"
+    images = {
+        manifests.DRIVER_IMAGE: oci.ImageSpec({"/bin/driver": bins / "driver"}, ["/bin/driver"],
+                                              user="65532:65532", dirs=("/tmp",), workdir="/bin"),
+        manifests.LAUNCHER_IMAGE: oci.ImageSpec({"/bin/launcher-v2": bins / "launcher-v2"}, ["/bin/launcher-v2"],
+                                                user="65532:65532", dirs=("/tmp",), workdir="/bin"),
+        manifests.PERSISTENCE_AGENT_IMAGE: oci.ImageSpec(
+            {"/bin/persistence_agent": bins / "persistence-agent"}, ["/bin/persistence_agent"], user="1000:0",
+            dirs=("/tmp",), workdir="/bin"),
+        manifests.EXECUTOR_IMAGE: oci.ImageSpec({"/bin/argoexec": bins / "argoexec"}, ["/bin/argoexec"],
+                                                user="8737:8737", dirs=("/tmp",)),
+    }  # fmt: skip
+    for name, spec in images.items():
+        host, _, rest = name.partition("/")
+        repository, _, tag = rest.partition(":")
+        if host not in node_config.MIRRORED_REGISTRIES:
+            raise BackendError(f"{name}: the node mirrors only {node_config.MIRRORED_REGISTRIES}")
+        oci.push_image(registry, repository, tag, spec)
+
+
+def _service_account_kubeconfig(cluster: Control, run: Path, account: str) -> Path:
+    """A kubeconfig whose client certificate names the service account (its RBAC applies as is)."""
+    path = run / f"{account}.kubeconfig"
+    path.write_text(cluster.kwokctl("get", "kubeconfig", "--user", f"system:serviceaccount:{NAMESPACE}:{account}",
+                                    "--group", "system:serviceaccounts"))  # fmt: skip
+    return path
+
+
+def _start_workflow_controller(cluster: Control, bins: Path, run: Path) -> None:
+    kubeconfig = _service_account_kubeconfig(cluster, run, "argo")
+    argv = [str(bins / "workflow-controller"), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+            "--namespaced", "--executor-image", manifests.EXECUTOR_IMAGE, "--executor-image-pull-policy",
+            "IfNotPresent", "--loglevel", "info"]  # fmt: skip
+    env = {**os.environ, "LEADER_ELECTION_DISABLE": "true"}
+    processes.start(run, "workflow-controller", argv, env=env, log=run / "workflow-controller.log", cwd=run)
+    health = f"http://127.0.0.1:{ARGO_HEALTH_PORT}/healthz"
+    operators.wait_for("Argo's workflow-controller", lambda: _http_answers(health, ok_only=True), 120,
+                       run / "workflow-controller.log")  # fmt: skip
+
+
+def api_server_config(upstream: Path) -> str:
+    """KFP's config.json without its default mlflow plugin (no mlflow here: it warns on every run)."""
+    config = json.loads(upstream.read_text())
+    config.pop("plugins", None)
+    return json.dumps(config, indent=2)
+
+
+def _start_api_server(cluster: Control, bins: Path, run: Path) -> None:
+    kubeconfig = _service_account_kubeconfig(cluster, run, "ml-pipeline")
+    config_dir = run / "apiserver-config"
+    config_dir.mkdir(exist_ok=True)
+    upstream = bins.parent / "src" / "pipelines" / "backend" / "src" / "apiserver" / "config" / "config.json"
+    (config_dir / "config.json").write_text(api_server_config(upstream))
+    env = {
+        **os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": NAMESPACE, "CLUSTER_DOMAIN": "cluster.local",
+        "DB_DRIVER_NAME": "mysql", "DBCONFIG_MYSQLCONFIG_HOST": "127.0.0.1",
+        "DBCONFIG_MYSQLCONFIG_PORT": str(mariadb.PORT), "DBCONFIG_MYSQLCONFIG_USER": mariadb.USER,
+        "DBCONFIG_MYSQLCONFIG_PASSWORD": mariadb.PASSWORD,
+        "OBJECTSTORECONFIG_HOST": node_config.GATEWAY, "OBJECTSTORECONFIG_PORT": str(S3_PORT),
+        "OBJECTSTORECONFIG_SECURE": "false", "OBJECTSTORECONFIG_BUCKETNAME": manifests.BUCKET,
+        "OBJECTSTORECONFIG_ACCESSKEY": manifests.S3_ACCESS_KEY,
+        "OBJECTSTORECONFIG_SECRETACCESSKEY": manifests.S3_SECRET_KEY,
+        "V2_DRIVER_IMAGE": manifests.DRIVER_IMAGE, "V2_LAUNCHER_IMAGE": manifests.LAUNCHER_IMAGE,
+        # Required at start although no visualization server is deployed (nothing here calls it).
+        "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_HOST": "ml-pipeline-visualizationserver",
+        "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_PORT": "8888",
+        "LOG_LEVEL": "info", "PIPELINE_LOG_LEVEL": "1", "PUBLISH_LOGS": "true", "INITCONNECTIONTIMEOUT": "60s",
+    }  # fmt: skip
+    # The HTTP gateway dials "localhost" + the gRPC flag, so the flags are ":PORT" (all interfaces).
+    argv = [str(bins / "apiserver"), f"--config={config_dir}", f"--rpcPortFlag=:{API_GRPC_PORT}",
+            f"--httpPortFlag=:{API_HTTP_PORT}", f"--webhookPortFlag=:{API_WEBHOOK_PORT}",
+            "--logtostderr=true"]  # fmt: skip
+    processes.start(run, "kfp-apiserver", argv, env=env, log=run / "apiserver.log", cwd=run)
+    healthz = f"http://127.0.0.1:{API_HTTP_PORT}/apis/v2beta1/healthz"
+    operators.wait_for("the KFP API server", lambda: _http_answers(healthz, ok_only=True), 180, run / "apiserver.log")
+
+
+def _http_answers(url: str, *, ok_only: bool = False) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as reply:
+            return bool(reply.status == 200) or not ok_only
+    except urllib.error.HTTPError:
+        return not ok_only
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tcp_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
