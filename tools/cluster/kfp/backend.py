@@ -32,7 +32,7 @@ import yaml
 from tools.cluster import manifests as cluster_manifests
 from tools.cluster import node_config, oci, operators, processes
 from tools.cluster.kfp import manifests, mariadb, services_venv
-from tools.cluster.kfp.manifests import NAMESPACE, HostService
+from tools.cluster.kfp.manifests import NAMESPACE, HostService, ServicePort
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "kfp" / "build.sh"
@@ -108,7 +108,9 @@ def up(cluster: Control, state: Path) -> Backend:
     processes.require_free(ports())
     mariadb.start(run)
     gateway = node_config.GATEWAY
-    env = services_venv.environment()
+    # Every client here addresses buckets by path; without this moto would read "seaweedfs" in
+    # the Host header `seaweedfs.kubeflow.svc:9000` as a bucket name.
+    env = {**services_venv.environment(), "S3_IGNORE_SUBDOMAIN_BUCKETNAME": "true"}
     processes.start(run, "s3", [str(services_venv.moto_server(venv)), "-H", gateway, "-p", str(S3_PORT)],
                     env=env, log=run / "s3.log", cwd=run)  # fmt: skip
     mlmd = [str(services_venv.python(venv)), str(Path(__file__).with_name("mlmd_server.py")),
@@ -133,12 +135,13 @@ def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
     for path in files:
         cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(path))
+    s3 = (ServicePort("s3", 9000, S3_PORT),)
+    api = (ServicePort("grpc", 8887, API_GRPC_PORT), ServicePort("http", 8888, API_HTTP_PORT))
     services = [
-        HostService("ml-pipeline", 8887, API_GRPC_PORT, "grpc"),
-        HostService("ml-pipeline", 8888, API_HTTP_PORT, "http"),
-        HostService("metadata-grpc-service", 8080, MLMD_PORT, "grpc-api"),
-        HostService("seaweedfs", 9000, S3_PORT, "s3"),
-        HostService("minio-service", 9000, S3_PORT, "s3"),
+        HostService("ml-pipeline", api),
+        HostService("metadata-grpc-service", (ServicePort("grpc-api", 8080, MLMD_PORT),)),
+        HostService("seaweedfs", s3),
+        HostService("minio-service", s3),
     ]
     objects = [manifests.host_services(services, node_config.GATEWAY), manifests.object_store_secret(),
                manifests.launcher_config(), manifests.workflow_controller_config()]  # fmt: skip

@@ -49,13 +49,20 @@ ARGO_CRD_DIR = "manifests/base/crds/minimal"
 
 
 @dataclass(frozen=True)
-class HostService:
-    """A Service the steps reach by name, answered by a host process on `host_port`."""
+class ServicePort:
+    """One port of a HostService: the Service's port and the host port that answers it."""
 
     name: str
     port: int
     host_port: int
-    port_name: str
+
+
+@dataclass(frozen=True)
+class HostService:
+    """A Service the steps reach by name, answered by host processes."""
+
+    name: str
+    ports: tuple[ServicePort, ...]
 
 
 def upstream_files(kfp_src: Path, argo_src: Path) -> tuple[list[Path], list[Path]]:
@@ -68,7 +75,7 @@ def host_services(services: list[HostService], host_ip: str) -> str:
     """Selector-less Services plus one EndpointSlice each, pointing at `host_ip`."""
     docs: list[dict[str, Any]] = []
     for svc in services:
-        ports = [{"name": svc.port_name, "port": svc.port, "targetPort": svc.host_port, "protocol": "TCP"}]
+        ports = [{"name": p.name, "port": p.port, "targetPort": p.host_port, "protocol": "TCP"} for p in svc.ports]
         docs.append({"apiVersion": "v1", "kind": "Service",
                      "metadata": {"name": svc.name, "namespace": NAMESPACE, "labels": {"app": svc.name}},
                      "spec": {"ports": ports}})  # fmt: skip
@@ -78,7 +85,7 @@ def host_services(services: list[HostService], host_ip: str) -> str:
                          "labels": {"kubernetes.io/service-name": svc.name,
                                     "endpointslice.kubernetes.io/managed-by": "kubetrain.dev-harness"}},
             "addressType": "IPv4",
-            "ports": [{"name": svc.port_name, "port": svc.host_port, "protocol": "TCP"}],
+            "ports": [{"name": p.name, "port": p.host_port, "protocol": "TCP"} for p in svc.ports],
             "endpoints": [{"addresses": [host_ip], "conditions": {"ready": True}}],
         })  # fmt: skip
     return yaml.safe_dump_all(docs)
