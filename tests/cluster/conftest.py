@@ -13,9 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tools.cluster.controlplane import Cluster, ControlPlaneError, down, up
-from tools.cluster.node import NodeError
-from tools.cluster.processes import ProcessError
+from tools.cluster.controlplane import Cluster, down, start_errors, up
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,7 +31,7 @@ def cluster() -> Iterator[Cluster]:
     """The control plane, started once; stopped at the end unless it was running before (`make cluster-up`)."""
     try:
         started = up()
-    except (ControlPlaneError, ProcessError, NodeError, TimeoutError) as e:
+    except start_errors() as e:
         pytest.exit(f"the e2e cluster could not start: {e}", returncode=3)
     yield started
     if started.started_here:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tools.cluster import controlplane, node, oci, processes
-from tools.cluster.kfp import backend, mariadb, services_venv
+from tools.cluster import controlplane
+from tools.cluster.kfp import backend
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,16 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"launcher kubeconfig: {cluster.launcher_kubeconfig}")
             if backend.running(controlplane.STATE):
                 print(f"KFP API (kfp.Client host): http://127.0.0.1:{backend.API_HTTP_PORT}")
-    except (
-        controlplane.ControlPlaneError,
-        processes.ProcessError,
-        node.NodeError,
-        backend.BackendError,
-        mariadb.MariaDBError,
-        services_venv.ServicesVenvError,
-        oci.RegistryError,
-        TimeoutError,
-    ) as e:
+    except controlplane.start_errors() as e:
         print(f"cluster {args.action}: {e}", file=sys.stderr)
         return 1
     return 0

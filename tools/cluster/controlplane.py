@@ -27,8 +27,9 @@ from pathlib import Path
 import yaml
 
 from tests.crds import SOURCES, crd_dir
-from tools.cluster import manifests, node, node_config, operators, processes, stages, webhooks
+from tools.cluster import manifests, node, node_config, oci, operators, processes, stages, webhooks
 from tools.cluster.kfp import backend as kfp_backend
+from tools.cluster.kfp import mariadb, services_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Another cluster beside the default one (tests/cluster/test_harness.py starts one to fail on purpose).
@@ -53,6 +54,12 @@ rules:
 
 class ControlPlaneError(RuntimeError):
     """The control plane could not be built or started; the message says what and where the logs are."""
+
+
+def start_errors() -> tuple[type[BaseException], ...]:
+    """What a failed `up` raises, each with a message that says what and where: for one-line reports."""
+    return (ControlPlaneError, processes.ProcessError, node.NodeError, kfp_backend.BackendError,
+            mariadb.MariaDBError, services_venv.ServicesVenvError, oci.RegistryError, TimeoutError)  # fmt: skip
 
 
 @dataclass(frozen=True)
