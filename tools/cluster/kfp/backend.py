@@ -130,7 +130,9 @@ def up(cluster: Control, state: Path) -> Backend:
 def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:
     src = bins.parent / "src"
     crds, files = manifests.upstream_files(src / "pipelines", src / "argo-workflows")
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_namespace())
+    # A field manager of its own: the control plane applies a bare `kubeflow` (for the operators) as
+    # "kubectl" on every `up`, which would otherwise take these labels and annotations away again.
+    cluster.kubectl("apply", "--server-side", "--field-manager", "kubetrain-kfp-backend", "-f", "-", stdin=_namespace())
     for crd in crds:
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
     for path in files:

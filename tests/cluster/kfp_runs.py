@@ -1,0 +1,137 @@
+"""Helpers of the KFP-backend scenarios: `kfp.Client` against the real backend, and a run's artifacts.
+
+Everything goes through what a user has: `kfp.Client` on the API server's HTTP port for uploads
+and runs, and, for the artifacts, the same path the Kubeflow UI takes (the run's context in ML
+Metadata, then the object store), read by tools/cluster/kfp/run_artifacts.py in the services venv.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kfp
+import yaml
+
+from tools.cluster import images, node_config
+from tools.cluster.controlplane import STATE, Cluster
+from tools.cluster.kfp import backend, manifests, services_venv
+from tools.cluster.kfp.manifests import NAMESPACE
+from tools.cluster.node import paths as node_paths
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HOST = f"http://127.0.0.1:{backend.API_HTTP_PORT}"
+EXPERIMENT = "kubetrain-e2e"
+FINAL = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One output artifact of a run, as MLMD and the object store have it."""
+
+    type: str
+    name: str
+    uri: str
+    properties: dict[str, Any]
+    objects: dict[str, dict[str, Any]]  # path under the URI ("." for the URI itself) -> size, text
+
+
+@dataclass(frozen=True)
+class KfpBackend:
+    """The backend as the scenarios use it."""
+
+    cluster: Cluster
+    client: kfp.Client
+    build_seconds: float
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl as the admin, in namespace kubeflow."""
+        return self.cluster.kubectl("-n", NAMESPACE, *args, stdin=stdin)
+
+    def start(self, package: Path, arguments: dict[str, Any], name: str) -> str:
+        """Create a run of a compiled pipeline (as `create_run_from_pipeline_package` does); its run id."""
+        run = self.client.create_run_from_pipeline_package(
+            str(package), arguments=arguments, run_name=name, experiment_name=EXPERIMENT
+        )
+        return str(run.run_id)
+
+    def wait(self, run_id: str, timeout: float = 1500) -> Any:
+        """Wait for a final state; the run (kfp_server_api's V2beta1Run)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            run = self.client.get_run(run_id)
+            if str(run.state) in FINAL:
+                return run
+            time.sleep(3)
+        raise AssertionError(
+            f"run {run_id} not finished after {timeout:.0f}s: {run.state}\n{self.workflow_tail(run_id)}"
+        )
+
+    def workflow_tail(self, run_id: str) -> str:
+        """The Argo Workflow of a run, its phase and message, for an assertion's message."""
+        found = self.kubectl("get", "workflows", "-l", f"pipeline/runid={run_id}", "-o",
+                             "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.message}{end}")  # fmt: skip
+        return found or "(no workflow)"
+
+    def artifacts(self, run_id: str) -> list[Artifact]:
+        """The run's output artifacts (tools/cluster/kfp/run_artifacts.py)."""
+        venv = services_venv.ensure()
+        gateway = node_config.GATEWAY
+        done = subprocess.run(
+            [str(services_venv.python(venv)), str(REPO_ROOT / "tools" / "cluster" / "kfp" / "run_artifacts.py"),
+             "--run-id", run_id, "--mlmd", f"{gateway}:{backend.MLMD_PORT}", "--s3", f"http://{gateway}:{backend.S3_PORT}",
+             "--access-key", manifests.S3_ACCESS_KEY, "--secret-key", manifests.S3_SECRET_KEY],
+            capture_output=True, text=True, check=False, timeout=120, env=services_venv.environment(),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return [Artifact(**a) for a in json.loads(done.stdout)["artifacts"]]
+
+    def step_logs(self, run_id: str, function: str) -> list[str]:
+        """The logs of the run's step pods (KFP's "launcher" role) that execute the component `function`."""
+        pods = json.loads(self.kubectl("get", "pods", "-l", f"pipeline/runid={run_id}", "-o", "json"))["items"]
+        logs = []
+        for pod in pods:
+            if pod["metadata"].get("annotations", {}).get("pipelines.kubeflow.org/runtime-role") != "launcher":
+                continue
+            main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+            if function in main.get("args", []):
+                logs.append(self.kubectl("logs", pod["metadata"]["name"], "-c", "main"))
+        return logs
+
+    def kill_main_container(self, pod: str) -> None:
+        """SIGKILL a pod's main container through the node's containerd (no SIGTERM first)."""
+        status = json.loads(self.kubectl("get", "pod", pod, "-o", "json"))["status"]
+        main = next(c for c in status["containerStatuses"] if c["name"] == "main")
+        socket = node_paths(STATE, self.cluster.bin_dir).containerd_socket
+        subprocess.run(
+            [str(self.cluster.bin_dir / "ctr"), "--address", str(socket), "--namespace", "k8s.io", "tasks", "kill",
+             "--signal", "SIGKILL", main["containerID"].removeprefix("containerd://")],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+
+
+def prepare(cluster: Cluster, names: list[str]) -> KfpBackend:
+    """Build and push the kubetrain images `names` and connect a kfp.Client to the backend."""
+    assert backend.running(STATE), "the KFP backend is not running (KUBETRAIN_KFP=0?)"
+    built = images.ensure(names, STATE / "images.log")
+    return KfpBackend(cluster, kfp.Client(host=HOST), built.seconds)
+
+
+def compiled_pipelines() -> list[Path]:
+    """Every committed pipeline YAML (kfp ≥ 2.15 forms; pipelines/kfp-pre-2.15 are for older servers)."""
+    return sorted((REPO_ROOT / "pipelines").glob("*.yaml"))
+
+
+def compiled_components() -> list[Path]:
+    """Every committed component YAML."""
+    return sorted((REPO_ROOT / "components").glob("*.yaml"))
+
+
+def pipeline_name(package: Path) -> str:
+    """The pipeline's name in its compiled YAML."""
+    spec: dict[str, Any] = next(yaml.safe_load_all(package.read_text()))
+    return str(spec["pipelineInfo"]["name"])

@@ -1,0 +1,329 @@
+"""The compiled pipelines on the real Kubeflow Pipelines 2.17 backend, through `kfp.Client` as a user would.
+
+The backend (tools/cluster/kfp/backend.py) runs on the e2e cluster's real node: KFP's API server,
+persistence agent, driver and launcher, Argo's workflow-controller and executor, ML Metadata, an S3
+store. A run's steps are pods in namespace `kubeflow` (kubetrain's launcher image, as the
+committed YAML names it); the training jobs they create are run by the real operators in real pods.
+What a run produced is read as the Kubeflow UI reads it: the run's artifacts in ML Metadata, their
+objects in the store (tests/cluster/kfp_runs.py).
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from kfp import compiler
+
+from kubetrain.names import LABEL_RUN_ID
+from tests.cluster import kfp_runs
+from tests.cluster.kfp_runs import Artifact, KfpBackend
+from tools.cluster.controlplane import STATE, Cluster
+
+TARGET = 0.95
+FRAMEWORK_IMAGES = {"mnist_pytorch": ["pytorch"], "mnist_chainermn": ["chainermn"], "mnist_ps": ["ps"],
+                    "compare_frameworks": ["pytorch", "chainermn", "ps"]}  # fmt: skip
+EXAMPLES = kfp_runs.REPO_ROOT / "docs" / "examples"
+COMPONENTS = kfp_runs.REPO_ROOT / "components"
+pytestmark = pytest.mark.timeout(2400)
+
+
+@pytest.fixture(scope="module")
+def kfp_backend(cluster: Cluster) -> KfpBackend:
+    """The backend, with every kubetrain image built and pushed."""
+    return kfp_runs.prepare(cluster, ["launcher", "pytorch", "chainermn", "ps"])
+
+
+def _by_type(artifacts: list[Artifact], kind: str) -> list[Artifact]:
+    return [a for a in artifacts if a.type == kind]
+
+
+@pytest.mark.parametrize("package", kfp_runs.compiled_pipelines() + kfp_runs.compiled_components(),
+                         ids=lambda p: p.name)  # fmt: skip
+def test_every_compiled_pipeline_and_component_uploads(kfp_backend: KfpBackend, package: Path) -> None:
+    # The call the UI's upload makes; a refused YAML raises with the server's own message.
+    name = f"{package.stem}-{uuid.uuid4().hex[:8]}"
+    uploaded = kfp_backend.client.upload_pipeline(str(package), pipeline_name=name)
+    versions = kfp_backend.client.list_pipeline_versions(uploaded.pipeline_id).pipeline_versions
+    assert [v.display_name for v in versions] == [name]
+    spec = versions[0].pipeline_spec
+    spec = spec.get("pipeline_spec", spec)  # with a platform spec beside it, the server nests both
+    assert spec["pipelineInfo"]["name"] == kfp_runs.pipeline_name(package)
+    kfp_backend.client.delete_pipeline_version(uploaded.pipeline_id, versions[0].pipeline_version_id)
+    kfp_backend.client.delete_pipeline(uploaded.pipeline_id)
+
+
+@pytest.mark.parametrize("pipeline", ["mnist_pytorch", "mnist_chainermn", "mnist_ps", "compare_frameworks"])
+def test_a_shipped_pipeline_runs_to_succeeded_with_its_model_metrics_and_report(
+    kfp_backend: KfpBackend, pipeline: str
+) -> None:
+    package = kfp_runs.REPO_ROOT / "pipelines" / f"{pipeline}.yaml"
+    run_id = kfp_backend.start(package, {}, f"{pipeline}-{uuid.uuid4().hex[:6]}")
+    run = kfp_backend.wait(run_id)
+    assert run.state == "SUCCEEDED", f"{pipeline}: {run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
+    artifacts = kfp_backend.artifacts(run_id)
+    models, metrics, reports = (_by_type(artifacts, t) for t in ("system.Model", "system.Metrics", "system.HTML"))
+    trained = len(FRAMEWORK_IMAGES[pipeline])
+    assert len(models) == len(metrics) == len(reports) == trained, [(a.type, a.name) for a in artifacts]
+    for model, metric in zip(sorted(models, key=lambda a: a.uri), sorted(metrics, key=lambda a: a.uri), strict=True):
+        assert model.properties["status"] == "Succeeded", model.properties
+        written = json.loads(model.objects["metrics.json"]["text"])  # the training job's own metrics.json
+        assert metric.properties["test_accuracy"] == pytest.approx(written["test_accuracy"], abs=1e-6)
+        assert metric.properties["test_accuracy"] >= TARGET, (model.properties["framework"], metric.properties)
+        assert set(model.properties["files"]) <= set(model.objects), (model.properties["files"], model.objects)
+    for report in reports:
+        assert "<html" in report.objects["."]["text"].lower()
+    # What the step printed is what the UI shows.
+    printed = "\n".join(kfp_backend.step_logs(run_id, "pytorch_train") + kfp_backend.step_logs(run_id, "ps_train")
+                        + kfp_backend.step_logs(run_id, "chainermn_train"))  # fmt: skip
+    for metric in metrics:
+        assert f"test_accuracy {metric.properties['test_accuracy']:.4f}" in printed, printed[-3000:]
+
+
+def test_a_users_pipeline_of_loaded_components_runs_two_training_jobs(kfp_backend: KfpBackend, tmp_path: Path) -> None:
+    # As the user guide writes it: components loaded from the compiled YAML, two pytorch_train
+    # tasks side by side, one running the user's own DDP script from the workspace claim.
+    programs = STATE / "node" / "workspace-kubeflow" / "programs"
+    programs.mkdir(exist_ok=True)
+    shutil.copy(EXAMPLES / "ddp_train.py", programs / "ddp_train.py")
+    source = tmp_path / "two_trainings.py"
+    source.write_text(
+        textwrap.dedent(f"""
+        from kfp import dsl, kubernetes
+        from kubetrain.components import load_component
+
+        download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
+        train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
+
+        def _claim(task):
+            kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
+            return task
+
+        @dsl.pipeline(name="two-trainings")
+        def two_trainings() -> None:
+            data = _claim(download(source="builtin:digits"))
+            ours = _claim(train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                                task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+                                workers=1, epochs=5))
+            theirs = _claim(train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                                  task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+                                  task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, workers=1,
+                                  command=["python", "/workspace/programs/ddp_train.py"], args=["--epochs", "20"]))
+            ours.set_display_name("kubetrain-ddp")
+            theirs.set_display_name("own-ddp")
+    """)
+    )
+    package = tmp_path / "two_trainings.yaml"
+    compiler.Compiler().compile(runpy.run_path(str(source))["two_trainings"], str(package))
+    run_id = kfp_backend.start(package, {}, f"two-trainings-{uuid.uuid4().hex[:6]}")
+    run = kfp_backend.wait(run_id)
+    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
+    models = _by_type(kfp_backend.artifacts(run_id), "system.Model")
+    jobs = {m.properties["job_name"] for m in models}
+    assert len(models) == 2 and len(jobs) == 2, [m.properties for m in models]
+    for model in models:
+        written = json.loads(model.objects["metrics.json"]["text"])
+        assert written["test_accuracy"] >= TARGET, written
+
+
+def _wait_for(what: str, check: object, timeout: float) -> None:
+    assert callable(check)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(2)
+    raise AssertionError(f"{what}: not within {timeout:.0f}s")
+
+
+def _jobs(kfp_backend: KfpBackend, run_id: str) -> list[str]:
+    # The launcher labels every job with the run it belongs to.
+    out = kfp_backend.kubectl("get", "pytorchjobs", "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name")
+    return out.split()
+
+
+def test_terminating_a_run_while_it_trains_deletes_the_training_job_and_its_pods(kfp_backend: KfpBackend) -> None:
+    package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
+    run_id = kfp_backend.start(package, {"epochs": 400}, f"terminate-{uuid.uuid4().hex[:6]}")
+    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
+    job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
+    _wait_for(
+        "its master pod running",
+        lambda: (
+            "Running"
+            in kfp_backend.kubectl(
+                "get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", "jsonpath={.items[*].status.phase}"
+            )
+        ),
+        300,
+    )
+    kfp_backend.client.terminate_run(run_id)
+    _wait_for("the job deleted", lambda: not _jobs(kfp_backend, run_id), 180)
+    _wait_for(
+        "its pods gone",
+        lambda: (
+            not kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", "name").strip()
+        ),
+        180,
+    )
+    run = kfp_backend.wait(run_id, timeout=300)
+    assert run.state in ("CANCELED", "FAILED"), run.state
+
+
+def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(
+    kfp_backend: KfpBackend, tmp_path: Path
+) -> None:
+    package = tmp_path / "failing.yaml"
+    subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(f'''
+            from kfp import compiler, dsl, kubernetes
+            from kubetrain.components import load_component
+            train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
+            download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
+
+            @dsl.pipeline(name="failing-training")
+            def failing() -> None:
+                data = download(source="builtin:digits")
+                kubernetes.mount_pvc(data, pvc_name="kubetrain-workspace", mount_path="/workspace")
+                task = train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+                             command=["python", "-c", "import sys; print('exiting 3', flush=True); sys.exit(3)"],
+                             backoff_limit=0)
+                kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
+
+            compiler.Compiler().compile(failing, {str(package)!r})
+        ''')],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    run_id = kfp_backend.start(package, {}, f"failing-{uuid.uuid4().hex[:6]}")
+    run = kfp_backend.wait(run_id)
+    assert run.state == "FAILED", run.state
+    log = "\n".join(kfp_backend.step_logs(run_id, "pytorch_train"))
+    assert "Failed" in log and "exit" in log.lower(), log[-3000:]
+
+
+def test_kubetrain_submit_uploads_and_starts_a_run_that_succeeds(kfp_backend: KfpBackend) -> None:
+    name = f"submit-{uuid.uuid4().hex[:6]}"
+    done = subprocess.run(
+        [sys.executable, "-m", "kubetrain", "submit", "mnist_pytorch", "--host", kfp_runs.HOST, "--experiment",
+         kfp_runs.EXPERIMENT, "--run-name", name, "--param", "epochs=5", "--json"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    submitted = json.loads(done.stdout.strip().splitlines()[-1])
+    run = kfp_backend.wait(submitted["run_id"])
+    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(submitted['run_id'])}"
+    assert run.display_name == name
+
+
+def test_a_tasks_node_selector_tolerations_and_resources_reach_the_training_pods_not_the_launcher_pod(
+    kfp_backend: KfpBackend, tmp_path: Path
+) -> None:
+    # TaskConfig passthrough through the real driver: the settings a user makes on the training
+    # task land on the job's pods. The selector and toleration match the real node, so it trains.
+    package = tmp_path / "placed.yaml"
+    subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(f'''
+            from kfp import compiler, dsl, kubernetes
+            from kubetrain.components import load_component
+            train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
+            download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
+
+            @dsl.pipeline(name="placed-training")
+            def placed() -> None:
+                data = download(source="builtin:digits")
+                kubernetes.mount_pvc(data, pvc_name="kubetrain-workspace", mount_path="/workspace")
+                task = train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+                             epochs=2, delete_after="never")
+                kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
+                task.set_cpu_request("150m").set_memory_limit("1536Mi")
+                kubernetes.add_node_selector(task, label_key="kubetrain.dev/node", label_value="real")
+                kubernetes.add_toleration(task, key="kubetrain.dev/placed", operator="Exists", effect="NoSchedule")
+
+            compiler.Compiler().compile(placed, {str(package)!r})
+        ''')],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    run_id = kfp_backend.start(package, {}, f"placed-{uuid.uuid4().hex[:6]}")
+    run = kfp_backend.wait(run_id)
+    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
+    (model,) = _by_type(kfp_backend.artifacts(run_id), "system.Model")
+    job = model.properties["job_name"]
+    pods = json.loads(kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", "json"))
+    assert pods["items"], f"the pods of {job} are gone"
+    for pod in pods["items"]:
+        spec = pod["spec"]
+        assert spec["nodeSelector"].get("kubetrain.dev/node") == "real"
+        assert any(t.get("key") == "kubetrain.dev/placed" for t in spec.get("tolerations", []))
+        resources = spec["containers"][0]["resources"]
+        assert resources["requests"]["cpu"] == "150m" and resources["limits"]["memory"] == "1536Mi", resources
+    launchers = json.loads(kfp_backend.kubectl("get", "pods", "-l", f"pipeline/runid={run_id}", "-o", "json"))
+    for pod in launchers["items"]:
+        if "pytorch_train" not in next(c for c in pod["spec"]["containers"] if c["name"] == "main").get("args", []):
+            continue
+        assert not any(t.get("key") == "kubetrain.dev/placed" for t in pod["spec"].get("tolerations", []))
+        main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+        assert main.get("resources", {}).get("requests", {}).get("cpu") != "150m", main.get("resources")
+    kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
+def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_second(
+    kfp_backend: KfpBackend, tmp_path: Path
+) -> None:
+    # The launcher pod dies mid-job (its container SIGKILLed, as a node loss or an OOM kill ends
+    # it: no SIGTERM, so it cannot delete the job); KFP retries the task (set_retry) and the new
+    # launcher finds the job by its labels and awaits it.
+    package = tmp_path / "retried.yaml"
+    subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(f'''
+            from kfp import compiler, dsl, kubernetes
+            from kubetrain.components import load_component
+            train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
+            download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
+
+            @dsl.pipeline(name="retried-training")
+            def retried() -> None:
+                data = download(source="builtin:digits")
+                kubernetes.mount_pvc(data, pvc_name="kubetrain-workspace", mount_path="/workspace")
+                task = train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
+                             epochs=40, delete_after="never")
+                kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
+                task.set_retry(num_retries=2)
+
+            compiler.Compiler().compile(retried, {str(package)!r})
+        ''')],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    run_id = kfp_backend.start(package, {}, f"retried-{uuid.uuid4().hex[:6]}")
+    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
+    job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
+    uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")
+    launcher = _launcher_pods(kfp_backend, run_id, "pytorch_train")[0]
+    kfp_backend.kill_main_container(launcher)
+    _wait_for("a second launcher pod", lambda: len(_launcher_pods(kfp_backend, run_id, "pytorch_train")) > 1, 300)
+    run = kfp_backend.wait(run_id)
+    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
+    assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
+    assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") == uid
+    logs = kfp_backend.step_logs(run_id, "pytorch_train")
+    assert len(logs) >= 2 and any("adopt" in log.lower() or "already exists" in log.lower() for log in logs), logs
+    kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
+def _launcher_pods(kfp_backend: KfpBackend, run_id: str, function: str) -> list[str]:
+    pods = json.loads(kfp_backend.kubectl("get", "pods", "-l", f"pipeline/runid={run_id}", "-o", "json"))["items"]
+    return sorted(
+        (p["metadata"]["name"] for p in pods
+         if function in next(c for c in p["spec"]["containers"] if c["name"] == "main").get("args", [])),
+        key=lambda name: next(p for p in pods if p["metadata"]["name"] == name)["metadata"]["creationTimestamp"],
+    )  # fmt: skip
