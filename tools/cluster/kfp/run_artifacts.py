@@ -32,7 +32,9 @@ def _properties(artifact: Any) -> dict[str, Any]:
             continue  # the store's connection settings, not an output
         as_dict = MessageToDict(value)
         kind, raw = next(iter(as_dict.items()), ("", None))
-        out[key] = raw if kind != "structValue" else as_dict[kind]
+        if kind == "structValue" and isinstance(raw, dict) and len(raw) == 1 and set(raw) <= {"list", "struct"}:
+            raw = next(iter(raw.values()))  # how KFP's launcher stores a list or dict metadata value
+        out[key] = raw
     return out
 
 
