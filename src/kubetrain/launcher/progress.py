@@ -19,11 +19,24 @@ from kubetrain.status import JobPhase, JobStatus
 LogSink = Callable[[str], None]
 
 
+# Set once stderr's reader is gone; nothing is written after that.
+_output_lost = threading.Event()
+
+
 def _write_line(text: str) -> None:
     # One write per line: `print` writes the text and the newline separately, and the log
     # follower thread's lines then land inside the main thread's.
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    if _output_lost.is_set():
+        return
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        # The reader is gone. On the KFP backend the step's output goes through a pipe to KFP's
+        # launcher, which a terminated run's SIGTERM (sent to the whole process group) kills at
+        # once; a write raising BrokenPipeError here ended the step before the same SIGTERM could
+        # delete its job, and the job trained on. So no line may fail the launcher.
+        _output_lost.set()
 
 
 def stderr_sink(line: str) -> None:
