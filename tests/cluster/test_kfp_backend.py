@@ -281,9 +281,11 @@ def test_a_tasks_node_selector_tolerations_and_resources_reach_the_training_pods
 def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_second(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
-    # The launcher pod dies mid-job (its container SIGKILLed, as a node loss or an OOM kill ends
-    # it: no SIGTERM, so it cannot delete the job); KFP retries the task (set_retry) and the new
-    # launcher finds the job by its labels and awaits it.
+    # The launcher container dies mid-job (SIGKILLed, as a node loss or an OOM kill ends it: no
+    # SIGTERM, so it cannot delete the job). KFP 2.17's own workflow-controller defaults
+    # (templateDefaults retryPolicy OnError) keep `set_retry` from retrying a step that *failed*:
+    # the run fails. Retrying the run (the UI's Retry, RetryRun) starts a new launcher, which finds
+    # the job by its labels and awaits it: one job, never a second.
     package = tmp_path / "retried.yaml"
     subprocess.run(
         [sys.executable, "-c", textwrap.dedent(f'''
@@ -310,15 +312,18 @@ def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_sec
     _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
     job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
     uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")
-    launcher = _launcher_pods(kfp_backend, run_id, "pytorch_train")[0]
-    kfp_backend.kill_main_container(launcher)
+    kfp_backend.kill_main_container(_launcher_pods(kfp_backend, run_id, "pytorch_train")[0])
+    run = kfp_backend.wait(run_id)
+    assert run.state == "FAILED", run.state  # set_retry did not retry it (see above)
+    assert len(_launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
+    kfp_backend.client._run_api.run_service_retry_run(run_id=run_id)
     _wait_for("a second launcher pod", lambda: len(_launcher_pods(kfp_backend, run_id, "pytorch_train")) > 1, 300)
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
     assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
     assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") == uid
-    logs = kfp_backend.step_logs(run_id, "pytorch_train")
-    assert len(logs) >= 2 and any("adopt" in log.lower() or "already exists" in log.lower() for log in logs), logs
+    second = kfp_backend.kubectl("logs", _launcher_pods(kfp_backend, run_id, "pytorch_train")[-1], "-c", "main")
+    assert f"adopted existing PyTorchJob kubeflow/{job}" in second, second[-3000:]
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
