@@ -316,13 +316,14 @@ def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_sec
     run = kfp_backend.wait(run_id)
     assert run.state == "FAILED", run.state  # set_retry did not retry it (see above)
     assert len(_launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
+    # Argo's retry replaces the failed pod by a new one of the same name.
     kfp_backend.client._run_api.run_service_retry_run(run_id=run_id)
-    _wait_for("a second launcher pod", lambda: len(_launcher_pods(kfp_backend, run_id, "pytorch_train")) > 1, 300)
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
     assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
     assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") == uid
-    second = kfp_backend.kubectl("logs", _launcher_pods(kfp_backend, run_id, "pytorch_train")[-1], "-c", "main")
+    (launcher,) = _launcher_pods(kfp_backend, run_id, "pytorch_train")
+    second = kfp_backend.kubectl("logs", launcher, "-c", "main")
     assert f"adopted existing PyTorchJob kubeflow/{job}" in second, second[-3000:]
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
