@@ -35,7 +35,9 @@ def _harness(state: Path, action: str, **popen: object) -> subprocess.Popen[str]
 
 def _apiserver(state: Path) -> int | None:
     for pid in processes.members(state):
-        if "kube-apiserver" in processes.describe(pid):
+        # The executable's name: kwokctl's own command line names "--kube-apiserver-binary" too.
+        command = processes.describe(pid).split("(", 1)[1]
+        if Path(command.split()[0]).name == "kube-apiserver":
             return pid
     return None
 
