@@ -5,7 +5,8 @@ with `lr_staleness_modulation` (off by default) its learning rate is divided by 
 (versions since the pull). Off, because the staleness a push sees is set by how the processes are
 scheduled, not by the data: on a loaded machine it grows, the effective learning rate falls and
 five epochs of the digits ended anywhere from 0.947 to 0.967 (stress-ng --cpu 4 beside the run);
-with every gradient at the full Adam rate the same runs ended at 0.961-0.967 (docs/testing.md).
+with every gradient at the full Adam rate 18 such runs ended at 0.958-0.967, though a tail
+below 0.95 remains (docs/testing.md).
 Sync mode (ElasticDL's Python PS): pushes computed from the current version are summed until
 `grads_to_wait` have arrived, then their mean is applied and the version goes up by one; a push
 computed from an older version is rejected and the worker recomputes it from fresh parameters.
