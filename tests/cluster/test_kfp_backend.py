@@ -90,41 +90,54 @@ def test_a_shipped_pipeline_runs_to_succeeded_with_its_model_metrics_and_report(
         assert f"test_accuracy {metric.properties['test_accuracy']:.4f}" in printed, printed[-3000:]
 
 
+# What every user pipeline below starts with, as a user writes it: kubetrain's components loaded
+# from the compiled YAML, the workspace claim mounted on a task, the run and task placeholders.
+_USER_PRELUDE = """
+from kfp import dsl, kubernetes
+from kubetrain.components import load_component
+
+download = load_component({download!r})
+train = load_component({train!r})
+IDS = dict(run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
+           task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
+
+def claim(task):
+    kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
+    return task
+"""
+
+
+def _users_pipeline(tmp_path: Path, name: str, body: str) -> Path:
+    """Write a user's pipeline file (the prelude, then `body` defining `pipeline`), compile it; the YAML."""
+    source = tmp_path / f"{name}.py"
+    prelude = _USER_PRELUDE.format(download=str(COMPONENTS / "download_dataset.yaml"),
+                                   train=str(COMPONENTS / "pytorch_train.yaml"))  # fmt: skip
+    source.write_text(prelude + textwrap.dedent(body))
+    package = tmp_path / f"{name}.yaml"
+    compiler.Compiler().compile(runpy.run_path(str(source))["pipeline"], str(package))
+    return package
+
+
 def test_a_users_pipeline_of_loaded_components_runs_two_training_jobs(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # As the user guide writes it: components loaded from the compiled YAML, two pytorch_train
     # tasks side by side, one running the user's own DDP script from the workspace claim.
     programs = STATE / "node" / "workspace-kubeflow" / "programs"
     programs.mkdir(exist_ok=True)
     shutil.copy(EXAMPLES / "ddp_train.py", programs / "ddp_train.py")
-    source = tmp_path / "two_trainings.py"
-    source.write_text(
-        textwrap.dedent(f"""
-        from kfp import dsl, kubernetes
-        from kubetrain.components import load_component
-
-        download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
-        train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
-
-        def _claim(task):
-            kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
-            return task
-
+    package = _users_pipeline(
+        tmp_path,
+        "two_trainings",
+        """
         @dsl.pipeline(name="two-trainings")
-        def two_trainings() -> None:
-            data = _claim(download(source="builtin:digits"))
-            ours = _claim(train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                                task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-                                workers=1, epochs=5))
-            theirs = _claim(train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                                  task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-                                  task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER, workers=1,
-                                  command=["python", "/workspace/programs/ddp_train.py"], args=["--epochs", "20"]))
+        def pipeline() -> None:
+            data = claim(download(source="builtin:digits"))
+            ours = claim(train(dataset=data.outputs["dataset"], **IDS, workers=1, epochs=5))
+            theirs = claim(train(dataset=data.outputs["dataset"], **IDS, workers=1,
+                                 command=["python", "/workspace/programs/ddp_train.py"], args=["--epochs", "20"]))
             ours.set_display_name("kubetrain-ddp")
             theirs.set_display_name("own-ddp")
-    """)
+    """,
     )
-    package = tmp_path / "two_trainings.yaml"
-    compiler.Compiler().compile(runpy.run_path(str(source))["two_trainings"], str(package))
     run_id = kfp_backend.start(package, {}, f"two-trainings-{uuid.uuid4().hex[:6]}")
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
@@ -183,28 +196,18 @@ def test_terminating_a_run_while_it_trains_deletes_the_training_job_and_its_pods
 def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
-    package = tmp_path / "failing.yaml"
-    subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(f'''
-            from kfp import compiler, dsl, kubernetes
-            from kubetrain.components import load_component
-            train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
-            download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
-
-            @dsl.pipeline(name="failing-training")
-            def failing() -> None:
-                data = download(source="builtin:digits")
-                kubernetes.mount_pvc(data, pvc_name="kubetrain-workspace", mount_path="/workspace")
-                task = train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-                             command=["python", "-c", "import sys; print('exiting 3', flush=True); sys.exit(3)"],
-                             backoff_limit=0)
-                kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
-
-            compiler.Compiler().compile(failing, {str(package)!r})
-        ''')],
-        check=True, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    package = _users_pipeline(
+        tmp_path,
+        "failing",
+        """
+        @dsl.pipeline(name="failing-training")
+        def pipeline() -> None:
+            data = claim(download(source="builtin:digits"))
+            task = claim(train(dataset=data.outputs["dataset"], **IDS,
+                               command=["python", "-c", "import sys; print('exiting 3', flush=True); sys.exit(3)"],
+                               backoff_limit=0))
+    """,
+    )
     run_id = kfp_backend.start(package, {}, f"failing-{uuid.uuid4().hex[:6]}")
     run = kfp_backend.wait(run_id)
     assert run.state == "FAILED", run.state
@@ -231,30 +234,20 @@ def test_a_tasks_node_selector_tolerations_and_resources_reach_the_training_pods
 ) -> None:
     # TaskConfig passthrough through the real driver: the settings a user makes on the training
     # task land on the job's pods. The selector and toleration match the real node, so it trains.
-    package = tmp_path / "placed.yaml"
-    subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(f'''
-            from kfp import compiler, dsl, kubernetes
-            from kubetrain.components import load_component
-            train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
-            download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
-
-            @dsl.pipeline(name="placed-training")
-            def placed() -> None:
-                data = download(source="builtin:digits")
-                kubernetes.mount_pvc(data, pvc_name="kubetrain-workspace", mount_path="/workspace")
-                task = train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-                             epochs=2, delete_after="never")
-                kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
-                task.set_cpu_request("150m").set_memory_limit("1536Mi")
-                kubernetes.add_node_selector(task, label_key="kubetrain.dev/node", label_value="real")
-                kubernetes.add_toleration(task, key="kubetrain.dev/placed", operator="Exists", effect="NoSchedule")
-
-            compiler.Compiler().compile(placed, {str(package)!r})
-        ''')],
-        check=True, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    package = _users_pipeline(
+        tmp_path,
+        "placed",
+        """
+        @dsl.pipeline(name="placed-training")
+        def pipeline() -> None:
+            data = claim(download(source="builtin:digits"))
+            task = claim(train(dataset=data.outputs["dataset"], **IDS,
+                               epochs=2, delete_after="never"))
+            task.set_cpu_request("150m").set_memory_limit("1536Mi")
+            kubernetes.add_node_selector(task, label_key="kubetrain.dev/node", label_value="real")
+            kubernetes.add_toleration(task, key="kubetrain.dev/placed", operator="Exists", effect="NoSchedule")
+    """,
+    )
     run_id = kfp_backend.start(package, {}, f"placed-{uuid.uuid4().hex[:6]}")
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
@@ -286,28 +279,18 @@ def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_sec
     # (templateDefaults retryPolicy OnError) keep `set_retry` from retrying a step that *failed*:
     # the run fails. Retrying the run (the UI's Retry, RetryRun) starts a new launcher, which finds
     # the job by its labels and awaits it: one job, never a second.
-    package = tmp_path / "retried.yaml"
-    subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(f'''
-            from kfp import compiler, dsl, kubernetes
-            from kubetrain.components import load_component
-            train = load_component({str(COMPONENTS / "pytorch_train.yaml")!r})
-            download = load_component({str(COMPONENTS / "download_dataset.yaml")!r})
-
-            @dsl.pipeline(name="retried-training")
-            def retried() -> None:
-                data = download(source="builtin:digits")
-                kubernetes.mount_pvc(data, pvc_name="kubetrain-workspace", mount_path="/workspace")
-                task = train(dataset=data.outputs["dataset"], run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-                             task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-                             epochs=40, delete_after="never")
-                kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
-                task.set_retry(num_retries=2)
-
-            compiler.Compiler().compile(retried, {str(package)!r})
-        ''')],
-        check=True, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    package = _users_pipeline(
+        tmp_path,
+        "retried",
+        """
+        @dsl.pipeline(name="retried-training")
+        def pipeline() -> None:
+            data = claim(download(source="builtin:digits"))
+            task = claim(train(dataset=data.outputs["dataset"], **IDS,
+                               epochs=40, delete_after="never"))
+            task.set_retry(num_retries=2)
+    """,
+    )
     run_id = kfp_backend.start(package, {}, f"retried-{uuid.uuid4().hex[:6]}")
     _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
     job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
