@@ -17,7 +17,7 @@ def compare_frameworks(
     workspace_pvc: str = "kubetrain-workspace",
     pytorch_epochs: int = 5,
     chainermn_epochs: int = 5,
-    ps_epochs: int = 5,
+    ps_epochs: int = 10,
     architecture: str = "mlp",
     timeout_seconds: int = 86400,
 ) -> None:
@@ -28,7 +28,8 @@ def compare_frameworks(
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
         pytorch_epochs: Epochs of the PyTorch DDP job.
         chainermn_epochs: Epochs of the ChainerMN job.
-        ps_epochs: Epochs (passes over the data) of the parameter-server job.
+        ps_epochs: Epochs (passes over the data) of the parameter-server job (asynchronous updates
+            need more than DDP's 5).
         architecture: Model of all three: mlp or cnn.
         timeout_seconds: Limit on each training job; then it is deleted and the run fails.
     """

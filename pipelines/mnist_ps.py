@@ -15,7 +15,7 @@ def mnist_ps(
     ps_replicas: int = 2,
     workers: int = 3,
     mode: str = "async",
-    epochs: int = 5,
+    epochs: int = 10,
     batch_size: int = 32,
     learning_rate: float = 0.002,
     architecture: str = "mlp",
@@ -29,7 +29,7 @@ def mnist_ps(
         ps_replicas: Parameter servers (parameter shards).
         workers: Worker pods.
         mode: async or sync gradient application.
-        epochs: Passes over the training data.
+        epochs: Passes over the training data (asynchronous updates need more than DDP's 5).
         batch_size: Records per worker step.
         learning_rate: Learning rate of the parameter servers' optimizer.
         architecture: Model: mlp or cnn.

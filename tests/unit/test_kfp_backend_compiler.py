@@ -23,7 +23,9 @@ PACKAGES = sorted([*(REPO_ROOT / "pipelines").rglob("*.yaml"), *(REPO_ROOT / "co
 def binary() -> Path:
     found = compiler.cached_binary()
     if found is None:
-        pytest.skip("the KFP backend's compiler is not in the cache (tools/kfp/build.sh compiler; `make e2e` builds it)")
+        pytest.skip(
+            "the KFP backend's compiler is not in the cache (tools/kfp/build.sh compiler; `make e2e` builds it)"
+        )
     return found
 
 

@@ -123,7 +123,10 @@ def test_list_params_of_a_compiled_pipeline(repo_root: Path, capsys: pytest.Capt
     assert main(["run", str(repo_root / "pipelines" / "mnist_ps.yaml"), "--list-params"]) == ExitCode.SUCCESS
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["NAME", "TYPE", "DEFAULT", "DESCRIPTION"]
-    assert "epochs           Integer  5                      Passes over the training data." in lines
+    assert (
+        "epochs           Integer  10                     Passes over the training data (asynchronous updates need more "
+        "than DDP's 5)."
+    ) in lines
 
 
 def test_run_of_an_unknown_name_mentions_files(capsys: pytest.CaptureFixture[str]) -> None:

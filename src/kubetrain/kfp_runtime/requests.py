@@ -199,6 +199,8 @@ class PSRequest(TrainingRequest):
     records_per_task: int = 64
     optimizer: str = "adam"
     model_module: str = ""
+    # Asynchronous updates from stale versions need more passes than DDP's 5 (docs/testing.md).
+    epochs: int = 10
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -6,7 +6,7 @@ with `lr_staleness_modulation` (off by default) its learning rate is divided by 
 scheduled, not by the data: on a loaded machine it grows, the effective learning rate falls and
 five epochs of the digits ended anywhere from 0.947 to 0.967 (stress-ng --cpu 4 beside the run);
 with every gradient at the full Adam rate 18 such runs ended at 0.958-0.967, though a tail
-below 0.95 remains (docs/testing.md).
+below 0.95 remained; ten epochs (the components' default) ended at 0.969-0.972 (docs/testing.md).
 Sync mode (ElasticDL's Python PS): pushes computed from the current version are summed until
 `grads_to_wait` have arrived, then their mean is applied and the version goes up by one; a push
 computed from an older version is rejected and the worker recomputes it from fresh parameters.
