@@ -68,10 +68,10 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def render(kind: Kind, name: str) -> Manifest:
-    """What the components submit: `kubetrain render KIND ... -o yaml`, in the e2e namespace."""
+def render(kind: Kind, name: str, namespace: str = NAMESPACE) -> Manifest:
+    """What the components submit: `kubetrain render KIND ... -o yaml`, in the e2e namespace by default."""
     done = subprocess.run(
-        [sys.executable, "-m", "kubetrain", "render", kind.render[0], "--name", name, "--namespace", NAMESPACE,
+        [sys.executable, "-m", "kubetrain", "render", kind.render[0], "--name", name, "--namespace", namespace,
          *kind.render[1:], "-o", "yaml"],
         capture_output=True, text=True, check=True, timeout=60,
     )  # fmt: skip

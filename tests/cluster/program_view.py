@@ -1,14 +1,14 @@
 """What a training program sees, on a cluster pod the real operator made and in the local backend's process.
 
-Both sides run the same manifest, whose training containers run a probe instead of the program:
-it prints its environment, its arguments, its working directory and (for an MPI launcher) the
-hostfile Open MPI reads, then waits to be stopped. Locally the probe really runs, so its line is
-what the program would see. On the cluster nothing runs (kwok plays the kubelet), so the view is
-derived from the pod the operator created, as the kubelet and the container runtime would build
-it: the container's env in order with `$(VAR)` expansion, downward-API fields, config maps,
-HOSTNAME from the pod's host name, the API server's KUBERNETES_SERVICE_* variables, the ENV of
-kubetrain's images (which a real container starts with, and the local backend gives too); the
-hostfile from the config map the operator mounts.
+Both sides run the same manifest, whose training containers run a probe instead of the program
+(contract_probe.py): it prints its environment, its arguments, its working directory, its user,
+(for an MPI launcher) the hostfile Open MPI reads, and which names resolve and endpoints answer,
+then waits to be stopped. Locally and in a real pod the probe really runs, so its line is what
+the program sees. On a kwok node nothing runs, so the view is derived from the pod the operator
+created, as the kubelet and the container runtime would build it: the container's env in order
+with `$(VAR)` expansion, downward-API fields, config maps, HOSTNAME from the pod's host name, the
+API server's KUBERNETES_SERVICE_* variables, the ENV of kubetrain's images (which a real container
+starts with, and the local backend gives too); the hostfile from the config map the operator mounts.
 """
 
 from __future__ import annotations
@@ -17,21 +17,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubetrain.backends.local.env import IMAGE_ENV, image_repository
+from tests.cluster.contract_probe import MARK
 from tools.cluster.controlplane import NAMESPACE, Cluster
 
-MARK = "KUBETRAIN-PROBE "
-PROBE = (
-    "import json, os, signal, sys\n"
-    "view = {'env': dict(os.environ), 'argv': sys.argv[1:], 'cwd': os.getcwd()}\n"
-    "path = os.environ.get('OMPI_MCA_orte_default_hostfile')\n"
-    "if path and os.path.isfile(path):\n"
-    "    view['hostfile'] = open(path).read()\n"
-    f"print({MARK!r} + json.dumps(view), flush=True)\n"
-    "signal.sigwait({signal.SIGTERM})\n"
-)
+PROBE = (Path(__file__).parent / "contract_probe.py").read_text()
 PROBE_COMMAND = ["python", "-c", PROBE]
 # What the kubelet adds for the `kubernetes` Service of the default namespace (always, whatever
 # enableServiceLinks says); the address itself is the cluster's.
@@ -40,21 +33,28 @@ KUBELET_SERVICE_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 @dataclass
 class ProgramView:
-    """One pod's program: env, arguments, working directory, MPI hostfile."""
+    """One pod's program: env, arguments, working directory, MPI hostfile; where the probe ran, also
+    its user, and which names resolved and endpoints answered (None when derived from a kwok pod)."""
 
     env: dict[str, str] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
     cwd: str | None = None
     hostfile: str | None = None
+    user: dict[str, Any] | None = None
+    resolves: dict[str, bool] | None = None
+    answers: dict[str, bool] | None = None
 
 
 def from_probe_line(line: str) -> ProgramView | None:
-    """The view a local probe printed, or None when `line` is not the probe's."""
+    """The view a probe printed (locally or in a real pod), or None when `line` is not the probe's."""
     at = line.find(MARK)
     if at < 0:
         return None
     data = json.loads(line[at + len(MARK) :])
-    return ProgramView(env=data["env"], argv=data["argv"], cwd=data["cwd"], hostfile=data.get("hostfile"))
+    return ProgramView(
+        env=data["env"], argv=data["argv"], cwd=data["cwd"], hostfile=data.get("hostfile"),
+        user=data["user"], resolves=data["resolves"], answers=data["answers"],
+    )  # fmt: skip
 
 
 _REF = re.compile(r"\$\((\w+)\)")
