@@ -7,6 +7,7 @@
 # last); only what is missing is built, so a second run returns at once.
 #
 # Usage: build.sh [compiler]   `compiler` builds only the pipeline compiler (the `make test` check).
+#        build.sh --print-bin   prints where the binaries are (or would be) and builds nothing.
 # The archives are looked for in $KUBETRAIN_UPSTREAM_DIR, then ../shared/upstream beside the
 # checkout, then /work/shared/upstream.
 set -euo pipefail
@@ -21,6 +22,10 @@ key=$(cat "$here/pins.env" "$here/build.sh" "$here"/patches/* | sha256sum | cut 
 root="$cache/$key"
 bin="$root/bin"
 jobs="${KUBETRAIN_GO_JOBS:-2}"
+if [ "${1:-}" = --print-bin ]; then  # the one place the key is computed: callers ask here
+  echo "$bin"
+  exit 0
+fi
 mkdir -p "$bin"
 
 find_archive() {  # find_archive NAME SHA256 -> path

@@ -7,8 +7,6 @@ backend's compiler whenever the binary is in the cache (`make e2e` always builds
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,18 +21,11 @@ class CompileError(RuntimeError):
     """The backend's compiler refused a pipeline; the message is its own."""
 
 
-def cache_key() -> str:
-    """The key tools/kfp/build.sh files its binaries under (the hash of its pins, itself and its patches)."""
-    digest = hashlib.sha256()
-    for path in [TOOLS / "pins.env", TOOLS / "build.sh", *sorted((TOOLS / "patches").iterdir())]:
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def cached_binary() -> Path | None:
     """The compiler built for the current pins, or None when it is not in the cache."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    binary = cache / "kubetrain" / "kfp" / cache_key() / "bin" / "kfp-compiler"
+    done = subprocess.run(["bash", str(TOOLS / "build.sh"), "--print-bin"], capture_output=True, text=True,
+                          check=True, timeout=60)  # fmt: skip
+    binary = Path(done.stdout.strip()) / "kfp-compiler"
     return binary if binary.is_file() else None
 
 
