@@ -10,6 +10,7 @@ objects in the store (tests/cluster/kfp_runs.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import runpy
 import shutil
@@ -18,6 +19,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ from kubetrain.names import LABEL_RUN_ID
 from tests.cluster import kfp_runs
 from tests.cluster.kfp_runs import Artifact, KfpBackend
 from tools.cluster.controlplane import STATE, Cluster
+from tools.cluster.node_config import NODE_NAME
 
 TARGET = 0.95
 FRAMEWORK_IMAGES = {"mnist_pytorch": ["pytorch"], "mnist_chainermn": ["chainermn"], "mnist_ps": ["ps"],
@@ -229,7 +232,27 @@ def test_kubetrain_submit_uploads_and_starts_a_run_that_succeeds(kfp_backend: Kf
     assert run.display_name == name
 
 
-def test_a_tasks_node_selector_tolerations_and_resources_reach_the_training_pods_not_the_launcher_pod(
+GPU = "nvidia.com/gpu"
+
+
+@contextlib.contextmanager
+def _advertised_gpus(cluster: Cluster, count: int) -> Iterator[None]:
+    """The real node advertises `count` GPUs (an extended resource, as a device plugin would) meanwhile.
+
+    It has none: pods that ask for one are scheduled there, get no device, and train on the CPU
+    (the programs' `--backend auto` is gloo without CUDA). What is checked is where the request lands.
+    """
+    path = "/status/{}/" + GPU.replace("/", "~1")
+    ops = [{"op": "add", "path": path.format(field), "value": str(count)} for field in ("capacity", "allocatable")]
+    cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(ops))
+    try:
+        yield
+    finally:
+        ops = [{"op": "remove", "path": path.format(field)} for field in ("capacity", "allocatable")]
+        cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(ops))
+
+
+def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_training_pods_not_the_launcher_pod(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
     # TaskConfig passthrough through the real driver: the settings a user makes on the training
@@ -244,12 +267,14 @@ def test_a_tasks_node_selector_tolerations_and_resources_reach_the_training_pods
             task = claim(train(dataset=data.outputs["dataset"], **IDS,
                                epochs=2, delete_after="never"))
             task.set_cpu_request("150m").set_memory_limit("1536Mi")
+            task.set_accelerator_type("nvidia.com/gpu").set_accelerator_limit(1)
             kubernetes.add_node_selector(task, label_key="kubetrain.dev/node", label_value="real")
             kubernetes.add_toleration(task, key="kubetrain.dev/placed", operator="Exists", effect="NoSchedule")
     """,
     )
-    run_id = kfp_backend.start(package, {}, f"placed-{uuid.uuid4().hex[:6]}")
-    run = kfp_backend.wait(run_id)
+    with _advertised_gpus(kfp_backend.cluster, 8):
+        run_id = kfp_backend.start(package, {}, f"placed-{uuid.uuid4().hex[:6]}")
+        run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
     (model,) = _by_type(kfp_backend.artifacts(run_id), "system.Model")
     job = model.properties["job_name"]
@@ -261,13 +286,18 @@ def test_a_tasks_node_selector_tolerations_and_resources_reach_the_training_pods
         assert any(t.get("key") == "kubetrain.dev/placed" for t in spec.get("tolerations", []))
         resources = spec["containers"][0]["resources"]
         assert resources["requests"]["cpu"] == "150m" and resources["limits"]["memory"] == "1536Mi", resources
+        assert resources["limits"].get(GPU) == "1", resources
     launchers = json.loads(kfp_backend.kubectl("get", "pods", "-l", f"pipeline/runid={run_id}", "-o", "json"))
+    checked = 0
     for pod in launchers["items"]:
-        if "pytorch_train" not in next(c for c in pod["spec"]["containers"] if c["name"] == "main").get("args", []):
-            continue
-        assert not any(t.get("key") == "kubetrain.dev/placed" for t in pod["spec"].get("tolerations", []))
         main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+        if "pytorch_train" not in main.get("args", []):  # the step itself, not its driver
+            continue
+        checked += 1
+        assert not any(t.get("key") == "kubetrain.dev/placed" for t in pod["spec"].get("tolerations", []))
         assert main.get("resources", {}).get("requests", {}).get("cpu") != "150m", main.get("resources")
+        assert GPU not in main.get("resources", {}).get("limits", {}), main.get("resources")
+    assert checked, "no launcher pod of the training task was found"
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
