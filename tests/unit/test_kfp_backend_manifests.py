@@ -76,3 +76,10 @@ def test_a_one_layer_image_holds_its_binary_and_a_sticky_tmp(tmp_path: Path) -> 
     with tarfile.open(fileobj=io.BytesIO(blobs.layer[1])) as files:
         tmp = files.getmember("tmp")
         assert tmp.isdir() and tmp.mode == 0o1777
+
+
+def test_the_kubeflow_namespace_enforces_restricted_and_runs_on_the_real_node() -> None:
+    namespace = yaml.safe_load(backend._namespace())
+    labels, annotations = namespace["metadata"]["labels"], namespace["metadata"]["annotations"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert annotations["scheduler.alpha.kubernetes.io/node-selector"] == "kubetrain.dev/node=real"
