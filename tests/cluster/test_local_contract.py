@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kubetrain.presets import IMAGE_NAMES
 from tests.cluster import real_pods
 from tests.cluster.contract import (
     DIFFERENCES,
@@ -129,7 +130,7 @@ def real(cluster: Cluster) -> RealNode:
     """The real node with every training image on its registry."""
     if not node.running(STATE):
         pytest.skip("no real node in this cluster (KUBETRAIN_REAL_NODE=0)")
-    return real_pods.prepare(cluster, ["launcher", "pytorch", "chainermn", "ps"])
+    return real_pods.prepare(cluster, list(IMAGE_NAMES))
 
 
 @pytest.mark.parametrize("case", sorted(KINDS))

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kubetrain.presets import IMAGE_NAMES
 from tools.cluster import controlplane, images, node
 from tools.cluster.kfp import backend
-
-IMAGES = ("launcher", "pytorch", "chainermn", "ps")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.images:
                 if not node.running(controlplane.STATE):
                     raise images.ImageBuildError("--images: no real node runs in this cluster (KUBETRAIN_REAL_NODE=0?)")
-                built = images.ensure(list(IMAGES), controlplane.STATE / "images.log")
+                built = images.ensure(list(IMAGE_NAMES), controlplane.STATE / "images.log")
                 print(f"images on the node's registry: {', '.join(built.names)} ({built.seconds:.0f} s)")
     except (*controlplane.start_errors(), images.ImageBuildError) as e:
         print(f"cluster {args.action}: {e}", file=sys.stderr)
