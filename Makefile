@@ -7,17 +7,18 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.kubetrain-setup
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Open MPI for ChainerMN and mpi4py (the MPI tests and the local backend's MPIJob).
+SETUP_PACKAGES := openmpi-bin libopenmpi-dev
 PYTEST_ARGS ?=
 LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
-.PHONY: setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages cluster-up cluster-down e2e lock
+
+.PHONY: debian-packages setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages cluster-up cluster-down e2e lock
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile images/constraints.txt
-	@command -v mpiexec >/dev/null && [ -e /usr/include/x86_64-linux-gnu/openmpi/mpi.h -o -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ] \
-	  || { echo "setup: installing Open MPI from Debian"; \
-	       $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null; }
+	@bash tools/ci/apt_install_missing.sh $(SETUP_PACKAGES)
 	@[ -x $(PY) ] || python3 -m venv $(VENV)
 	# torch first (the PyPI build: its CUDA libraries go unused on CPUs), pinned like the rest.
 	$(PIP) install -q -c images/constraints.txt torch
@@ -35,10 +36,12 @@ $(STAMP): pyproject.toml Makefile images/constraints.txt
 demo: setup
 	$(VENV)/bin/kubetrain demo
 
+# Each step prints one `phase NAME: start … end … N s` line (.ci/phase.sh), as CI reads them.
 test: setup
-	$(PY) -m ruff check $(LINT_PATHS)
-	$(PY) -m mypy
-	$(PY) -m pytest --ignore=tests/cluster $(PYTEST_ARGS)
+	source .ci/phase.sh; \
+	phase lint $(PY) -m ruff check $(LINT_PATHS); \
+	phase types $(PY) -m mypy; \
+	phase unit-and-integration-tests $(PY) -m pytest --ignore=tests/cluster $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -m "not slow" --ignore=tests/cluster $(PYTEST_ARGS)
@@ -82,9 +85,12 @@ controlplane: $(if $(REAL_NODE),node-packages)
 # The real node runs containers with Debian's runc, builds images with buildah on an mmdebstrap
 # base, and its kubelet and kube-proxy program iptables (nft underneath).
 node-packages:
-	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then echo "node-packages: installing" $$missing; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+	@bash tools/ci/apt_install_missing.sh --no-recommends $(NODE_PACKAGES)
+
+# Both tiers' Debian packages up front (.ci/run), so nothing later waits on dpkg's lock.
+debian-packages:
+	@bash tools/ci/apt_install_missing.sh $(SETUP_PACKAGES)
+	@bash tools/ci/apt_install_missing.sh --no-recommends $(NODE_PACKAGES)
 
 # The Kubeflow Pipelines 2.17 backend on the real node (tools/kfp/build.sh: KFP and Argo from their
 # pinned source archives, cached under ~/.cache/kubetrain/kfp). KUBETRAIN_KFP=0 leaves it out.

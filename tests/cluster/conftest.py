@@ -4,16 +4,36 @@ It runs only when KUBETRAIN_E2E=1 (`make e2e` sets it): a plain `pytest` or `mak
 since a cold first run builds the control plane from the Go module proxy (tens of minutes).
 A cluster that cannot start ends the session with one line saying why (a port taken, and by which
 process; a component that exited, and its log), instead of the same error under every test.
+
+Each group of scenarios (a test module), the cluster's start and its stop print one
+`phase NAME: start … end … N s` line at the end of the session, as .ci/run's own phases do, so a
+CI log shows where the e2e time went.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from tools.cluster.controlplane import Cluster, down, start_errors, up
+
+
+@dataclass
+class _Span:
+    start: float
+    end: float
+
+
+_SPANS: dict[str, _Span] = {}
+
+
+def _record(name: str, start: float, end: float) -> None:
+    span = _SPANS.setdefault(name, _Span(start, end))
+    span.start, span.end = min(span.start, start), max(span.end, end)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -26,13 +46,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    # The first scenario's span includes the cluster's start (its fixture), reported on its own too.
+    start = time.time()
+    yield
+    _record(f"e2e:{item.path.stem}", start, time.time())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _SPANS:
+        return
+    terminalreporter.section("phases")
+    for name, span in sorted(_SPANS.items(), key=lambda kv: kv[1].start):
+        clock = time.strftime("%H:%M:%S", time.gmtime(span.start)), time.strftime("%H:%M:%S", time.gmtime(span.end))
+        terminalreporter.write_line(f"phase {name}: start {clock[0]} end {clock[1]} {span.end - span.start:.0f} s")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The control plane, started once; stopped at the end unless it was running before (`make cluster-up`)."""
+    start = time.time()
     try:
         started = up()
     except start_errors() as e:
         pytest.exit(f"the e2e cluster could not start: {e}", returncode=3)
+    _record("e2e:cluster-up", start, time.time())
     yield started
     if started.started_here:
+        start = time.time()
         down()
+        _record("e2e:cluster-down", start, time.time())

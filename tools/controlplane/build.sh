@@ -11,7 +11,9 @@ source "$here/pins.env"
 export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0
 export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/controlplane"
-hash=$(cat "$here/pins.env" "$here"/*/* | sha256sum | cut -c1-16)
+# Every key also holds the toolchain and the flags, so a binary built another way is never reused.
+toolchain="$(go version) $GOFLAGS CGO_ENABLED=$CGO_ENABLED"
+hash=$(cat "$here/pins.env" "$here"/*/* <(echo "$toolchain") | sha256sum | cut -c1-16)
 bin="$cache/$hash/bin"
 mkdir -p "$bin"
 jobs="${KUBETRAIN_GO_JOBS:-2}"
@@ -27,16 +29,27 @@ build() {  # build DIR OUTPUT PACKAGE [LDFLAGS]
   local dir=$1 out=$2 pkg=$3 ldflags=${4:--s -w}
   local key piece
   # Every file of the wrapper module (go.mod, go.sum, any source) and the link flags.
-  key=$(cat "$here/pins.env" "$here/$dir"/* <(echo "$ldflags") | sha256sum | cut -c1-16)
+  key=$(cat "$here/pins.env" "$here/$dir"/* <(echo "$ldflags $toolchain") | sha256sum | cut -c1-16)
   piece="$cache/pieces/$dir-$key"
   if [ ! -x "$piece/$out" ]; then
     echo "controlplane: building $out ($pkg)" >&2
     mkdir -p "$piece"
-    (cd "$here/$dir" && go build -p "$jobs" -ldflags "$ldflags" -o "$piece/$out.tmp" "$pkg")
+    local t0=$SECONDS start; start=$(date -u +%T)
+    if ! (cd "$here/$dir" && go build -p "$jobs" -ldflags "$ldflags" -o "$piece/$out.tmp" "$pkg"); then
+      echo "controlplane: FAILED building $out ($pkg, module tools/controlplane/$dir)"
+      exit 1
+    fi
     mv "$piece/$out.tmp" "$piece/$out"
+    echo "phase build:$out: start $start end $(date -u +%T) $((SECONDS - t0)) s"
   fi
   ln -sfn "$piece/$out" "$bin/$out"
 }
+
+# Module downloads are network-bound: fetch every wrapper module's graph in the background while
+# the first pieces compile (Go's module cache is safe to share between concurrent commands).
+(for d in "$here"/*/; do [ -f "$d/go.mod" ] && (cd "$d" && go mod download >/dev/null 2>&1); done) &
+prefetch=$!
+trap 'kill $prefetch 2>/dev/null || true' EXIT
 
 build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(k8s_ldflags)"
 build k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$(k8s_ldflags)"

@@ -18,7 +18,8 @@ source "$here/pins.env"
 export GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath -buildvcs=false"
 export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/kfp"
-key=$(cat "$here/pins.env" "$here/build.sh" "$here"/patches/* | sha256sum | cut -c1-16)
+# The toolchain is part of the key: a binary built by another Go is never reused.
+key=$(cat "$here/pins.env" "$here/build.sh" "$here"/patches/* <(go version) | sha256sum | cut -c1-16)
 root="$cache/$key"
 bin="$root/bin"
 jobs="${KUBETRAIN_GO_JOBS:-2}"
@@ -63,14 +64,23 @@ build() {  # build TREE OUTPUT PACKAGE CGO
   local tree=$1 out=$2 pkg=$3 cgo=$4
   [ -x "$bin/$out" ] && return
   echo "kfp: building $out ($tree $pkg)" >&2
-  local t0=$SECONDS
-  (cd "$root/src/$tree" &&
-    CGO_ENABLED=$cgo go build -p "$jobs" -tags netgo -ldflags "-s -w" -o "$bin/$out.tmp" "$pkg")
+  local t0=$SECONDS start; start=$(date -u +%T)
+  if ! (cd "$root/src/$tree" &&
+        CGO_ENABLED=$cgo go build -p "$jobs" -tags netgo -ldflags "-s -w" -o "$bin/$out.tmp" "$pkg"); then
+    echo "kfp: FAILED building $out ($tree $pkg)"
+    exit 1
+  fi
   mv "$bin/$out.tmp" "$bin/$out"
-  echo "kfp: built $out in $((SECONDS - t0)) s" >&2
+  echo "phase build:$out: start $start end $(date -u +%T) $((SECONDS - t0)) s"
 }
 
 extract
+if [ "${1:-}" != compiler ]; then
+  # Both trees' module graphs download in the background while the first binaries compile.
+  (for tree in pipelines argo-workflows; do (cd "$root/src/$tree" && go mod download >/dev/null 2>&1); done) &
+  prefetch=$!
+  trap 'kill $prefetch 2>/dev/null || true' EXIT
+fi
 build pipelines kfp-compiler ./backend/src/v2/cmd/compiler 0
 if [ "${1:-}" != compiler ]; then
   # Driver, launcher and argoexec are copied into pods (the launcher into the user's own image),
