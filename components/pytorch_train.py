@@ -119,7 +119,11 @@ def pytorch_train(
         manifest_patch: A JSON merge patch (RFC 7386) applied to the job's manifest, for what the
             inputs do not cover (e.g. {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 600}}}); the
             result is validated like every manifest, so a bad patch fails before submission, naming
-            the field.
+            the field. It may not cross the "restricted" Pod Security line (host namespaces, paths
+            or ports, privileged, security contexts, added containers, Secrets, projected or CSI
+            volumes) nor change what the step owns: image, command and args, the service account and
+            its token, kubetrain's volumes, mounts, env, labels and annotations, and the deadline
+            (which may only be lowered). A list replaces the whole list: repeat kubetrain's items.
 
     Returns:
         model: The model files and metrics.json; metadata has framework, job name and status.

@@ -47,6 +47,9 @@ def test_json_output_is_the_same_manifest(capsys: pytest.CaptureFixture[str]) ->
         (["pytorchjob", "--name", "p", "--job-api", "trainjob"], "--job-api: got 'trainjob'; render pytorchjob"),
         (["pytorchjob", "--name", "p", "--manifest-patch", '{"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "x"}}}}'],
          "manifest_patch: spec.pytorchReplicaSpecs.Worker.replicas"),
+        # Past the security line (issue 33): refused in one line, naming the field, before any output.
+        (["psjob", "--name", "p", "--manifest-patch", '{"spec": {"replicatedJobs": [{"name": "master", "template": {"spec": {"template": {"spec": {"hostNetwork": true}}}}}]}}'],
+         "manifest_patch: spec.replicatedJobs[master].template.spec.template.spec.hostNetwork: may not add"),
     ],
 )  # fmt: skip
 def test_bad_input_is_refused_with_a_clear_message(argv: list[str], message: str) -> None:

@@ -4,18 +4,20 @@ For what the component inputs do not cover (a scheduler name, a field of a newer
 user gives a merge patch: objects merge key by key, ``null`` deletes a key, anything else (lists
 included) replaces. The result goes through the same checks as every manifest kubetrain builds
 (the controllers' rules, and the CRD schema with undeclared fields as errors where the CRDs are
-at hand), and the job's identity and the pods' restricted security settings must stay as built,
-so a bad patch is refused before anything is submitted, naming the field.
+at hand), the job's identity must stay as built, and the patch may not cross the security line or
+change what the step owns (`patch_guard`), so a bad patch is refused before anything is submitted,
+naming the field.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import ManifestError
+from kubetrain.manifests.patch_guard import check_patch_guard
 from kubetrain.manifests.pod import Manifest
 from kubetrain.manifests.validate import validate_manifest
 
@@ -42,19 +44,6 @@ def _get(obj: Any, path: tuple[str, ...]) -> Any:
     return obj
 
 
-def _security_contexts(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(obj, Mapping):
-        for key, value in obj.items():
-            where = f"{path}.{key}" if path else str(key)
-            if key == "securityContext":
-                yield where, value
-            else:
-                yield from _security_contexts(value, where)
-    elif isinstance(obj, list):
-        for i, value in enumerate(obj):
-            yield from _security_contexts(value, f"{path}[{i}]")
-
-
 def apply_manifest_patch(manifest: Manifest, patch: object, *, crd_dir: Path | None = None) -> Manifest:
     """`manifest` with the merge patch applied, validated strictly; ManifestError names what is wrong."""
     if not isinstance(patch, Mapping):
@@ -66,14 +55,7 @@ def apply_manifest_patch(manifest: Manifest, patch: object, *, crd_dir: Path | N
                 f"manifest_patch: {'.'.join(path)}",
                 f"may not change ({_get(manifest, path)!r} → {_get(patched, path)!r}); kubetrain derives it",
             )
-    built = dict(_security_contexts(manifest))
-    after = dict(_security_contexts(patched))
-    for where in sorted(set(built) | set(after)):
-        if built.get(where) != after.get(where):
-            raise ManifestError(
-                f"manifest_patch: {where}",
-                "may not change: the pods keep the restricted Pod Security settings kubetrain builds",
-            )
+    check_patch_guard(manifest, patched)
     try:
         validate_manifest(patched, crd_dir=crd_dir)
     except ManifestError as e:
