@@ -14,6 +14,7 @@ import pytest
 
 from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.errors import ExitCode
+from kubetrain.ps.common.jobtoken import token_metadata
 from kubetrain.ps.common.rpc import wait_serving
 from kubetrain.ps.harness.localrun import LocalPSJob, free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
@@ -36,6 +37,8 @@ def _server(tmp_path: Path, env: dict[str, str], *extra: str) -> tuple[subproces
             "3",
             "--checkpoint-dir",
             str(tmp_path / "ckpt"),
+            "--job-token-file",
+            str(tmp_path / "job-token"),
             *extra,
         ],
         env={**os.environ, "KUBETRAIN_BIND_ADDRESS": HOST, **env},
@@ -57,7 +60,8 @@ def test_shard_index_comes_from_the_jobset_env(tmp_path: Path, env: dict[str, st
             stub = pb_grpc.ParameterServerStub(ch)
             state = stub.GetState(pb.GetStateRequest(), timeout=10)
             assert (state.shard_index, state.num_shards, state.generation) == (index, 3, 1)
-            stub.Shutdown(pb.ShutdownRequest(reason="test"), timeout=10)
+            token = (tmp_path / "job-token").read_text()
+            stub.Shutdown(pb.ShutdownRequest(reason="test"), timeout=10, metadata=token_metadata(token))
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()

@@ -23,6 +23,7 @@ from kubetrain.ps.server.store import ParameterShard, ShardConfig
 from kubetrain.ps.worker.client import PSClient
 
 HOST = "127.0.0.1"
+TOKEN = "t" * 64
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def shards(tmp_path: Path) -> Iterator[tuple[list[str], list[ParameterServerServ
         server = make_server(4)
         health = HealthReporter(server, [SERVICE])
         servicer = ParameterServerServicer(
-            shard, stop=threading.Event(), checkpointer=_Checkpointer(tmp_path / str(i), keep=2)
+            shard, stop=threading.Event(), checkpointer=_Checkpointer(tmp_path / str(i), keep=2), token=TOKEN
         )
         pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
         port = bind(server, HOST, free_port(HOST))

@@ -232,10 +232,11 @@ def test_eval_tasks_come_first_and_results_count_once() -> None:
     evals = [_take(book, f"e{i}", str(i)) for i in range(3)]
     assert all(e.task.kind == "eval" for e in evals)
     assert sum(e.task.records for e in evals) == 12
-    res = EvalResult(loss_sum=1.0, correct=3, count=4)
     for i, e in enumerate(evals):
-        _finish(book, e, f"e{i}", str(i), eval_result=res)
-    _finish(book, evals[0], "e0", "0", eval_result=EvalResult(9.0, 0, 4))  # duplicate: ignored
+        _finish(book, e, f"e{i}", str(i), eval_result=EvalResult(loss_sum=1.0, correct=3, count=e.task.records))
+    duplicate = book.report(worker_id="e0", incarnation="0", task_id=evals[0].task.task_id, lease=evals[0].lease,
+                            success=True, records=4, eval_result=EvalResult(9.0, 0, 4), now=2.0)  # fmt: skip
+    assert duplicate[0] is False  # ignored
     assert rid not in book.results.evals.rounds
     assert book.results.history[-1]["step"] == 7
     assert book.results.history[-1]["test_accuracy"] == pytest.approx(9 / 12)
@@ -307,10 +308,11 @@ def test_durable_entries_fold_into_bitmaps_and_stay_done() -> None:
     assert all(lease.task.task_id in book.ledger for lease in leases)
     assert book.ledger.records() == 40 and book.training_complete()
     assert [h["epoch"] for h in book.results.history] == [0]
-    # A retried report of a folded task counts as trained twice, never as a new task.
-    _finish(book, leases[0], "w0", "w0")
+    # A retried report of a folded task (its lease no longer held) counts nothing, never a new task.
+    book.report(worker_id="w0", incarnation="w0", task_id=leases[0].task.task_id, lease=leases[0].lease,
+                success=True, records=leases[0].task.records, now=2.0)  # fmt: skip
     assert book.counters["tasks_done"] == 5
-    assert book.counters["records_trained_twice"] == leases[0].task.records
+    assert book.counters["records_trained_twice"] == 0
     # A restart of shard 0 from version 3 loses only the open entries past it.
     assert book.note_ps_state(0, [-1, 3], 3) == 2
     assert len(book.ledger) == 3
@@ -341,3 +343,21 @@ def test_history_steps_follow_the_reported_versions_and_the_final_loss_is_the_la
     assert final["step"] == 30
     assert final["loss"] == pytest.approx(0.3)
     assert book.results.final_metrics["train_loss"] == pytest.approx(0.3)
+
+
+def test_only_the_lease_holder_may_report_and_only_with_every_record() -> None:
+    book = TaskBook(config=_config())
+    lease = _take(book, "w0", "a", now=0.0)
+    book.expire(100.0)  # taken back: only w0's own process may still finish it
+    ok, note = book.report(worker_id="w1", incarnation="b", task_id=lease.task.task_id, lease=lease.lease,
+                           success=True, records=lease.task.records, now=101.0)  # fmt: skip
+    assert not ok and "not held by worker w1" in note and lease.task in book.todo
+    ok, note = book.report(worker_id="w0", incarnation="a", task_id=lease.task.task_id, lease=lease.lease,
+                           success=True, records=1, now=101.0)  # fmt: skip
+    assert not ok and "reported 1 records" in note and lease.task in book.todo
+    # A heartbeat cannot claim more progress than the task has, nor for another worker's lease.
+    held = _take(book, "w2", "c", now=102.0)
+    book.heartbeat("w2", "c", held.lease, 10**9, now=103.0)
+    book.heartbeat("w3", "d", held.lease, 5, now=103.0)
+    assert book.doing[held.lease].progress == held.task.records
+    assert book.counters["records_trained"] == 0 and not any(w.records_trained for w in book.workers.values())

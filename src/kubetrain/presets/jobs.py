@@ -150,16 +150,19 @@ def ps_job_spec(
     master_addr = master_address(name=name, port=PS_MASTER_PORT)
     ps_addrs = ",".join(ps_addresses(name=name, port=PS_SERVER_PORT, count=ps))
     state_dir = f"{params.output_dir}/ps-state"
+    # On the job's volume, not in the manifest: see kubetrain.ps.common.jobtoken.
+    token_file = f"{state_dir}/job-token"
     checkpoint_dir = params.checkpoint_dir or f"{params.output_dir}/ps-checkpoints"
     master_args: tuple[str, ...] = (
         "--port", str(PS_MASTER_PORT), "--data", params.data_dir, "--output", params.output_dir,
         "--state-dir", state_dir, "--num-ps", str(ps), "--ps-addrs", ps_addrs,
         "--epochs", str(params.epochs), "--records-per-task", str(records_per_task), "--mode", mode,
         "--model", params.model, "--seed", str(params.seed), "--batch-size", str(params.batch_size),
+        "--job-token-file", token_file,
     )  # fmt: skip
     server_args: tuple[str, ...] = (
         "--port", str(PS_SERVER_PORT), "--num-shards", str(ps), "--checkpoint-dir", checkpoint_dir,
-        "--mode", mode, "--optimizer", optimizer, "--lr", repr(float(params.lr)),
+        "--mode", mode, "--optimizer", optimizer, "--lr", repr(float(params.lr)), "--job-token-file", token_file,
     )  # fmt: skip
     if mode == "sync":
         # One model version per round of every worker's gradient (ElasticDL's grads_to_wait).

@@ -6,12 +6,14 @@ from kubetrain.errors import ExitCode, InvalidInputError, KubetrainError, Traini
 
 __all__ = [
     "CheckpointError",
+    "DivergedError",
     "JobAbortedError",
     "JobEndedError",
     "PSCallError",
     "PSConfigError",
     "PSUnavailableError",
     "StaleStateError",
+    "UnknownTaskError",
 ]
 
 
@@ -49,3 +51,11 @@ class JobEndedError(KubetrainError):
         super().__init__(message)
         self.failed = failed
         self.exit_code = ExitCode.JOB_FAILED if failed else ExitCode.SUCCESS
+
+
+class UnknownTaskError(InvalidInputError):
+    """A report names a task this job never had (the master answers NOT_FOUND)."""
+
+
+class DivergedError(TrainingError):
+    """A loss or a parameter is not finite: the model diverged, training on cannot help."""

@@ -243,6 +243,7 @@ class WorkerInfo:
     last_seen: float
     slot: int = -1
     alive: bool = True
+    records_trained: int = 0  # of tasks this worker finished (metrics count only workers that trained)
 
 
 @dataclass

@@ -29,7 +29,11 @@ def to_tensors(arrays: Mapping[str, npt.ArrayLike]) -> list[pb.Tensor]:
 def from_tensor(msg: pb.Tensor) -> npt.NDArray[np.float32]:
     """The float32 array of a Tensor message (a writable copy)."""
     shape = tuple(int(d) for d in msg.shape)
-    expected = int(np.prod(shape, dtype=np.int64)) * _F32.itemsize
+    if any(d < 0 for d in shape):
+        raise PSConfigError(f"tensor {msg.name!r}: shape {shape}; expected sizes >= 0")
+    expected = _F32.itemsize
+    for d in shape:  # Python integers: a huge shape cannot wrap around to match the data
+        expected *= d
     if len(msg.data) != expected:
         raise PSConfigError(f"tensor {msg.name!r}: {len(msg.data)} bytes for shape {shape}; expected {expected}")
     return np.frombuffer(msg.data, dtype=_F32).reshape(shape).astype(np.float32)

@@ -44,6 +44,7 @@ class MasterConfig:
     sync_retries: int
     shutdown_grace: float
     ps_deadline: float
+    job_token_file: Path
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> MasterConfig:
@@ -78,6 +79,7 @@ class MasterConfig:
             max_dropped_fraction=args.max_dropped_fraction, heartbeat_interval=args.heartbeat_interval,
             heartbeat_timeout=args.heartbeat_timeout, min_task_timeout=args.min_task_timeout,
             sync_retries=args.sync_retries, shutdown_grace=args.shutdown_grace, ps_deadline=args.ps_deadline,
+            job_token_file=args.job_token_file,
         )  # fmt: skip
 
     @property

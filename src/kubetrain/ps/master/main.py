@@ -5,7 +5,8 @@ loaded) and runs a monitor loop that re-queues work of silent workers and overdu
 the PS shards' versions and restarts, opens an evaluation round every `--eval-every` versions,
 and at the end flushes the shards, evaluates the final model, writes `model.npz`, `model.json`
 and `metrics.json` to `--output`, tells workers the job is done, shuts the shards down and
-exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`. Either way it first
+exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`, or if a loss or a
+parameter is not finite (the model diverged). Either way it first
 records the outcome in `--state-dir` (ps.outcome), so that a worker that starts only after the
 master has gone exits at once instead of retrying for its whole deadline.
 """
@@ -23,7 +24,8 @@ from pathlib import Path
 import grpc
 
 from kubetrain.errors import ExitCode, KubetrainError
-from kubetrain.ps.common.errors import CheckpointError, JobAbortedError
+from kubetrain.ps.common.errors import CheckpointError, DivergedError, JobAbortedError
+from kubetrain.ps.common.jobtoken import ensure_token, token_metadata
 from kubetrain.ps.common.model_names import MODEL_NAMES
 from kubetrain.ps.common.outcome import JobOutcome, clear_outcome, write_outcome
 from kubetrain.ps.common.procs import default_bind, setup_logging, stop_on_signals
@@ -81,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-retries", type=int, default=64)
     p.add_argument("--shutdown-grace", type=float, default=30.0)
     p.add_argument("--ps-deadline", type=float, default=300.0, help="seconds to wait for PS calls")
+    p.add_argument(
+        "--job-token-file",
+        type=Path,
+        required=True,
+        help="the job's token on its volume (created if absent), which the servers require for Shutdown and Flush",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -88,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 class _Loop:
     """The monitor loop: timers, PS following, eval rounds and the end of the job."""
 
-    def __init__(self, core: MasterCore, config: MasterConfig, settings: JobSettings) -> None:
+    def __init__(self, core: MasterCore, config: MasterConfig, settings: JobSettings, token: str) -> None:
         self.core = core
+        self._auth = token_metadata(token)
         self.config = config
         self.settings = settings
         self.shards = ShardStubs(config.ps_addrs)
@@ -139,7 +148,13 @@ class _Loop:
         if book.phase == TRAINING and book.training_complete():
             self._finish_training()
         if book.phase == FINISHING:
-            write_outputs(core, self.shards, self.settings, self.config)
+            try:
+                write_outputs(core, self.shards, self.settings, self.config)
+            except DivergedError as e:
+                reason = str(e)
+                core.mutate(lambda b: b.fail(reason), always_save=True)
+                log.error("%s", reason)
+                return True
             core.mutate(lambda b: setattr(b, "phase", DONE), always_save=True)
             log.info("job done: %s", json.dumps(book.results.final_metrics))
         return book.phase in (DONE, FAILED)
@@ -147,7 +162,9 @@ class _Loop:
     def _finish_training(self) -> None:
         # Sync mode may hold a partly filled aggregate: apply it before the final evaluation.
         self.shards.all_with_retry(
-            "Flush", lambda s: s.Flush(pb.FlushRequest(), timeout=30), deadline_s=self.config.ps_deadline
+            "Flush",
+            lambda s: s.Flush(pb.FlushRequest(), timeout=30, metadata=self._auth),
+            deadline_s=self.config.ps_deadline,
         )
         self._poll_ps(required=True)  # a shard restart may have put finished tasks back
         with self.core.lock:
@@ -173,7 +190,7 @@ class _Loop:
 
     def _stop_shard(self, index: int, stub: pb_grpc.ParameterServerStub) -> None:
         try:
-            stub.Shutdown(pb.ShutdownRequest(reason="job ended"), timeout=10)
+            stub.Shutdown(pb.ShutdownRequest(reason="job ended"), timeout=10, metadata=self._auth)
         except grpc.RpcError as e:
             code = e.code() if isinstance(e, grpc.Call) else e
             log.warning("PS %s: shutdown call failed (%s)", self.shards.addrs[index], code)
@@ -226,7 +243,7 @@ def run(config: MasterConfig) -> int:
     server.start()
     health.serving()
     log.info("master serving on %s:%d (%s, %d epochs)", host, config.port, config.mode, config.epochs)
-    loop = _Loop(core, config, settings)
+    loop = _Loop(core, config, settings, ensure_token(config.job_token_file))
     try:
         while not stop.is_set():
             if core.fatal is not None:

@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from kubetrain.errors import KubetrainError
 from kubetrain.fileio import atomic_write_bytes
+from kubetrain.ps.common.errors import DivergedError
 from kubetrain.ps.common.tasks import FAILED
 from kubetrain.ps.common.tensors import from_rows, from_tensor
 from kubetrain.ps.master.config import MasterConfig
@@ -26,7 +27,10 @@ log = logging.getLogger("kubetrain.ps.master")
 
 
 def write_model(shards: ShardStubs, settings: JobSettings, config: MasterConfig, *, deadline_s: float) -> int:
-    """Gather every shard's parameters into `model.npz` (+ `model.json`); returns the version."""
+    """Gather every shard's parameters into `model.npz` (+ `model.json`); returns the version.
+
+    DivergedError, and nothing written, if a parameter is not finite.
+    """
     dumps = shards.all_with_retry(
         "DumpModel",
         lambda s: s.DumpModel(pb.DumpModelRequest(), timeout=60),
@@ -47,6 +51,12 @@ def write_model(shards: ShardStubs, settings: JobSettings, config: MasterConfig,
         order = np.argsort(arrays[f"embedding/{table}/ids"], kind="stable")
         for key in ("ids", "values"):
             arrays[f"embedding/{table}/{key}"] = arrays[f"embedding/{table}/{key}"][order]
+    for key, a in arrays.items():
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise DivergedError(
+                f"the model diverged: parameter {key} holds {int((~np.isfinite(a)).sum())} non-finite values; "
+                "lower the learning rate"
+            )
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     atomic_write_bytes(config.output / "model.npz", buf.getvalue())
@@ -76,7 +86,8 @@ def metrics(core: MasterCore, settings: JobSettings, config: MasterConfig) -> di
         "test_loss": book.results.final_metrics.get("test_loss"),
         "train_loss": book.results.final_metrics.get("train_loss"),
         "samples_per_second": c["records_trained"] / train_s,
-        "world_size": len(book.workers),
+        # Workers that finished training tasks, not every client that asked for work.
+        "world_size": sum(1 for w in book.workers.values() if w.records_trained > 0),
         "wall_seconds": now - times.get("started_at", now),
         "train_seconds": train_s,
         "epochs": book.config.epochs,

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import grpc
 
 from kubetrain.errors import KubetrainError
+from kubetrain.ps.common.errors import UnknownTaskError
 from kubetrain.ps.common.evaluation import EvalResult
 from kubetrain.ps.common.tasks import EVAL, Directive, Lease
 from kubetrain.ps.master.state import StateStore, book_to_json
@@ -108,9 +109,11 @@ class MasterServicer(pb_grpc.MasterServicer):  # type: ignore[misc]
         self._core = core
         self._settings = settings
 
-    def _guard(self, context: grpc.ServicerContext) -> None:
+    def _guard(self, context: grpc.ServicerContext, worker: pb.WorkerRef | None = None) -> None:
         if self._core.fatal is not None:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"master stopping: {self._core.fatal}")
+        if worker is not None and not (worker.worker_id and worker.incarnation):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "worker: worker_id and incarnation are required")
 
     def GetJobInfo(self, request: pb.WorkerRef, context: grpc.ServicerContext) -> pb.JobInfo:  # noqa: N802 - gRPC method name
         """The model, batch size and mode every worker uses."""
@@ -130,7 +133,7 @@ class MasterServicer(pb_grpc.MasterServicer):  # type: ignore[misc]
 
     def GetTask(self, request: pb.WorkerRef, context: grpc.ServicerContext) -> pb.GetTaskResponse:  # noqa: N802 - gRPC method name
         """The next task, or wait / the job's end."""
-        self._guard(context)
+        self._guard(context, request)
         now = time.monotonic()
 
         def fn(book: TaskBook) -> tuple[int, Lease | None]:
@@ -152,8 +155,11 @@ class MasterServicer(pb_grpc.MasterServicer):  # type: ignore[misc]
     def ReportTask(  # noqa: N802 - gRPC method name
         self, request: pb.ReportTaskRequest, context: grpc.ServicerContext
     ) -> pb.ReportTaskResponse:
-        """A task's outcome; idempotent per lease."""
-        self._guard(context)
+        """A task's outcome; idempotent per lease. NOT_FOUND for a task the job never had."""
+        self._guard(context, request.worker)
+        problem = _report_problem(request)
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         now = time.monotonic()
         versions = {int(v.shard): (int(v.generation), int(v.version)) for v in request.shard_versions}
         result = None
@@ -182,7 +188,10 @@ class MasterServicer(pb_grpc.MasterServicer):  # type: ignore[misc]
                 now=now,
             )
 
-        accepted, note = self._core.mutate(fn, always_save=True)
+        try:
+            accepted, note = self._core.mutate(fn, always_save=True)
+        except UnknownTaskError as e:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         if not request.success:
             log.warning(
                 "worker %s failed %s: %s -> %s",
@@ -197,7 +206,9 @@ class MasterServicer(pb_grpc.MasterServicer):  # type: ignore[misc]
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
         """Liveness and progress; tells a worker to drop a lease it no longer holds."""
-        self._guard(context)
+        self._guard(context, request.worker)
+        if request.lease < 0 or request.records_done < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "lease and records_done must be >= 0")
         now = time.monotonic()
 
         def fn(book: TaskBook) -> tuple[int, bool]:
@@ -213,3 +224,18 @@ class MasterServicer(pb_grpc.MasterServicer):  # type: ignore[misc]
         if directive in (Directive.JOB_DONE, Directive.JOB_FAILED):
             self._core.told_end.add(request.worker.worker_id)
         return pb.HeartbeatResponse(directive=directive, abandon_lease=abandon)
+
+
+def _report_problem(request: pb.ReportTaskRequest) -> str:
+    """What makes a report malformed ("" when nothing)."""
+    if request.lease < 1:
+        return f"lease: got {request.lease}; expected the lease number GetTask gave (>= 1)"
+    if request.records < 0:
+        return f"records: got {request.records}; expected >= 0"
+    if request.HasField("eval"):
+        e = request.eval
+        if e.count < 0 or not 0 <= e.correct <= e.count:
+            return f"eval: got correct={e.correct} of count={e.count}; expected 0 <= correct <= count"
+        if len(e.scores) != len(e.labels):
+            return f"eval: {len(e.scores)} scores but {len(e.labels)} labels"
+    return ""

@@ -57,7 +57,7 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "next_lease": book.next_lease,
         "evals": book.results.evals.to_json(),
         "model_version": book.results.model_version,
-        "workers": {k: [w.incarnation, w.slot, w.alive] for k, w in book.workers.items()},
+        "workers": {k: [w.incarnation, w.slot, w.alive, w.records_trained] for k, w in book.workers.items()},
         "counters": book.counters,
         "epoch_loss": {str(k): [v.total, v.records] for k, v in book.results.epoch_loss.items()},
         "window_loss": [book.results.window_loss.total, book.results.window_loss.records],
@@ -95,7 +95,13 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     results.evals = EvalBook.from_json(raw["evals"])
     results.model_version = int(raw["model_version"])
     book.workers = {
-        k: WorkerInfo(incarnation=str(v[0]), last_seen=now, slot=int(v[1]), alive=bool(v[2]))
+        k: WorkerInfo(
+            incarnation=str(v[0]),
+            last_seen=now,
+            slot=int(v[1]),
+            alive=bool(v[2]),
+            records_trained=int(v[3]) if len(v) > 3 else 0,
+        )
         for k, v in raw["workers"].items()
     }
     book.counters.update({k: int(v) for k, v in raw["counters"].items()})

@@ -2,7 +2,9 @@
 
 Pure logic with no I/O and no clock of its own (callers pass `now`), so every rule is unit-tested:
 
-- a task is done only when a worker reports it trained, never when it was handed out or read;
+- a task is done only when the worker process holding its lease reports all its records trained,
+  never when it was handed out or read, nor on another client's word (`reports`); a non-finite
+  loss fails the job;
 - a task held by a worker that fails, restarts, stops heartbeating or overruns the adaptive task
   timeout goes back to the front of the queue; a task failing `max_task_failures` times is
   dropped and counted, and the job fails once dropped records pass `max_dropped_fraction`;
@@ -19,6 +21,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kubetrain.ps.common.errors import UnknownTaskError
 from kubetrain.ps.common.evaluation import EvalResult, EvalRound
 from kubetrain.ps.common.tasks import (
     DONE,
@@ -39,6 +42,7 @@ from kubetrain.ps.common.tasks import (
     task_from_id,
 )
 from kubetrain.ps.master.ledger import Ledger
+from kubetrain.ps.master.reports import count_problem, divergence
 from kubetrain.ps.master.results import TrainingResults
 
 __all__ = ["COUNTERS", "TaskBook"]
@@ -77,6 +81,10 @@ class TaskBook:
     max_task_seconds: float = 0.0
     results: TrainingResults = field(default_factory=TrainingResults)
     ledger: Ledger = field(init=False)
+    # Leases taken back (lease -> worker, incarnation, task id): only their own holder may still
+    # report them. Not persisted: after a master restart such a late report is refused, and the
+    # task is simply trained again.
+    released: dict[int, Lease] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         c = self.config
@@ -161,8 +169,8 @@ class TaskBook:
         """(directive, abandon): abandon means the named lease is no longer the worker's."""
         self._touch(worker_id, incarnation, now)
         held = self.doing.get(lease)
-        if held is not None and held.worker_id == worker_id:
-            held.progress = max(held.progress, progress)
+        if held is not None and (held.worker_id, held.incarnation) == (worker_id, incarnation):
+            held.progress = max(held.progress, min(max(progress, 0), held.task.records))
         abandon = lease != 0 and (held is None or held.worker_id != worker_id)
         end = self._end_directive()
         return (Directive.RUN_TASK if end is None else end), abandon
@@ -192,6 +200,7 @@ class TaskBook:
 
     def _forget_lease(self, lease: Lease) -> None:
         del self.doing[lease.lease]
+        self.released[lease.lease] = lease
         if lease.task.kind == TRAIN and lease.progress:
             # Records trained by an unfinished lease get trained again by the next one.
             self.counters["records_trained"] += lease.progress
@@ -216,6 +225,12 @@ class TaskBook:
             self.slot_todo[task.slot].appendleft(task)
         else:
             self.todo.appendleft(task)
+
+    def fail(self, reason: str) -> None:
+        """End the job as failed (the first reason stays)."""
+        if self.phase != FAILED:
+            self.phase = FAILED
+            self.failure_reason = reason
 
     def _drop(self, task: TaskRange, reason: str) -> None:
         c = self.counters
@@ -251,11 +266,30 @@ class TaskBook:
         eval_result: EvalResult | None = None,
         now: float,
     ) -> tuple[bool, str]:
-        """Take a worker's report on a lease; (accepted, note). Idempotent per lease."""
-        self._touch(worker_id, incarnation, now)
+        """Take a worker's report on a lease; (accepted, note). Idempotent per lease.
+
+        Only the process the lease went to may report it; UnknownTaskError if no such task exists.
+        """
         held = self.doing.get(lease)
-        if held is not None and held.task.task_id != task_id:
-            return False, f"lease {lease} is task {held.task.task_id}, not {task_id}"
+        owner = held if held is not None else self.released.get(lease)
+        if owner is None or (owner.worker_id, owner.incarnation, owner.task.task_id) != (
+            worker_id,
+            incarnation,
+            task_id,
+        ):
+            if not self._knows(task_id):
+                raise UnknownTaskError(f"task_id: got {task_id!r}; no such task in this job")
+            entry = self.ledger.get(task_id)
+            if success and entry is not None and entry.lease == lease:
+                return True, "already counted"  # a retried report (its answer was lost): changes nothing
+            return False, f"lease {lease} of task {task_id} is not held by worker {worker_id} (this process); refused"
+        self._touch(worker_id, incarnation, now)
+        reason = divergence(task_id, worker_id, loss_sum=loss_sum, eval_result=eval_result, error=error)
+        if reason is not None:
+            if held is not None:
+                self._forget_lease(held)
+            self.fail(reason)
+            return False, reason
         if not success:
             if held is None:
                 return False, "lease no longer held; failure ignored"
@@ -263,21 +297,41 @@ class TaskBook:
             return True, "dropped" if task_id in self.dropped else "re-queued"
         task: TaskRange | None
         if held is not None:
+            problem = count_problem(held.task, records=records, eval_result=eval_result)
+            if problem is not None:
+                self._requeue(held, failure=True, reason=problem)
+                return False, f"{problem}; re-queued"
             del self.doing[lease]
             task = held.task
             self.max_task_seconds = max(self.max_task_seconds, now - held.started)
         else:
-            # The master took the lease back meanwhile (timeout, restart) or this is a retry.
-            entry = self.ledger.get(task_id)
-            if entry is not None and entry.lease == lease:
-                self.counters["duplicate_reports"] += 1
-                return True, "already counted"
+            # The master took the lease back meanwhile (timeout, worker restart): its own late report.
+            problem = count_problem(owner.task, records=records, eval_result=eval_result)
+            if problem is not None:
+                return False, problem
+            del self.released[lease]
             task = self._take_back(task_id)
         if task_id.startswith(EVAL):
             if eval_result is not None:
                 self._closed(self.results.evals.record(task_id, eval_result))
             return True, "evaluated"
-        return self._report_train(task, task_id, lease, records, loss_sum, dict(versions or {}))
+        accepted, note = self._report_train(task, task_id, lease, records, loss_sum, dict(versions or {}))
+        if note == "done":
+            self.workers[worker_id].records_trained += records
+        return accepted, note
+
+    def _knows(self, task_id: str) -> bool:
+        """Whether `task_id` names a task of this job that was ever cut."""
+        if task_id in self.ledger or task_id in self.dropped:
+            return True
+        if task_id.startswith(EVAL):
+            try:
+                return 0 < self.results.evals.round_of(task_id) < self.results.evals.next_round
+            except (IndexError, ValueError):
+                return False
+        if any(t.task_id == task_id for q in (self.todo, self.eval_todo, *self.slot_todo.values()) for t in q):
+            return True
+        return any(x.task.task_id == task_id for x in (*self.doing.values(), *self.released.values()))
 
     def _take_back(self, task_id: str) -> TaskRange | None:
         """A task re-queued, re-leased or dropped meanwhile, reclaimed: this report finishes it."""

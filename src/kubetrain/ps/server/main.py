@@ -3,7 +3,9 @@
 Start-up order: listen (health NOT_SERVING), load this shard's newest checkpoint (or repartition
 one written for another shard count), record the generation, then turn SERVING. Every
 `--checkpoint-every` versions the shard writes a checkpoint; `Shutdown` (from the master at the
-end of the job) and SIGTERM write a last one and exit 0.
+end of the job) and SIGTERM write a last one and exit 0. Shutdown and Flush need the job's token
+(`jobtoken`); a malformed request (wrong byte count, bad shape, duplicate or unknown names,
+non-finite values, a negative batch or a version from the future) is answered INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
 
-from kubetrain.errors import KubetrainError
+from kubetrain.errors import KubetrainError, SpecError
 from kubetrain.ps.common.embedding import TableConfig
 from kubetrain.ps.common.errors import PSConfigError
+from kubetrain.ps.common.jobtoken import check_token, ensure_token
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.procs import default_bind, env_int, setup_logging, stop_on_signals
 from kubetrain.ps.common.rpc import HealthReporter, bind, make_server
@@ -31,7 +35,7 @@ from kubetrain.ps.common.tensors import from_rows, from_tensor, to_rows, to_tens
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
 from kubetrain.ps.server import checkpoint as ckpt
-from kubetrain.ps.server.store import ParameterShard, ShardConfig, ShardSnapshot
+from kubetrain.ps.server.store import F32, I64, ParameterShard, ShardConfig, ShardSnapshot
 
 __all__ = ["ParameterServerServicer", "build_parser", "main"]
 
@@ -78,8 +82,11 @@ class _Checkpointer:
 class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[misc]
     """The gRPC face of one ParameterShard."""
 
-    def __init__(self, shard: ParameterShard, *, stop: threading.Event, checkpointer: _Checkpointer) -> None:
+    def __init__(
+        self, shard: ParameterShard, *, stop: threading.Event, checkpointer: _Checkpointer, token: str
+    ) -> None:
         self._shard = shard
+        self._token = token
         self._generations: list[int] = []
         self._ready = threading.Event()
         self._stop = stop
@@ -112,8 +119,12 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
     def InitModel(self, request: pb.InitModelRequest, context: grpc.ServicerContext) -> pb.ShardState:  # noqa: N802 - gRPC method name
         """Take the first worker's initial parameters (later calls change nothing)."""
         self._check_ready(context)
-        dense = {t.name: from_tensor(t) for t in request.dense}
-        tables = [TableConfig(t.name, t.dim, t.init_scale) for t in request.tables]
+        try:
+            dense = _dense(request.dense, "dense")
+            _unique([t.name for t in request.tables], "tables")
+            tables = [TableConfig(t.name, t.dim, t.init_scale) for t in request.tables]
+        except KubetrainError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         if self._shard.init_model(dense, tables, int(request.seed)):
             log.info("initialised: %d dense tensors, tables %s", len(dense), [t.name for t in tables])
         return self.state()
@@ -121,8 +132,9 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> pb.PullResponse:  # noqa: N802 - gRPC method name
         """Dense tensors and embedding rows (created lazily)."""
         self._check_ready(context)
-        lookups = {e.table: np.asarray(e.ids, np.int64) for e in request.embeddings}
         try:
+            _unique([e.table for e in request.embeddings], "embeddings")
+            lookups = {e.table: np.asarray(e.ids, np.int64) for e in request.embeddings}
             _, dense, rows = self._shard.pull(dense=request.dense, lookups=lookups)
         except KubetrainError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -143,9 +155,11 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
                 applied_version=self._shard.version,
                 reject_reason=f"generation: pulled from {request.generation}, shard is at {generation} (it restarted)",
             )
-        dense = {t.name: from_tensor(t) for t in request.dense_grads}
-        sparse = {r.table: from_rows(r) for r in request.sparse_grads}
         try:
+            if request.batch_size < 0:
+                raise SpecError("batch_size", request.batch_size, ">= 0")
+            dense = _dense(request.dense_grads, "dense_grads")
+            sparse = _sparse(request.sparse_grads)
             result = self._shard.push(version=int(request.version), dense=dense, sparse=sparse)
         except KubetrainError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -160,6 +174,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
         """Apply a partial sync aggregate and checkpoint."""
         del request
         self._check_ready(context)
+        check_token(context, self._token, "Flush")
         self._shard.flush()
         if self._shard.initialized:
             self._checkpointer.write_now(self._shard.snapshot())
@@ -187,10 +202,39 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
     def Shutdown(self, request: pb.ShutdownRequest, context: grpc.ServicerContext) -> pb.ShardState:  # noqa: N802 - gRPC method name
         """Checkpoint, then exit 0 once the answer is sent."""
         self._check_ready(context)
-        log.info("shutdown requested: %s", request.reason or "(no reason)")
+        check_token(context, self._token, "Shutdown")
+        log.info("shutdown requested: %s", request.reason[:200] or "(no reason)")
         state = self.state()
         self._stop.set()
         return state
+
+
+def _unique(names: Sequence[str], what: str) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SpecError(what, dupes, "each name once")
+
+
+def _finite(name: str, a: np.ndarray[Any, Any]) -> None:
+    if not np.isfinite(a).all():
+        raise SpecError(f"tensor {name}", f"{int((~np.isfinite(a)).sum())} non-finite values", "finite values")
+
+
+def _dense(tensors: Sequence[pb.Tensor], what: str) -> dict[str, F32]:
+    """Named tensors: each name once, the byte count matching the shape, every value finite."""
+    _unique([t.name for t in tensors], what)
+    out = {t.name: from_tensor(t) for t in tensors}
+    for name, a in out.items():
+        _finite(name, a)
+    return out
+
+
+def _sparse(rows: Sequence[pb.SparseRows]) -> dict[str, tuple[I64, F32]]:
+    _unique([r.table for r in rows], "sparse_grads")
+    out = {r.table: from_rows(r) for r in rows}
+    for table, (_, values) in out.items():
+        _finite(table, values)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--num-shards", type=int, required=True)
     p.add_argument("--checkpoint-dir", type=Path, required=True)
+    p.add_argument(
+        "--job-token-file",
+        type=Path,
+        required=True,
+        help="the job's token on its volume (created if absent), required by Shutdown and Flush",
+    )
     p.add_argument("--mode", choices=MODES, default="async")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--lr", type=float, default=0.1)
@@ -262,7 +312,8 @@ def serve(args: argparse.Namespace) -> int:
     stop_on_signals(stop)
     server = make_server()
     health = HealthReporter(server, [SERVICE])
-    servicer = ParameterServerServicer(shard, stop=stop, checkpointer=checkpointer)
+    token = ensure_token(args.job_token_file)
+    servicer = ParameterServerServicer(shard, stop=stop, checkpointer=checkpointer, token=token)
     pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
     host = args.bind or default_bind()
     bind(server, host, args.port)

@@ -182,6 +182,9 @@ class ParameterShard:
         with self._lock:
             if not self.initialized:
                 return PushResult(False, self.version, "not initialized")
+            if not 0 <= version <= self.version:
+                # A version the shard never had: the push was not computed from its parameters.
+                raise SpecError("version", version, f"a version this shard has had (0..{self.version})")
             self._check_grads(dense, sparse)
             if self.config.mode == "async":
                 # ElasticDL's modulation: lr / max(1, versions applied since the pull).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import threading
 import uuid
@@ -28,7 +29,13 @@ import grpc
 import torch
 
 from kubetrain.errors import ExitCode, KubetrainError
-from kubetrain.ps.common.errors import JobAbortedError, JobEndedError, PSConfigError, PSUnavailableError
+from kubetrain.ps.common.errors import (
+    DivergedError,
+    JobAbortedError,
+    JobEndedError,
+    PSConfigError,
+    PSUnavailableError,
+)
 from kubetrain.ps.common.model_names import user_module_of
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.outcome import state_dir_from, stop_if_ended
@@ -268,6 +275,8 @@ class Worker:
             log.warning("%s failed: %s: %s", msg.task_id, type(e).__name__, e)
             req.success = False
             req.error = f"{type(e).__name__}: {e}"
+            if isinstance(e, DivergedError):
+                req.loss_sum = math.nan  # the master fails the job: a diverged model cannot recover
         answer = self._ask("ReportTask", lambda: self._master.ReportTask(req, timeout=30))
         if not answer.accepted:
             log.info("%s: report not accepted: %s", msg.task_id, answer.note)

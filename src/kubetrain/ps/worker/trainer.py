@@ -13,6 +13,7 @@ landed (shard, generation, version); tests use it as the ground truth of record 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ import torch
 
 from kubetrain.data.dataset_format import DatasetInfo, load_shard, read_dataset_info
 from kubetrain.errors import TrainingError
+from kubetrain.ps.common.errors import DivergedError
 from kubetrain.ps.common.evaluation import EvalResult
 from kubetrain.ps.common.tasks import TaskRange
 from kubetrain.ps.worker.client import PSClient, Pulled
@@ -249,12 +251,20 @@ class Trainer:
         gathered = {t: leaves[t][torch.from_numpy(inverse[t])] for t in unique}
         logits = self.model(xb, gathered)
         loss = self.model.loss(logits, yb)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            # Nothing is pushed: the shards refuse non-finite gradients, and training on cannot help.
+            raise DivergedError(f"the training loss is not finite ({value}) at model version {max(pulled.versions)}")
         loss.backward()
         dense = {k: p.grad.detach().numpy().copy() for k, p in self._params.items() if p.grad is not None}
         sparse = {
             t: (unique[t], leaf.grad.detach().numpy().copy()) for t, leaf in leaves.items() if leaf.grad is not None
         }
-        return float(loss.detach()), dense, sparse
+        grads = [*dense.items(), *((t, g) for t, (_, g) in sparse.items())]
+        for name, g in grads:
+            if not np.isfinite(g).all():
+                raise DivergedError(f"the gradient of {name} is not finite (loss {value})")
+        return value, dense, sparse
 
     def _log(self, task: TaskRange, lease: int, start: int, end: int, landed: Mapping[int, tuple[int, int]]) -> None:
         if self.trained_log is None:
@@ -302,4 +312,6 @@ class Trainer:
                 if self.model.binary:
                     scores.extend(score.tolist())
                     labels.extend(yb.tolist())
+        if not math.isfinite(loss_sum):
+            raise DivergedError(f"the evaluation loss is not finite ({loss_sum})")
         return EvalResult(loss_sum, correct, len(x), tuple(scores), tuple(labels))
