@@ -38,7 +38,7 @@ demo: setup
 
 # Each step prints one `phase NAME: start … end … N s` line (.ci/phase.sh), as CI reads them.
 test: setup
-	source .ci/phase.sh; \
+	@source .ci/phase.sh; \
 	phase lint $(PY) -m ruff check $(LINT_PATHS); \
 	phase types $(PY) -m mypy; \
 	phase unit-and-integration-tests $(PY) -m pytest --ignore=tests/cluster $(PYTEST_ARGS)
