@@ -43,6 +43,7 @@ def render_run_id() -> str:
     other's job, and the launcher adopts a job on a 409 only when its run and task ids match."""
     return f"{RENDER_ID}-{uuid.uuid4().hex[:12]}"
 
+
 # Inputs land under their own prefix: `command` is also the CLI's name for the subcommand.
 INPUT_DEST = "input_"
 

@@ -28,6 +28,10 @@ TASK_ID_ENV = "KUBETRAIN_KFP_TASK_ID"
 # The launcher pod's identity from the downward API (metadata.name, metadata.uid).
 POD_NAME_ENV = "POD_NAME"
 POD_UID_ENV = "POD_UID"
+# Set by KFP (2.x's Argo compiler, from the downward API) in every step's container, so in the
+# launcher's process too: the pod whose end must end the job (see kubetrain.reaper).
+KFP_POD_NAME_ENV = "KFP_POD_NAME"
+KFP_POD_UID_ENV = "KFP_POD_UID"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 
 # Longest job name per kind such that every name the operator derives still fits 63 characters:
@@ -163,3 +167,11 @@ def launcher_pod_from_env(
             "launcher pod or drop --owner-pod"
         )
     return LauncherPod(name=name, uid=uid, namespace=namespace)
+
+
+def step_pod_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """(name, uid) of the KFP step pod this launcher runs in (KFP_POD_NAME, KFP_POD_UID), or None
+    outside a KFP step (`kubetrain launch` from a shell: the reaper then never touches the job)."""
+    env = os.environ if environ is None else environ
+    name, uid = env.get(KFP_POD_NAME_ENV, "").strip(), env.get(KFP_POD_UID_ENV, "").strip()
+    return (name, uid) if name and uid else None
