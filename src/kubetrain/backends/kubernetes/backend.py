@@ -36,6 +36,12 @@ from kubetrain.backends.kubernetes.config import (
 from kubetrain.backends.kubernetes.errors import api_error, create_error
 from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
+from kubetrain.backends.kubernetes.steps import (
+    STEP_POD_ANNOTATIONS,
+    STEP_POD_NAME_ANNOTATION,
+    STEP_POD_UID_ANNOTATION,
+    StepJobs,
+)
 from kubetrain.backends.kubernetes.stream import FollowedLog, close_response, stream_lines
 from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
@@ -48,13 +54,14 @@ logger = logging.getLogger(__name__)
 EVENT_PODS = 3
 
 SUBMISSION_ANNOTATION = "kubetrain.io/submission-id"
-# The KFP step pod a job answers to (from KFP's KFP_POD_NAME/KFP_POD_UID in the step's container):
-# the reaper deletes the job once that pod is gone, replaced or its main container has ended.
-STEP_POD_NAME_ANNOTATION = "kubetrain.io/step-pod-name"
-STEP_POD_UID_ANNOTATION = "kubetrain.io/step-pod-uid"
-STEP_POD_ANNOTATIONS = (STEP_POD_NAME_ANNOTATION, STEP_POD_UID_ANNOTATION)
 
-__all__ = ["KubernetesBackend", "RetryPolicy", "job_name_for_task"]
+__all__ = [
+    "STEP_POD_NAME_ANNOTATION",
+    "STEP_POD_UID_ANNOTATION",
+    "KubernetesBackend",
+    "RetryPolicy",
+    "job_name_for_task",
+]
 
 
 class KubernetesBackend(Backend):
@@ -403,6 +410,11 @@ class KubernetesBackend(Backend):
             )  # fmt: skip
         except ApiException as e:
             raise api_error(what, e) from e
+
+    def step_jobs(self) -> StepJobs:
+        """The reaper's reads in this backend's namespace (kubetrain.reaper): jobs that answer to a
+        KFP step pod, and whether that pod has ended. Deletes go through :meth:`delete`."""
+        return StepJobs(self._custom, self._core, self._retry, self._requested_namespace or self._namespace)
 
     def close(self) -> None:
         """Close the connection pool. Idempotent."""
