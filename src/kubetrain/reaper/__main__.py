@@ -65,9 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         reaper = Reaper(backend)
         logger.info("sweeping namespace %s every %gs", reaper.steps.namespace, args.interval)
+        swept = False
         while True:
             try:
                 reaper.sweep()
+                if not swept:
+                    swept = True
+                    logger.info("first sweep done")  # its Role let it list every kind and read pods
             except BackendError as e:
                 if args.once:
                     print(f"kubetrain.reaper: {e}", file=sys.stderr)
