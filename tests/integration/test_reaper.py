@@ -103,6 +103,7 @@ class Cluster:
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     monkeypatch.delenv("KFP_POD_NAME", raising=False)
     monkeypatch.delenv("KFP_POD_UID", raising=False)
+    monkeypatch.setenv("POD_NAMESPACE", NS)  # the step pod's namespace, as the downward API gives it
     with FakeApiServer() as api:
         yield Cluster(api, api.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS), monkeypatch)
 
@@ -262,3 +263,14 @@ def test_the_reaper_process_sweeps_until_sigterm(cluster: Cluster, tmp_path: Pat
             proc.wait()
     assert proc.returncode == 0, stderr
     assert f"deleted PyTorchJob {NS}/train" in stderr
+
+
+def test_a_job_in_another_namespace_than_its_step_names_no_step_pod(cluster: Cluster) -> None:
+    """The reaper looks for the step pod in the job's namespace: a job submitted elsewhere must not
+    name a pod there (it would be reaped at once, or answer to a stranger's pod)."""
+    cluster.monkeypatch.setenv("POD_NAMESPACE", "kubeflow")
+    cluster.submit_from_step(pytorch_manifest())
+    annotations = cluster.api.objects[("pytorchjobs", NS, "train")]["metadata"].get("annotations") or {}
+    assert STEP_POD_NAME_ANNOTATION not in annotations and STEP_POD_UID_ANNOTATION not in annotations
+    delete_pod(cluster)
+    assert cluster.sweep() == []

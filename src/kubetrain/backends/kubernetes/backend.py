@@ -158,8 +158,11 @@ class KubernetesBackend(Backend):
         meta["namespace"] = namespace
         annotations = meta.setdefault("annotations", {})
         annotations[SUBMISSION_ANNOTATION] = uuid.uuid4().hex
-        if self._step_pod is not None:
-            annotations[STEP_POD_NAME_ANNOTATION], annotations[STEP_POD_UID_ANNOTATION] = self._step_pod
+        step = self._step_pod
+        # The reaper looks for the step pod in the job's namespace: a job elsewhere names none (a
+        # pod of that name there would be another pod), and is deleted only by the step itself.
+        if step is not None and step.namespace in (None, namespace):
+            annotations[STEP_POD_NAME_ANNOTATION], annotations[STEP_POD_UID_ANNOTATION] = step.name, step.uid
         if self._owner is not None:
             if self._owner.namespace != namespace:
                 # Kubernetes treats a cross-namespace owner as absent and garbage-collects the job.

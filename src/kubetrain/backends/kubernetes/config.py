@@ -169,9 +169,23 @@ def launcher_pod_from_env(
     return LauncherPod(name=name, uid=uid, namespace=namespace)
 
 
-def step_pod_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """(name, uid) of the KFP step pod this launcher runs in (KFP_POD_NAME, KFP_POD_UID), or None
-    outside a KFP step (`kubetrain launch` from a shell: the reaper then never touches the job)."""
+@dataclass(frozen=True)
+class StepPod:
+    """The KFP step pod a launcher runs in; `namespace` None when it cannot be told (not in a pod)."""
+
+    name: str
+    uid: str
+    namespace: str | None
+
+
+def step_pod_from_env(
+    environ: Mapping[str, str] | None = None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE
+) -> StepPod | None:
+    """The KFP step pod this launcher runs in (KFP_POD_NAME, KFP_POD_UID; its namespace from
+    POD_NAMESPACE or the service account's file), or None outside a KFP step (`kubetrain launch`
+    from a shell: the reaper then never touches the job)."""
     env = os.environ if environ is None else environ
     name, uid = env.get(KFP_POD_NAME_ENV, "").strip(), env.get(KFP_POD_UID_ENV, "").strip()
-    return (name, uid) if name and uid else None
+    if not name or not uid:
+        return None
+    return StepPod(name=name, uid=uid, namespace=env.get(POD_NAMESPACE_ENV) or _read_namespace_file(namespace_file))
