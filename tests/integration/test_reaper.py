@@ -22,6 +22,7 @@ import yaml
 
 from kubetrain.backends.kubernetes import KubernetesBackend, RetryPolicy
 from kubetrain.backends.kubernetes.backend import STEP_POD_NAME_ANNOTATION, STEP_POD_UID_ANNOTATION
+from kubetrain.backends.kubernetes.steps import pod_end
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, TRAINJOB, JobKind
 from kubetrain.presets import LAUNCHER_IMAGE
 from kubetrain.reaper import Reaper
@@ -274,3 +275,24 @@ def test_a_job_in_another_namespace_than_its_step_names_no_step_pod(cluster: Clu
     assert STEP_POD_NAME_ANNOTATION not in annotations and STEP_POD_UID_ANNOTATION not in annotations
     delete_pod(cluster)
     assert cluster.sweep() == []
+
+
+@pytest.mark.parametrize(
+    ("pod", "ended"),
+    [
+        (None, "the step pod is gone"),
+        (step_pod(uid="u"), None),
+        (step_pod(uid="other"), "the step pod was replaced (uid other, not u)"),
+        (step_pod(uid="u", main="terminated"), "the step's main container has ended (exit 143)"),
+        ({**step_pod(uid="u"), "status": {"phase": "Failed"}}, "the step pod has ended (Failed)"),
+        (
+            {**step_pod(uid="u"), "metadata": {"name": STEP, "uid": "u", "deletionTimestamp": "2026-01-01T00:00:00Z"}},
+            "the step pod is being deleted",
+        ),
+    ],
+    ids=["gone", "running", "replaced", "main-ended", "pod-failed", "being-deleted"],
+)
+def test_when_a_step_pod_counts_as_ended(pod: dict[str, Any] | None, ended: str | None) -> None:
+    """Argo keeps a terminated step's pod (its `wait` container still runs while outputs are saved):
+    the step container's own state decides, and a pod of the same name but another uid is another pod."""
+    assert pod_end(pod, "u") == ended
