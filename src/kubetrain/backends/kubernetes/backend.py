@@ -2,14 +2,15 @@
 
 - create with `fieldValidation=Strict`, so a misplaced field is rejected, never silently pruned
   (the old launchers' `spec.cleanPodPolicy`, `activeDeadlineSecond`);
-- a 409 on create adopts the existing job when it carries this KFP run and task's labels (a
-  retried or restarted launcher re-attaches) and fails clearly otherwise;
+- a 409 on create adopts the existing job only when this submission made it or it carries this KFP
+  run and task's labels (a retried or restarted launcher re-attaches), and fails clearly otherwise;
 - watch a single job, and its pods, in reconnect loops that resume from the last resourceVersion
   (`watch`, `watch_pods`);
 - connection errors, 5xx and 429 are retried with backoff and jitter (Retry-After honoured);
 - pods by the operator's label, logs with an explicit container, `previous` and `tail_lines`;
 - delete with foreground propagation (pods go with the job; TrainJobs in the background, see
-  `delete`); suspend by merge patch.
+  `delete`), always with the job's uid as precondition; suspend by merge patch;
+- a job submitted from a KFP step names the step pod (`steps`), for the reaper.
 """
 
 from __future__ import annotations
