@@ -342,6 +342,12 @@ class FakeApiServer:
             key = (kind.plural, namespace, name)
             if key not in self.objects:
                 return 404, status_body(404, "NotFound", f'{kind.plural}.{kind.group} "{name}" not found')
+            wanted = (options.get("preconditions") or {}).get("uid")
+            actual = self.objects[key]["metadata"]["uid"]
+            if wanted is not None and wanted != actual:
+                # As the real API server answers a failed precondition: 409 Conflict, nothing deleted.
+                return 409, status_body(409, "Conflict", f"Precondition failed: UID in precondition: {wanted}, "
+                                        f"UID in object meta: {actual}")  # fmt: skip
             self.deletions.append((kind.plural, namespace, name, dict(options)))
             obj = self.objects[key]
             # Foreground: the object is marked, its dependents (pods) go, then the object goes.

@@ -202,6 +202,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.send_json(415, status_body(415, "UnsupportedMediaType", f"unsupported patch {content_type}"))
                 return
             patch = {"status": (body or {}).get("status")} if status_sub else (body or {})
+            wanted = ((patch.get("metadata") or {}) if isinstance(patch, dict) else {}).get("uid")
+            if method == "PATCH" and wanted is not None and wanted != obj["metadata"]["uid"]:
+                # metadata.uid in a patch is a precondition on the real API server.
+                self.send_json(409, status_body(409, "Conflict", f"Precondition failed: UID in precondition: "
+                                                f"{wanted}, UID in object meta: {obj['metadata']['uid']}"))  # fmt: skip
+                return
             updated = (
                 merge_patch(obj, patch) if method == "PATCH" else {**copy.deepcopy(body), "metadata": obj["metadata"]}
             )

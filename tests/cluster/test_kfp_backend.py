@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from kfp import compiler
+from kfp_server_api.exceptions import ApiException
 
 from kubetrain.names import LABEL_RUN_ID
 from tests.cluster import kfp_runs
@@ -168,32 +169,93 @@ def _jobs(kfp_backend: KfpBackend, run_id: str) -> list[str]:
     return out.split()
 
 
-def test_terminating_a_run_while_it_trains_deletes_the_training_job_and_its_pods(kfp_backend: KfpBackend) -> None:
+def _job_pods(kfp_backend: KfpBackend, job: str, field: str = "{.items[*].status.phase}") -> str:
+    return kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", f"jsonpath={field}")
+
+
+def _main_running(kfp_backend: KfpBackend, run_id: str) -> bool:
+    """Whether the training step's pod runs its `main` container (kubetrain's launcher is starting)."""
+    for pod in _launcher_pods(kfp_backend, run_id, "pytorch_train"):
+        status = json.loads(kfp_backend.kubectl("get", "pod", pod, "-o", "json"))["status"]
+        if any(c["name"] == "main" and "running" in c["state"] for c in status.get("containerStatuses") or []):
+            return True
+    return False
+
+
+def _job_phase(kfp_backend: KfpBackend, run_id: str) -> str:
+    """The last condition type of the run's PyTorchJob ('' while it has none)."""
+    return kfp_backend.kubectl("get", "pytorchjobs", "-l", f"{LABEL_RUN_ID}={run_id}", "-o",
+                               "jsonpath={.items[*].status.conditions[-1:].type}").strip()  # fmt: skip
+
+
+# When to terminate, as the run's own state tells it: the step's launcher starting (nothing
+# submitted yet), the job just created, its pods pending, training, and the job ended while the
+# step uploads its artifacts. Each repeated: the delete must not depend on winning a race.
+MOMENTS = ("before-submission", "job-created", "pods-pending", "training", "artifact-upload")
+REPEATS = 2
+# The reaper sweeps every 2 s (tools/cluster/kfp/backend.py); KFP and Argo take some seconds to
+# end the step. Far longer than either, far shorter than the job's own training (epochs=400).
+GONE_WITHIN_SECONDS = 120
+
+
+@pytest.mark.parametrize("attempt", range(REPEATS))
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_terminating_a_run_deletes_its_training_job_at_every_moment_of_the_step(
+    kfp_backend: KfpBackend, moment: str, attempt: int
+) -> None:
+    """Issue 33: terminated 6 s after submission, a run's PyTorchJob trained on to Succeeded. The
+    step's container dies within a second of the signal, so kubetrain's reaper (deploy/reaper.yaml,
+    a host process here as its ServiceAccount) is what deletes the job: at every moment, every time."""
     package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
-    run_id = kfp_backend.start(package, {"epochs": 400}, f"terminate-{uuid.uuid4().hex[:6]}")
-    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
-    job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
-    _wait_for(
-        "its master pod running",
-        lambda: (
-            "Running"
-            in kfp_backend.kubectl(
-                "get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", "jsonpath={.items[*].status.phase}"
-            )
-        ),
-        300,
-    )
-    kfp_backend.client.terminate_run(run_id)
-    _wait_for("the job deleted", lambda: not _jobs(kfp_backend, run_id), 180)
-    _wait_for(
-        "its pods gone",
-        lambda: (
-            not kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", "name").strip()
-        ),
-        180,
-    )
+    epochs = 2 if moment == "artifact-upload" else 400
+    run_id = kfp_backend.start(package, {"epochs": epochs}, f"terminate-{moment}-{attempt}-{uuid.uuid4().hex[:6]}")
+    if moment == "before-submission":
+        _wait_for("the training step's launcher running", lambda: _main_running(kfp_backend, run_id), 600)
+    else:
+        _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
+    job = _jobs(kfp_backend, run_id)[0].split("/")[-1] if _jobs(kfp_backend, run_id) else ""
+    if moment == "pods-pending":
+        _wait_for("a pod of the job", lambda: bool(_job_pods(kfp_backend, job).strip()), 300)
+    elif moment == "training":
+        _wait_for("its master pod running", lambda: "Running" in _job_pods(kfp_backend, job), 300)
+    elif moment == "artifact-upload":
+        _wait_for("the job succeeded", lambda: _job_phase(kfp_backend, run_id) == "Succeeded", 900)
+    try:
+        kfp_backend.client.terminate_run(run_id)
+    except ApiException:
+        # Only the last moment may miss its window (the run ended before the call): a finished run
+        # cannot be terminated; what follows still holds.
+        if moment != "artifact-upload":
+            raise
+    if moment == "before-submission":
+        # A create sent just before the signal may land a moment after it: once the step's container
+        # has ended nothing more can come, and the job (if any) must then go.
+        _wait_for("the training step's launcher ended", lambda: not _main_running(kfp_backend, run_id),
+                  GONE_WITHIN_SECONDS)  # fmt: skip
+        job = _jobs(kfp_backend, run_id)[0].split("/")[-1] if _jobs(kfp_backend, run_id) else ""
+    if moment == "artifact-upload":
+        # The job had ended: nothing of it may run on (the step deletes it on success, and the
+        # reaper leaves a finished job alone).
+        _wait_for("no pod of the job running",
+                  lambda: "Running" not in _job_pods(kfp_backend, job) and "Pending" not in _job_pods(kfp_backend, job),
+                  GONE_WITHIN_SECONDS)  # fmt: skip
+    else:
+        _wait_for("the run's job deleted", lambda: not _jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
+    if job:
+        _wait_for("its pods gone",
+                  lambda: not _job_pods(kfp_backend, job, "{.items[?(@.status.phase!='Succeeded')].metadata.name}")
+                  .strip(), GONE_WITHIN_SECONDS)  # fmt: skip
     run = kfp_backend.wait(run_id, timeout=300)
-    assert run.state in ("CANCELED", "FAILED"), run.state
+    ended = {"CANCELED", "FAILED"} | ({"SUCCEEDED"} if moment == "artifact-upload" else set())
+    assert run.state in ended, run.state
+    if moment != "artifact-upload":
+        assert _jobs(kfp_backend, run_id) == []  # nothing was created after the step ended
+    reaper_log = (STATE / "kfp" / "reaper.log").read_text()
+    # The real authorizer let it do all it did as its ServiceAccount (deploy/reaper.yaml's Role).
+    assert "HTTP 403" not in reaper_log, reaper_log[-3000:]
+    if job:
+        by_reaper = f"deleted PyTorchJob kubeflow/{job}" in reaper_log
+        print(f"{moment} #{attempt}: job {job} deleted by {'the reaper' if by_reaper else 'the step'}")
 
 
 def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(
@@ -301,14 +363,17 @@ def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_t
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_second(
+def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
     # The launcher container dies mid-job (SIGKILLed, as a node loss or an OOM kill ends it: no
-    # SIGTERM, so it cannot delete the job). KFP 2.17's own workflow-controller defaults
-    # (templateDefaults retryPolicy OnError) keep `set_retry` from retrying a step that *failed*:
-    # the run fails. Retrying the run (the UI's Retry, RetryRun) starts a new launcher, which finds
-    # the job by its labels and awaits it: one job, never a second.
+    # SIGTERM, so it cannot delete the job). Its step has ended, so kubetrain's reaper deletes the
+    # job by its uid (issue 33: whatever kills the step, its job stops). KFP 2.17's own
+    # workflow-controller defaults (templateDefaults retryPolicy OnError) keep `set_retry` from
+    # retrying a step that *failed*: the run fails. Retrying the run (the UI's Retry, RetryRun)
+    # starts a new launcher, which submits one job and trains: never two at once. (Adoption of a
+    # job that still exists, with the retried step's pod re-recorded on it, is proven against the
+    # stand-in API server: tests/integration/test_reaper.py, test_k8s_launcher.py.)
     package = _users_pipeline(
         tmp_path,
         "retried",
@@ -326,6 +391,8 @@ def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_sec
     job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
     uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")
     kfp_backend.kill_main_container(_launcher_pods(kfp_backend, run_id, "pytorch_train")[0])
+    _wait_for("the killed step's job reaped", lambda: not _jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
+    assert f"deleted PyTorchJob kubeflow/{job} (uid {uid})" in (STATE / "kfp" / "reaper.log").read_text()
     run = kfp_backend.wait(run_id)
     assert run.state == "FAILED", run.state  # set_retry did not retry it (see above)
     assert len(_launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
@@ -333,11 +400,8 @@ def test_a_retried_launcher_step_reattaches_to_its_job_instead_of_creating_a_sec
     kfp_backend.client._run_api.run_service_retry_run(run_id=run_id)
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
-    assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
-    assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") == uid
-    (launcher,) = _launcher_pods(kfp_backend, run_id, "pytorch_train")
-    second = kfp_backend.kubectl("logs", launcher, "-c", "main")
-    assert f"adopted existing PyTorchJob kubeflow/{job}" in second, second[-3000:]
+    assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job (delete_after never)
+    assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") != uid
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 

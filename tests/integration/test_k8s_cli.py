@@ -58,7 +58,9 @@ def test_signal_deletes_the_job_and_exits_cancelled(tmp_path: Path, sig: signal.
                 proc.kill()
                 proc.wait()
         assert proc.returncode == ExitCode.CANCELLED, stderr
-        assert api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
+        [(plural, namespace, name, options)] = api.deletions
+        assert (plural, namespace, name, options["propagationPolicy"]) == ("pytorchjobs", NS, "train", "Foreground")
+        assert options["preconditions"]["uid"]
         assert ("pytorchjobs", NS, "train") not in api.objects
         assert f"cancelled ({sig.name}); deleted PyTorchJob {NS}/train" in stderr
 

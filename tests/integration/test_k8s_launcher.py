@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from typing import Any
 import pytest
 
 from kubetrain.backends.kubernetes import KubernetesBackend, RetryPolicy
+from kubetrain.backends.kubernetes.backend import STEP_POD_NAME_ANNOTATION, STEP_POD_UID_ANNOTATION
+from kubetrain.cli import main
 from kubetrain.errors import (
     BackendError,
     ExitCode,
@@ -75,6 +78,11 @@ def ps_manifest(name: str = "ps") -> dict[str, Any]:
 
 def trainjob_manifest(name: str = "tj") -> dict[str, Any]:
     return build_trainjob(TrainJobSpec(meta=meta(name), runtime="torch-distributed", trainer=ReplicaSpec(image=IMAGE)))
+
+
+def foreground(uid: str) -> dict[str, Any]:
+    """The options of the launcher's delete: foreground, and only the job of this uid."""
+    return {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}}
 
 
 def cond(ctype: str, reason: str = "", message: str = "", status: str = "True") -> tuple[str, str, str, str]:
@@ -140,6 +148,15 @@ class Env:
             player.join(20)
             if errors:
                 raise errors[0]
+
+    def created_uid(self, name: str) -> str:
+        """The uid of the job `name` the launcher's create made (from the ADDED event it caused)."""
+        with self.api.cv:
+            return next(
+                str(obj["metadata"]["uid"])
+                for _, etype, key, obj in self.api.history
+                if etype == "ADDED" and key[2] == name and key[0] != "pods"
+            )
 
     def requests(self, verb: str, resource: str) -> list[Request]:
         with self.api.cv:
@@ -255,7 +272,7 @@ def test_success_strict_create_progress_logs_and_foreground_delete(env: Env) -> 
         assert expected in text, (expected, text)
     logs = env.requests("get", "pods/log")
     assert logs and all(r.query["container"] == "pytorch" for r in logs)
-    assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
+    assert env.api.deletions == [("pytorchjobs", NS, "train", foreground(result.uid))]
     # The watches of a job it created begin at the create's resourceVersion: nothing to list first.
     assert not env.requests("list", "pytorchjobs")
     assert next(r for r in env.api.requests if r.resource == "pods").verb == "watch"
@@ -350,6 +367,91 @@ def test_409_of_someone_elses_job_fails_clearly_and_touches_nothing(env: Env) ->
     assert env.api.deletions == []
 
 
+def _rendered(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """What `kubetrain render pytorchjob --name train --workers 0` prints, as a user pipes it to launch."""
+    assert main(["render", "pytorchjob", "--name", "train", "--workers", "0", "--namespace", NS, "-o", "json"]) == 0
+    manifest: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return manifest
+
+
+def test_two_users_render_and_launch_the_same_name_neither_takes_the_others_job(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33: `render | launch -f -` by two users; the second finds the first's job (POST 409,
+    GET) and must neither adopt nor delete it: one line naming the job and what to do."""
+    first = _rendered(capsys)
+    uid = _existing(env, first, cond("Failed", "PyTorchJobFailed"))  # resubmit_failed would replace it
+    with pytest.raises(JobConflictError) as info:
+        env.launch(_rendered(capsys))
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"PyTorchJob {NS}/train already exists and does not belong to this task" in message
+    assert "delete it or choose another name" in message
+    assert env.api.deletions == []
+    assert not [r for r in env.api.requests if r.verb in ("delete", "patch")]
+    assert env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["uid"] == uid
+
+
+def test_a_delete_removes_only_the_job_of_its_uid(env: Env) -> None:
+    """The job this launcher created was replaced by another of the same name: its delete (timeout,
+    cancel, success) carries the uid, so the API server refuses it and the other job stays."""
+    backend = env.backend()
+    try:
+        ref = backend.submit(pytorch_manifest(workers=0))
+        assert ref.uid
+        env.api.delete(PYTORCHJOB, NS, "train", {})
+        other = _existing(env, pytorch_manifest(workers=0, run="other-run", task="other-task"), cond("Running"))
+        backend.delete(ref)
+    finally:
+        backend.close()
+    [delete] = env.requests("delete", "pytorchjobs")
+    assert delete.body["preconditions"] == {"uid": ref.uid}
+    assert env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["uid"] == other
+
+
+def test_replacing_a_failed_job_of_this_task_deletes_it_by_its_uid(env: Env) -> None:
+    old_uid = _existing(env, pytorch_manifest(workers=0), cond("Failed", "PyTorchJobFailed"))
+    backend = env.backend()
+    try:
+        ref = backend.submit(pytorch_manifest(workers=0))
+    finally:
+        backend.close()
+    assert ref.uid != old_uid
+    assert env.api.deletions[0] == ("pytorchjobs", NS, "train", foreground(old_uid))
+
+
+def test_a_retried_step_records_its_own_pod_on_the_job_it_adopts(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KFP retries a step: the new step pod adopts its task's job, which from then on answers to that
+    pod (the reaper deletes the job when its step pod ends), through a patch that only that job takes."""
+    manifest = pytorch_manifest(workers=0)
+    manifest["metadata"]["annotations"] = {STEP_POD_NAME_ANNOTATION: "step-try-1", STEP_POD_UID_ANNOTATION: "uid-1"}
+    uid = _existing(env, manifest, cond("Running"))
+    monkeypatch.setenv("KFP_POD_NAME", "step-try-2")
+    monkeypatch.setenv("KFP_POD_UID", "uid-2")
+    backend = env.backend()
+    try:
+        ref = backend.submit(pytorch_manifest(workers=0))
+    finally:
+        backend.close()
+    assert ref.uid == uid
+    [patch] = env.requests("patch", "pytorchjobs")
+    assert patch.body["metadata"]["uid"] == uid
+    annotations = env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["annotations"]
+    assert (annotations[STEP_POD_NAME_ANNOTATION], annotations[STEP_POD_UID_ANNOTATION]) == ("step-try-2", "uid-2")
+
+
+def test_a_job_submitted_from_a_kfp_step_names_its_step_pod(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFP_POD_NAME", "step-pod")
+    monkeypatch.setenv("KFP_POD_UID", "step-uid")
+    backend = env.backend()
+    try:
+        backend.submit(pytorch_manifest(workers=0))
+    finally:
+        backend.close()
+    annotations = env.api.objects[("pytorchjobs", NS, "train")]["metadata"]["annotations"]
+    assert (annotations[STEP_POD_NAME_ANNOTATION], annotations[STEP_POD_UID_ANNOTATION]) == ("step-pod", "step-uid")
+
+
 def test_unknown_field_is_rejected_by_strict_validation_not_pruned(env: Env) -> None:
     manifest = pytorch_manifest(workers=0)
     manifest["spec"]["cleanPodPolicy"] = "All"  # the old launchers' misplaced field
@@ -432,7 +534,7 @@ def test_timeout_deletes_the_job(env: Env) -> None:
     with pytest.raises(JobTimeoutError, match=r"did not finish within 1\.5s .*deleted it") as info:
         env.launch(pytorch_manifest(workers=0), script, timeout=1.5)
     assert info.value.exit_code == ExitCode.TIMEOUT
-    assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
+    assert env.api.deletions == [("pytorchjobs", NS, "train", foreground(env.created_uid("train")))]
 
 
 def test_timeout_can_suspend_instead_of_delete(env: Env) -> None:
@@ -491,7 +593,7 @@ def test_a_job_whose_pods_never_start_is_deleted_at_the_start_timeout_naming_why
     assert "train-worker-0: Unschedulable (0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)" in message
     assert message.endswith("; deleted it")
     assert timed_out.value.exit_code == ExitCode.TIMEOUT == 3
-    assert env.api.deletions == [("pytorchjobs", NS, "train", {"propagationPolicy": "Foreground"})]
+    assert env.api.deletions == [("pytorchjobs", NS, "train", foreground(env.created_uid("train")))]
 
 
 def test_events_are_asked_of_the_job_and_its_pending_pods_never_of_the_whole_namespace(env: Env) -> None:

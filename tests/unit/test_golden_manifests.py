@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from kubetrain.cli import main
+from kubetrain.commands import render
 from kubetrain.manifests.runtimes import kubetrain_mpi_runtime
 from kubetrain.presets import CHAINERMN_IMAGE
 from tests.crd_schema import strict_errors, validate_strict
@@ -38,7 +39,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_render_matches_golden_and_validates(case: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_matches_golden_and_validates(
+    case: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # render's default run id is random (unique per render); a fixed one keeps the files comparable.
+    monkeypatch.setattr(render, "render_run_id", lambda: "render-golden")
     assert main(["render", *CASES[case]]) == 0
     text = capsys.readouterr().out
     manifest = yaml.safe_load(text)

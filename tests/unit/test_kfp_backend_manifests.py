@@ -85,3 +85,12 @@ def test_the_kubeflow_namespace_audits_restricted_and_runs_on_the_real_node() ->
     assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
     assert labels["pod-security.kubernetes.io/audit"] == labels["pod-security.kubernetes.io/warn"] == "restricted"
     assert annotations["scheduler.alpha.kubernetes.io/node-selector"] == "kubetrain.dev/node=real"
+
+
+def test_the_e2e_cluster_applies_the_reapers_identity_but_runs_it_as_a_host_process() -> None:
+    """deploy/reaper.yaml's ServiceAccount, Role and RoleBinding as they are (the real authorizer then
+    checks that Role), without the Deployment: the reaper runs on the host as that ServiceAccount."""
+    docs = list(yaml.safe_load_all(backend.reaper_identity()))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
+    shipped = [d for d in yaml.safe_load_all((backend.REPO_ROOT / "deploy" / "reaper.yaml").read_text()) if d]
+    assert docs == [d for d in shipped if d["kind"] != "Deployment"]

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("status", "ps"),
     ("presets",),
     ("backends",),
-    ("launcher",),
+    ("launcher", "reaper"),
     ("kfp_runtime",),
     ("components",),
     ("pipelines",),

@@ -156,7 +156,20 @@ def test_render_defaults_are_the_components(capsys: pytest.CaptureFixture[str]) 
     assert manifest["spec"]["runPolicy"]["activeDeadlineSeconds"] == 86400
     (volume, _shm) = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
     assert volume["persistentVolumeClaim"]["claimName"] == "kubetrain-workspace"
-    assert manifest["metadata"]["labels"]["kubetrain.io/kfp-run-id"] == "render"
+    assert manifest["metadata"]["labels"]["kubetrain.io/kfp-run-id"].startswith("render-")
+
+
+def test_two_renders_never_share_a_run_id(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33: two users' `render | launch -f -` must not adopt each other's job, and the launcher
+    adopts on a 409 a job with the same run and task ids: so no two renders emit the same ones."""
+    run_ids = []
+    for _ in range(2):
+        assert main(["render", "pytorchjob", "--name", "p"]) == 0
+        manifest = yaml.safe_load(capsys.readouterr().out)
+        run_ids.append(manifest["metadata"]["labels"]["kubetrain.io/kfp-run-id"])
+        pods = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["labels"]
+        assert pods["kubetrain.io/kfp-run-id"] == run_ids[-1]
+    assert run_ids[0] != run_ids[1]
 
 
 def test_flags_take_files_for_json_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

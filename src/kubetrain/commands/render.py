@@ -17,6 +17,7 @@ import dataclasses
 import json
 import sys
 import typing
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,14 @@ COMPONENTS = {PyTorchRequest: "pytorch_train", ChainerMNRequest: "chainermn_trai
 # Short forms kept from earlier versions of `render`: flag -> the input it sets.
 ALIASES = {"ps_replicas": ("--ps",), "learning_rate": ("--lr",), "architecture": ("--model",)}
 RENDER_ID = "render"
+
+
+def render_run_id() -> str:
+    """A run id no other render shares: two users' `render | launch -f -` must never adopt each
+    other's job, and the launcher adopts a job on a 409 only when its run and task ids match."""
+    return f"{RENDER_ID}-{uuid.uuid4().hex[:12]}"
+
+
 # Inputs land under their own prefix: `command` is also the CLI's name for the subcommand.
 INPUT_DEST = "input_"
 
@@ -144,7 +153,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--data", default=f"{WORKSPACE_MOUNT}/datasets/digits", help="dataset directory in the pod (the step's Dataset)"
     )
     for name in IDENTITY_INPUTS:
-        p.add_argument(flag(name), default=RENDER_ID, help=f"the KFP {name.replace('_', ' ')} (default {RENDER_ID})")
+        unique = name == "run_id"
+        default = None if unique else RENDER_ID
+        what = f"{RENDER_ID}-<random>, unique to each render" if unique else RENDER_ID
+        p.add_argument(flag(name), default=default, help=f"the KFP {name.replace('_', ' ')} (default {what})")
     unsupported = []
     for name, (hint, takers) in sorted(input_fields().items()):
         flag_type = _flag_type(name, hint)
@@ -196,6 +208,8 @@ def build_request(args: argparse.Namespace) -> TrainingRequest:
             f"{', '.join(flag(n) for n in sorted(own - set(IDENTITY_INPUTS)))}"
         )
     ids = {name: getattr(args, name) for name in IDENTITY_INPUTS}
+    if ids["run_id"] is None:
+        ids["run_id"] = render_run_id()
     return request_type.from_inputs({**ids, **given, **fixed})
 
 

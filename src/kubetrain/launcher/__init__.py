@@ -2,8 +2,8 @@
 
 `loop` is the await loop (:func:`run_job`), `options` what it does with a job, `pods` the job's pod
 stream and what it remembers of each pod, `logs` the primary pod's log follower and the failed
-replicas' tails, `progress` the status lines it prints, and `signals` how SIGTERM/SIGINT become a
-clean cancellation.
+replicas' tails, `progress` the status lines it prints, `signals` how SIGTERM/SIGINT become a
+clean cancellation, and `stopper` the delete a stop starts at once from a thread of its own.
 """
 
 from kubetrain.launcher.loop import run_job

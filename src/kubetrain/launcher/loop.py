@@ -15,7 +15,8 @@ One loop for both backends (Kubernetes and local), written against :class:`Backe
   a pod its controller deleted meanwhile, the tail read when it crashed); an MPIJob the
   mpi-operator rejected (no condition, only a ValidationError event) is a failure too;
 - deadline → delete (or suspend) the job, then :class:`JobTimeoutError`;
-- SIGTERM/SIGINT (the KFP run was cancelled) → delete the job, then :class:`JobCancelledError`.
+- SIGTERM/SIGINT (the KFP run was cancelled) → delete the job, then :class:`JobCancelledError`;
+  the delete starts at once in the stopper's thread (`stopper`), not when this loop next looks.
 
 Every old launcher let at least one of these through: failed jobs passing the step, jobs left
 running after a timeout, logs deleted with the job, a wait that gave up after 10 minutes.
@@ -37,6 +38,7 @@ from kubetrain.launcher.pending import REJECTION_REASONS, PendingLook
 from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summary
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
 from kubetrain.launcher.signals import CancelGuard, Cancelled
+from kubetrain.launcher.stopper import Stopper
 from kubetrain.manifests.kinds import kind_of
 from kubetrain.status import JobPhase, JobResult, JobStatus, parse_job_status
 
@@ -70,13 +72,18 @@ def run_job(
     kind_of(manifest)  # refuses unknown kinds before anything is submitted
     started = time.monotonic()
     guard = CancelGuard(cancel or threading.Event())
-    with guard:
+    with guard, Stopper(backend, guard, log_sink) as stopper:
         if guard.event.is_set():
             raise JobCancelledError("cancelled before the job was submitted; nothing was submitted")
-        # Not interruptible: a signal during create is acted on once the job is known.
-        ref = backend.submit(manifest)
+        try:
+            # Not interruptible: a stop during the create makes the stopper delete what it created.
+            with stopper.submitting():
+                ref = backend.submit(manifest)
+                stopper.submitted(ref)
+        except Cancelled:
+            raise JobCancelledError("cancelled before the job was submitted; nothing was submitted") from None
         log_sink(f"{ref.kind.kind} {ref.namespace}/{ref.name} submitted ({backend.name})")
-        return _Await(ref, backend, options, log_sink, guard, on_status).run(started)
+        return _Await(ref, backend, options, log_sink, guard, stopper, on_status).run(started)
 
 
 class _Await:
@@ -89,9 +96,11 @@ class _Await:
         opts: AwaitOptions,
         sink: LogSink,
         guard: CancelGuard,
+        stopper: Stopper,
         on_status: Callable[[JobStatus], None] | None,
     ) -> None:
         self.ref = ref
+        self.stopper = stopper
         self.on_status = on_status
         self.backend = backend
         self.opts = opts
@@ -183,6 +192,7 @@ class _Await:
                         if self.on_status is not None:
                             self.on_status(status)
                         if status.phase.terminal:
+                            self.stopper.release()  # ended: kept or deleted as the options say
                             look.stop()
                             if status.phase == JobPhase.SUCCEEDED and self._log_source_known():
                                 # Nothing the pods do now changes a success: no wait, no last listing.
@@ -223,6 +233,7 @@ class _Await:
     # -- endings ---------------------------------------------------------------------------------
 
     def _finish(self, status: JobStatus, obj: JobObject | None) -> JobResult:
+        self.stopper.release()  # the job has ended (or was rejected): the options decide what stays
         if status.phase == JobPhase.FAILED or obj is None:
             raise self._failed(status)
         # The job succeeded: the primary pod's log is all there (or, if a success policy ended the
@@ -268,6 +279,7 @@ class _Await:
         return JobFailedError("\n".join(parts), reason=status.reason, log_tails=tails)
 
     def _timed_out(self, limit: _Deadline) -> JobTimeoutError:
+        self.stopper.release()  # deleted or suspended here; a stop now must not undo a suspension
         phase = limit.status.phase.value if limit.status else "unknown"
         if self.opts.on_timeout == "suspend":
             self.backend.suspend(self.ref)
@@ -287,8 +299,10 @@ class _Await:
         return JobTimeoutError(message)
 
     def _cancelled(self, signal_name: str) -> JobCancelledError:
-        self.backend.delete(self.ref)
-        message = f"cancelled ({signal_name}); deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
+        # The stopper's thread deletes it (it may have begun when the signal came): wait for that.
+        deleted = self.stopper.finish(signal_name)
+        label = f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
+        message = f"cancelled ({signal_name}); " + (f"deleted {label}" if deleted else f"{label} had ended; kept")
         self.sink(message)
         return JobCancelledError(message)
 

@@ -4,7 +4,9 @@ KFP cancels a run by deleting the step's pod: the launcher gets SIGTERM and a gr
 guard turns the signal into :class:`Cancelled` at a point where the launcher knows which job to
 delete. While the launcher blocks in a watch the signal interrupts it at once ("armed"); while it
 creates or deletes the job the signal is only recorded, and acted on right after, so a job is
-never created behind the launcher's back or half-deleted.
+never created behind the launcher's back or half-deleted. The delete itself does not wait for
+the main thread: the stopper (`stopper.py`) reads the signal from the wake-up fd and deletes the
+job from its own thread at once, and records the signal here with :meth:`CancelGuard.record`.
 
 Handlers are installed only in the main thread (Python allows no other) and the previous ones are
 restored on exit. Callers in other threads cancel through the shared event instead.
@@ -120,6 +122,13 @@ class CancelGuard:
         if self._armed:
             self._armed = False  # a second signal during clean-up must not interrupt the delete
             raise Cancelled(self.signal_name)
+
+    def record(self, signal_name: str) -> None:
+        """A stop signal seen outside the handler (the stopper's thread reads it from the wake-up fd
+        before the main thread runs the handler): recorded as the handler records it, never raised."""
+        if self.signal_name is None:
+            self.signal_name = signal_name
+        self.event.set()
 
     def check(self) -> None:
         """Raise Cancelled if a signal came (or the event was set) since the last check."""

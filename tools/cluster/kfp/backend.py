@@ -12,7 +12,8 @@ through Services whose endpoints are the host as pods see it (tools/cluster/kfp/
 
 The API server and the workflow-controller reach Kubernetes as their service accounts would
 (`system:serviceaccount:kubeflow:ml-pipeline`, `...:argo`): client certificates for those names,
-so the RBAC of KFP's and Argo's own manifests is what authorizes them.
+so the RBAC of KFP's and Argo's own manifests is what authorizes them. kubetrain's reaper runs the
+same way, as `system:serviceaccount:kubeflow:kubetrain-reaper` under deploy/reaper.yaml's Role.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -43,6 +45,8 @@ MLMD_PORT = 18080
 S3_PORT = 19000
 ARGO_HEALTH_PORT = 6060  # hard-coded in workflow-controller v4.0.5
 WORKSPACE_CLAIM = "kubetrain-workspace"
+# How often the reaper sweeps: a terminated run's job is gone within about this (tests bound it).
+REAPER_INTERVAL_SECONDS = 2
 
 
 class BackendError(RuntimeError):
@@ -122,6 +126,7 @@ def up(cluster: Control, state: Path) -> Backend:
     _push_images(bins)
     _start_workflow_controller(cluster, bins, run)
     _start_api_server(cluster, bins, run)
+    _start_reaper(cluster, run)
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.persistence_agent())
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, "deployment/ml-pipeline-persistenceagent", "--timeout=180s")
     return Backend(host=f"http://127.0.0.1:{API_HTTP_PORT}", run_dir=run)
@@ -150,6 +155,7 @@ def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:
     for text in objects:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
+    cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", "-", stdin=reaper_identity())
     workspace = state / "node" / "workspace-kubeflow"
     workspace.mkdir(parents=True, exist_ok=True)
     workspace.chmod(0o1777)  # steps run as several uids; a hostPath volume ignores fsGroup
@@ -205,6 +211,35 @@ def _service_account_kubeconfig(cluster: Control, run: Path, account: str) -> Pa
     path.write_text(cluster.kwokctl("get", "kubeconfig", "--user", f"system:serviceaccount:{NAMESPACE}:{account}",
                                     "--group", "system:serviceaccounts"))  # fmt: skip
     return path
+
+
+def reaper_identity() -> str:
+    """deploy/reaper.yaml without its Deployment: the reaper runs as a host process here (below),
+    as its ServiceAccount, so the Role the file grants is what the real authorizer checks."""
+    docs = [d for d in yaml.safe_load_all((REPO_ROOT / "deploy" / "reaper.yaml").read_text()) if d]
+    return yaml.safe_dump_all([d for d in docs if d["kind"] != "Deployment"])
+
+
+def _start_reaper(cluster: Control, run: Path) -> None:
+    """`python -m kubetrain.reaper` for namespace kubeflow, as the `kubetrain-reaper` ServiceAccount:
+    it deletes the job of every terminated run's step (tests/cluster/test_kfp_backend.py)."""
+    kubeconfig = _service_account_kubeconfig(cluster, run, "kubetrain-reaper")
+    log = run / "reaper.log"
+    argv = [sys.executable, "-m", "kubetrain.reaper", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+            "--interval", str(REAPER_INTERVAL_SECONDS)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"),
+                                                                     os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    record = processes.start(run, "kubetrain-reaper", argv, env=env, log=log, cwd=REPO_ROOT)
+
+    def sweeping() -> bool:
+        if not processes.running(record):
+            raise BackendError(f"the reaper exited; its log ({log}):\n{log.read_text()[-3000:]}")
+        text = log.read_text() if log.exists() else ""
+        if "sweep failed" in text:  # a 403 here: the Role is not enough for the real authorizer
+            raise BackendError(f"the reaper cannot sweep {NAMESPACE}; its log ({log}):\n{text[-3000:]}")
+        return "first sweep done" in text
+
+    operators.wait_for("kubetrain's reaper", sweeping, 60, log)
 
 
 def _start_workflow_controller(cluster: Control, bins: Path, run: Path) -> None:

@@ -2,14 +2,15 @@
 
 - create with `fieldValidation=Strict`, so a misplaced field is rejected, never silently pruned
   (the old launchers' `spec.cleanPodPolicy`, `activeDeadlineSecond`);
-- a 409 on create adopts the existing job when it carries this KFP run and task's labels (a
-  retried or restarted launcher re-attaches) and fails clearly otherwise;
+- a 409 on create adopts the existing job only when this submission made it or it carries this KFP
+  run and task's labels (a retried or restarted launcher re-attaches), and fails clearly otherwise;
 - watch a single job, and its pods, in reconnect loops that resume from the last resourceVersion
   (`watch`, `watch_pods`);
 - connection errors, 5xx and 429 are retried with backoff and jitter (Retry-After honoured);
 - pods by the operator's label, logs with an explicit container, `previous` and `tail_lines`;
 - delete with foreground propagation (pods go with the job; TrainJobs in the background, see
-  `delete`); suspend by merge patch.
+  `delete`), always with the job's uid as precondition; suspend by merge patch;
+- a job submitted from a KFP step names the step pod (`steps`), for the reaper.
 """
 
 from __future__ import annotations
@@ -26,10 +27,22 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, JobWatch, LogStream, PodInfo, PodWatch
-from kubetrain.backends.kubernetes.config import Connection, connect, job_name_for_task, launcher_pod_from_env
+from kubetrain.backends.kubernetes.config import (
+    Connection,
+    connect,
+    job_name_for_task,
+    launcher_pod_from_env,
+    step_pod_from_env,
+)
 from kubetrain.backends.kubernetes.errors import api_error, create_error
 from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
+from kubetrain.backends.kubernetes.steps import (
+    STEP_POD_ANNOTATIONS,
+    STEP_POD_NAME_ANNOTATION,
+    STEP_POD_UID_ANNOTATION,
+    StepJobs,
+)
 from kubetrain.backends.kubernetes.stream import FollowedLog, close_response, stream_lines
 from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
@@ -43,7 +56,13 @@ EVENT_PODS = 3
 
 SUBMISSION_ANNOTATION = "kubetrain.io/submission-id"
 
-__all__ = ["KubernetesBackend", "RetryPolicy", "job_name_for_task"]
+__all__ = [
+    "STEP_POD_NAME_ANNOTATION",
+    "STEP_POD_UID_ANNOTATION",
+    "KubernetesBackend",
+    "RetryPolicy",
+    "job_name_for_task",
+]
 
 
 class KubernetesBackend(Backend):
@@ -74,6 +93,7 @@ class KubernetesBackend(Backend):
         self._core = client.CoreV1Api(self._api)
         self._retry = Retrier(retry or RetryPolicy())
         self._owner = launcher_pod_from_env() if owner_pod else None
+        self._step_pod = step_pod_from_env()
         self._resubmit_failed = resubmit_failed
         self._gone_wait_seconds = gone_wait_seconds
         self._watches = JobWatches(self._custom, self._retry, server_watch_seconds=server_watch_seconds)
@@ -137,7 +157,13 @@ class KubernetesBackend(Backend):
                 "generateName would launch a second job on every retry",
             )
         meta["namespace"] = namespace
-        meta.setdefault("annotations", {})[SUBMISSION_ANNOTATION] = uuid.uuid4().hex
+        annotations = meta.setdefault("annotations", {})
+        annotations[SUBMISSION_ANNOTATION] = uuid.uuid4().hex
+        step = self._step_pod
+        # The reaper looks for the step pod in the job's namespace: a job elsewhere names none (a
+        # pod of that name there would be another pod), and is deleted only by the step itself.
+        if step is not None and step.namespace in (None, namespace):
+            annotations[STEP_POD_NAME_ANNOTATION], annotations[STEP_POD_UID_ANNOTATION] = step.name, step.uid
         if self._owner is not None:
             if self._owner.namespace != namespace:
                 # Kubernetes treats a cross-namespace owner as absent and garbage-collects the job.
@@ -177,26 +203,51 @@ class KubernetesBackend(Backend):
                 f"this manifest's: {run!r}/{task!r}); delete it or choose another name"
             )
         phase = parse_job_status(existing).phase
+        adopted = JobRef.from_object(existing, namespace=ref.namespace)
         if emeta.get("deletionTimestamp") or (phase == JobPhase.FAILED and self._resubmit_failed and not ours):
             # A retry of a failed task must run again, not re-read the old failure.
             logger.info("%s %s/%s exists (%s); replacing it", kind.kind, ref.namespace, ref.name, phase.value)
-            self.delete(ref)
-            self._wait_gone(ref)
+            self.delete(adopted)
+            self._wait_gone(adopted)
             return self._created(self._create(kind, body), ref.namespace)
         logger.info("adopted existing %s %s/%s (%s)", kind.kind, ref.namespace, ref.name, phase.value)
-        adopted = JobRef.from_object(existing, namespace=ref.namespace)
+        existing = self._record_step(adopted, existing, meta.get("annotations") or {})
         self._watches.start_from(adopted, existing)  # its pods may exist already: those are listed
         return adopted
 
+    def _record_step(self, ref: JobRef, existing: JobObject, annotations: Mapping[str, str]) -> JobObject:
+        """A retried step adopts its task's job: the job now answers to this step's pod, so that the
+        reaper (kubetrain.reaper) deletes it when this step ends, not when the previous one did."""
+        step = {key: annotations[key] for key in STEP_POD_ANNOTATIONS if key in annotations}
+        current = (existing.get("metadata") or {}).get("annotations") or {}
+        if not step or all(current.get(key) == value for key, value in step.items()):
+            return existing
+        kind = ref.kind
+        what = f"record the step pod on {kind.kind} {ref.namespace}/{ref.name}"
+        # metadata.uid in a patch is a precondition: the API server refuses it for another object.
+        patch = {"metadata": {"uid": ref.uid, "annotations": step}}
+        try:
+            result = self._retry.call(
+                what, self._custom.patch_namespaced_custom_object,
+                kind.group, kind.version, ref.namespace, kind.plural, ref.name, patch,
+                _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+        except ApiException as e:
+            raise api_error(what, e) from e
+        return dict(result)
+
     def _wait_gone(self, ref: JobRef) -> None:
+        """Until no job of `ref`'s uid is left under its name (another one there is not this one)."""
         deadline = time.monotonic() + self._gone_wait_seconds
         while time.monotonic() < deadline:
             try:
-                self._get_raw(ref)
+                current = self._get_raw(ref)
             except ApiException as e:
                 if e.status == 404:
                     return
                 raise api_error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
+            if (current.get("metadata") or {}).get("uid") != ref.uid:
+                return
             time.sleep(1.0)
         raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} was still being deleted after "
                            f"{self._gone_wait_seconds:g}s; its pods may be stuck terminating")  # fmt: skip
@@ -315,7 +366,8 @@ class KubernetesBackend(Backend):
         return f"kubectl -n {ref.namespace} describe {ref.kind.plural} {ref.name}"
 
     def delete(self, ref: JobRef) -> None:
-        """Delete the job and, through the garbage collector, its pods. A job already gone is fine.
+        """Delete the job of `ref.uid` and, through the garbage collector, its pods. A job already gone
+        is fine, and so is another object of the same name, which is left alone (uid precondition).
 
         Foreground (the job stays until its pods are gone), except for a TrainJob: Trainer v2.3
         re-creates a TrainJob's JobSet (and an MPI job's SSH Secret and hostfile ConfigMap) while
@@ -325,6 +377,10 @@ class KubernetesBackend(Backend):
         """
         kind = ref.kind
         what = f"delete {kind.kind} {ref.namespace}/{ref.name}"
+        if not ref.uid:
+            # Without the uid the delete would remove whatever object has this name at that moment.
+            raise InvalidInputError(f"{what}: the reference has no uid; delete only a job this backend "
+                                    "submitted or adopted (submit returns its reference with the uid)")  # fmt: skip
         self._watches.forget(ref)
         self._pod_watches.forget(ref)
         propagation = "Background" if kind == TRAINJOB else "Foreground"
@@ -332,9 +388,15 @@ class KubernetesBackend(Backend):
             self._retry.call(
                 what, self._custom.delete_namespaced_custom_object,
                 kind.group, kind.version, ref.namespace, kind.plural, ref.name,
-                body={"propagationPolicy": propagation}, _request_timeout=REQUEST_TIMEOUT,
+                body={"propagationPolicy": propagation, "preconditions": {"uid": ref.uid}},
+                _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except ApiException as e:
+            if e.status == 409:
+                # The uid precondition failed: this job is gone, and another object took its name.
+                logger.info("%s: uid %s is gone; the object of that name now is another one, left alone", what,
+                            ref.uid)  # fmt: skip
+                return
             if e.status != 404:
                 raise api_error(what, e) from e
 
@@ -352,6 +414,11 @@ class KubernetesBackend(Backend):
             )  # fmt: skip
         except ApiException as e:
             raise api_error(what, e) from e
+
+    def step_jobs(self) -> StepJobs:
+        """The reaper's reads in this backend's namespace (kubetrain.reaper): jobs that answer to a
+        KFP step pod, and whether that pod has ended. Deletes go through :meth:`delete`."""
+        return StepJobs(self._custom, self._core, self._retry, self._requested_namespace or self._namespace)
 
     def close(self) -> None:
         """Close the connection pool. Idempotent."""

@@ -28,6 +28,10 @@ TASK_ID_ENV = "KUBETRAIN_KFP_TASK_ID"
 # The launcher pod's identity from the downward API (metadata.name, metadata.uid).
 POD_NAME_ENV = "POD_NAME"
 POD_UID_ENV = "POD_UID"
+# Set by KFP (2.x's Argo compiler, from the downward API) in every step's container, so in the
+# launcher's process too: the pod whose end must end the job (see kubetrain.reaper).
+KFP_POD_NAME_ENV = "KFP_POD_NAME"
+KFP_POD_UID_ENV = "KFP_POD_UID"
 POD_NAMESPACE_ENV = "POD_NAMESPACE"
 
 # Longest job name per kind such that every name the operator derives still fits 63 characters:
@@ -163,3 +167,25 @@ def launcher_pod_from_env(
             "launcher pod or drop --owner-pod"
         )
     return LauncherPod(name=name, uid=uid, namespace=namespace)
+
+
+@dataclass(frozen=True)
+class StepPod:
+    """The KFP step pod a launcher runs in; `namespace` None when it cannot be told (not in a pod)."""
+
+    name: str
+    uid: str
+    namespace: str | None
+
+
+def step_pod_from_env(
+    environ: Mapping[str, str] | None = None, namespace_file: Path = SERVICE_ACCOUNT_NAMESPACE_FILE
+) -> StepPod | None:
+    """The KFP step pod this launcher runs in (KFP_POD_NAME, KFP_POD_UID; its namespace from
+    POD_NAMESPACE or the service account's file), or None outside a KFP step (`kubetrain launch`
+    from a shell: the reaper then never touches the job)."""
+    env = os.environ if environ is None else environ
+    name, uid = env.get(KFP_POD_NAME_ENV, "").strip(), env.get(KFP_POD_UID_ENV, "").strip()
+    if not name or not uid:
+        return None
+    return StepPod(name=name, uid=uid, namespace=env.get(POD_NAMESPACE_ENV) or _read_namespace_file(namespace_file))
