@@ -91,7 +91,7 @@ class Cluster:
     def sweep(self) -> list[str]:
         backend = self.backend()
         try:
-            return [str(r) for r in Reaper(backend).sweep()]
+            return [str(r) for r in Reaper(backend, grace_seconds=0).sweep()]
         finally:
             backend.close()
 
@@ -172,7 +172,7 @@ def test_a_job_replaced_under_its_name_is_not_deleted(cluster: Cluster) -> None:
     end_main(cluster)
     backend = cluster.backend()
     try:
-        reaper = Reaper(backend)
+        reaper = Reaper(backend, grace_seconds=0)
         jobs = reaper.steps.jobs
 
         def listed_then_replaced() -> Any:
@@ -246,10 +246,46 @@ def test_the_deployment_runs_the_reaper_as_its_service_account_under_restricted(
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
+def test_a_job_is_deleted_one_grace_period_after_its_step_ended_unless_a_retry_adopts_it(cluster: Cluster) -> None:
+    """Time for Argo's retry of the step to adopt the job: within the grace nothing is deleted; a
+    retry that adopts it keeps it; a step that ends again waits out a fresh grace."""
+    now = [0.0]
+    cluster.submit_from_step(pytorch_manifest())
+    end_main(cluster)
+    backend = cluster.backend()
+    try:
+        reaper = Reaper(backend, grace_seconds=30, clock=lambda: now[0])
+        assert reaper.sweep() == []  # the end is seen now
+        now[0] = 29.0
+        assert reaper.sweep() == []
+        retry_uid = str(uuid.uuid4())
+        cluster.api.put_pod(step_pod(uid=retry_uid, name=f"{STEP}-retry"))
+        cluster.monkeypatch.setenv("KFP_POD_NAME", f"{STEP}-retry")
+        cluster.monkeypatch.setenv("KFP_POD_UID", retry_uid)
+        retry = cluster.backend()  # the retry's launcher, with its own step pod's env
+        try:
+            retry.submit(pytorch_manifest())  # 409: it adopts the job and re-records itself
+        finally:
+            retry.close()
+        now[0] = 31.0
+        assert reaper.sweep() == []
+        cluster.api.put_pod(step_pod(uid=retry_uid, name=f"{STEP}-retry", main="terminated"))
+        now[0] = 40.0
+        assert reaper.sweep() == []  # the retry's end starts a fresh grace
+        now[0] = 69.0
+        assert reaper.sweep() == []
+        now[0] = 71.0
+        assert [r.job.ref.name for r in reaper.sweep()] == ["train"]
+    finally:
+        backend.close()
+    assert cluster.jobs() == set()
+
+
 def test_the_reaper_process_sweeps_until_sigterm(cluster: Cluster, tmp_path: Path) -> None:
     cluster.submit_from_step(pytorch_manifest())
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kubetrain.reaper", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.2"],
+        [sys.executable, "-m", "kubetrain.reaper", "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.2",
+         "--grace-seconds", "0"],
         stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
     )  # fmt: skip
     try:

@@ -17,7 +17,7 @@ from types import FrameType
 
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.errors import BackendError, ExitCode, KubetrainError
-from kubetrain.reaper.sweep import Reaper
+from kubetrain.reaper.sweep import DEFAULT_GRACE_SECONDS, Reaper
 
 logger = logging.getLogger("kubetrain.reaper")
 
@@ -32,6 +32,16 @@ def _interval(value: str) -> float:
     return seconds
 
 
+def _grace(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"got {value!r}; expected a number of seconds >= 0, e.g. 30")
+    return seconds
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The reaper's flags."""
     p = argparse.ArgumentParser(
@@ -42,6 +52,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--interval", type=_interval, default=5.0, help="seconds between sweeps (default 5)")
+    p.add_argument("--grace-seconds", type=_grace, default=DEFAULT_GRACE_SECONDS,
+                   help="seconds a step must have ended before its job is deleted, time for a retry of the "
+                        f"step to adopt it (default {DEFAULT_GRACE_SECONDS:g})")  # fmt: skip
     p.add_argument("--once", action="store_true", help="one sweep, then exit")
     return p.parse_args(argv)
 
@@ -63,8 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kubetrain.reaper: {e}", file=sys.stderr)
         return int(e.exit_code)
     try:
-        reaper = Reaper(backend)
-        logger.info("sweeping namespace %s every %gs", reaper.steps.namespace, args.interval)
+        reaper = Reaper(backend, grace_seconds=args.grace_seconds)
+        logger.info("sweeping namespace %s every %gs, grace %gs", reaper.steps.namespace, args.interval,
+                    args.grace_seconds)  # fmt: skip
         swept = False
         while True:
             try:
