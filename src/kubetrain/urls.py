@@ -72,4 +72,10 @@ def redact_url(url: str) -> str:
 
 def redact_text(text: str) -> str:
     """`text` with every URL in it redacted (:func:`redact_url`)."""
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+    def one(match: re.Match[str]) -> str:
+        # Punctuation that ends a sentence ("URL: HTTP 404") is the message's, not the URL's.
+        url = match.group(0).rstrip(".,;:!?")
+        return redact_url(url) + match.group(0)[len(url) :]
+
+    return _URL_IN_TEXT.sub(one, text)

@@ -40,6 +40,7 @@ from kubetrain.data.errors import (
 )
 from kubetrain.data.progress import Progress
 from kubetrain.data.sink import CHUNK_SIZE, HashingSink
+from kubetrain.urls import redact_url
 
 __all__ = ["RetryPolicy", "fetch_http"]
 
@@ -214,10 +215,10 @@ def _attempt(url: str, part: _Part, progress: Progress, timeout: float) -> bool:
                 # fault, not the request's, so the network exit code rather than "invalid input".
                 reason = " ".join(str(e.reason).split())  # urllib's loop message spans lines
                 raise DownloadUnavailableError(
-                    f"{url}: the server's redirects do not lead to the file (HTTP {e.code}: {reason}); "
+                    f"{redact_url(url)}: the server's redirects do not lead to the file (HTTP {e.code}: {reason}); "
                     "check the URL in a browser, or download it elsewhere and give the file's URL"
                 ) from e
-            raise HTTPStatusError(url, e.code, str(e.reason)) from e
+            raise HTTPStatusError(redact_url(url), e.code, str(e.reason)) from e
     with resp:
         total: int | None = None
         if resp.status == 206:
@@ -261,15 +262,19 @@ def fetch_http(
                 return str(part.hasher.hexdigest())
             restarts += 1
             if restarts > policy.attempts:
-                raise DownloadUnavailableError(f"{url}: the server kept answering range requests inconsistently")
+                raise DownloadUnavailableError(
+                    f"{redact_url(url)}: the server kept answering range requests inconsistently"
+                )
             continue
         except ssl.SSLCertVerificationError as e:
-            raise DataError(f"{url}: TLS certificate verification failed: {e.verify_message}") from e
+            raise DataError(f"{redact_url(url)}: TLS certificate verification failed: {e.verify_message}") from e
         except _TransientError as e:
             what, retry_after, last = str(e), e.retry_after, e
         except urllib.error.URLError as e:
             if isinstance(e.reason, ssl.SSLCertVerificationError):
-                raise DataError(f"{url}: TLS certificate verification failed: {e.reason.verify_message}") from e
+                raise DataError(
+                    f"{redact_url(url)}: TLS certificate verification failed: {e.reason.verify_message}"
+                ) from e
             what, retry_after, last = f"cannot connect: {e.reason}", None, e
         except (OSError, http.client.HTTPException) as e:
             # Resets, timeouts and truncated bodies (IncompleteRead) mid-transfer.
@@ -278,7 +283,7 @@ def fetch_http(
         failures = 1 if part.size() > before else failures + 1
         if failures >= policy.attempts:
             raise DownloadUnavailableError(
-                f"{url}: giving up after {failures} failed attempts in a row; last error: {what}"
+                f"{redact_url(url)}: giving up after {failures} failed attempts in a row; last error: {what}"
             ) from last
         wait = policy.delay(failures, rng, retry_after)
         progress.note(f"{what}; retry {failures}/{policy.attempts - 1} in {wait:.1f}s")
