@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kubetrain.data.archives import MAX_UNPACKED_BYTES
 from kubetrain.data.download import download
 from kubetrain.data.fetch import default_cache_dir
 from kubetrain.data.http import RetryPolicy
@@ -52,6 +53,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help=f"the window --speed-limit is measured over ({RetryPolicy.speed_window:g})",
     )
+    p.add_argument(
+        "--max-unpacked-bytes",
+        type=int,
+        default=MAX_UNPACKED_BYTES,
+        metavar="N",
+        help=f"refuse an archive, .gz or npz that unpacks to more than N bytes ({MAX_UNPACKED_BYTES}: 1 GiB)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
 
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         refresh=args.refresh,
         retry=RetryPolicy(attempts=args.retries, min_speed=args.speed_limit, speed_window=args.speed_time),
         quiet=args.quiet,
+        max_unpacked_bytes=args.max_unpacked_bytes,
     )
     for split in info.splits:
         print(

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from kubetrain.data.archives import MAX_UNPACKED_BYTES
 from kubetrain.data.builtin import BUILTIN_PREFIX, load_builtin
 from kubetrain.data.dataset_format import DatasetInfo
 from kubetrain.data.dataset_writer import check_output_dir
@@ -139,17 +140,21 @@ def download(
     retry: RetryPolicy | None = None,
     progress_stream: TextIO | None = None,
     quiet: bool = False,
+    max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
 ) -> DatasetInfo:
     """Fetch `source` and write it to `out_dir` as `dataset.json` plus `shards` training shards.
 
     `sha256` checks the one file of a single-file source (use ``URL#sha256=HEX`` per file in a
     list). Remote files are cached in `cache_dir` (default :func:`default_cache_dir`) and reused
-    by later runs unless `refresh`. Progress goes to `progress_stream` (stderr) unless `quiet`.
+    by later runs unless `refresh`. Progress goes to `progress_stream` (stderr) unless `quiet`. An
+    archive, .gz or npz may unpack to `max_unpacked_bytes` (default 1 GiB) at most.
     Raises DataError (or a subclass) naming the source and the problem; `out_dir` is then left as
     it was.
     """
     if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
         raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
+    if isinstance(max_unpacked_bytes, bool) or not isinstance(max_unpacked_bytes, int) or max_unpacked_bytes < 1:
+        raise DataError(f"--max-unpacked-bytes: got {max_unpacked_bytes!r}; expected an integer >= 1")
     urls = parse_source(source)
     label = describe_source(urls)
     expected = normalize_sha256(sha256, label) if sha256 is not None else None
@@ -180,7 +185,7 @@ def download(
     files = [LocalFile(f.path, f.name, redact_url(f.url)) for f in fetched]
     try:
         with tempfile.TemporaryDirectory(prefix="kubetrain-download-") as work:
-            raw = load_files(files, Path(work))
+            raw = load_files(files, Path(work), max_bytes=max_unpacked_bytes)
             return write_raw_dataset(raw, out_dir, shards=shards, source=label)
     except DataError as e:
         # Problems found in the content (an empty set, bad labels) must still name the source.
