@@ -18,6 +18,7 @@ from kubetrain import __version__
 from kubetrain.commands import compile as compile_command
 from kubetrain.commands import demo, download, launch, render, run, submit
 from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.urls import redact_text
 
 # In the order `kubetrain --help` lists them: a user's path from trying it out to a cluster.
 # Each imports its heavy dependencies when it runs.
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(func(args))
     except KubetrainError as e:
-        print(f"kubetrain {args.command}: {e}", file=sys.stderr)
+        # Messages name URLs; a presigned one's signature must not reach a terminal or a CI log.
+        print(f"kubetrain {args.command}: {redact_text(str(e))}", file=sys.stderr)
         return int(e.exit_code)
     except BrokenPipeError:
         # The reader went away (`kubetrain render ... | head`): not an error of ours.

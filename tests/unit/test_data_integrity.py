@@ -119,7 +119,7 @@ def test_a_full_disk_while_gunzipping_is_a_full_disk_not_a_corrupt_gzip(
 ) -> None:
     gz = tmp_path / "data.npz.gz"
     gz.write_bytes(gzip.compress(_npz()))
-    monkeypatch.setattr("kubetrain.data.formats.shutil.copyfileobj", _no_space)
+    monkeypatch.setattr("kubetrain.data.formats._copy_capped", _no_space)
     (tmp_path / "work").mkdir()
     with pytest.raises(DiskFullError, match="no space left on the device") as failed:
         load_files([LocalFile(gz, gz.name, "http://x/data.npz.gz")], tmp_path / "work")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubetrain.commands.run import add_run_options, single_threaded_defaults, with_signals_held
+from kubetrain.commands.run import add_run_options, prepare_runs_dir, single_threaded_defaults, with_signals_held
 from kubetrain.launcher.signals import SignalEvent
 
 PIPELINE = "compare_frameworks"
@@ -47,6 +47,7 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
     from kubetrain.tooling.catalog import pipeline
     from kubetrain.tooling.local_run import describe, run_locally
 
+    prepare_runs_dir(args.runs_dir)
     single_threaded_defaults()
     outcome = run_locally(
         pipeline(PIPELINE),

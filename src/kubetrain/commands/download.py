@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kubetrain.data.archives import MAX_UNPACKED_BYTES
 from kubetrain.data.download import download
 from kubetrain.data.fetch import default_cache_dir
 from kubetrain.data.http import RetryPolicy
@@ -38,6 +39,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--refresh", action="store_true", help="ignore cached downloads")
     p.add_argument("--retries", type=int, default=6, metavar="N", help="tries per file (6)")
+    p.add_argument(
+        "--speed-limit",
+        type=float,
+        default=RetryPolicy.min_speed,
+        metavar="BYTES",
+        help=f"give up on an attempt slower than BYTES per second over --speed-time ({RetryPolicy.min_speed:g})",
+    )
+    p.add_argument(
+        "--speed-time",
+        type=float,
+        default=RetryPolicy.speed_window,
+        metavar="SECONDS",
+        help=f"the window --speed-limit is measured over ({RetryPolicy.speed_window:g})",
+    )
+    p.add_argument(
+        "--max-unpacked-bytes",
+        type=int,
+        default=MAX_UNPACKED_BYTES,
+        metavar="N",
+        help=f"refuse an archive, .gz or npz that unpacks to more than N bytes ({MAX_UNPACKED_BYTES}: 1 GiB)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run)
 
@@ -51,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
         shards=args.shards,
         cache_dir=args.cache_dir,
         refresh=args.refresh,
-        retry=RetryPolicy(attempts=args.retries),
+        retry=RetryPolicy(attempts=args.retries, min_speed=args.speed_limit, speed_window=args.speed_time),
         quiet=args.quiet,
+        max_unpacked_bytes=args.max_unpacked_bytes,
     )
     for split in info.splits:
         print(

@@ -55,19 +55,65 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
+# How deep a JSON flag may nest: a Kubernetes object patch is about ten levels deep; thousands
+# would only exhaust Python's recursion (a RecursionError traceback) in the parser or the merge.
+MAX_JSON_DEPTH = 64
+
+
+def _shown(value: str) -> str:
+    """`value` for an error message: repr'd, and cut when it is long."""
+    return repr(value) if len(value) <= 200 else f"{value[:200]!r}... ({len(value)} characters)"
+
+
+def _depth(data: object) -> int:
+    """How deeply `data` nests lists and objects (a scalar is 0), without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _read_at_file(value: str) -> str:
+    """The text of the file `@PATH` names, or a one-line argparse error saying what is wrong with it."""
+    path = Path(value[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise argparse.ArgumentTypeError(f"{value}: {path} is a directory; expected a file holding JSON") from None
+    except FileNotFoundError:
+        raise argparse.ArgumentTypeError(f"{value}: {path} does not exist; expected a file holding JSON") from None
+    except UnicodeDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{value}: {path} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"{value}: {path} cannot be read ({e.strerror})") from None
+
+
 def _json(kind: str) -> Callable[[str], object]:
     """A flag taking JSON (or @FILE holding JSON) of `kind` (list or object)."""
 
     def parse(value: str) -> object:
-        text = Path(value[1:]).read_text(encoding="utf-8") if value.startswith("@") else value
+        text = _read_at_file(value) if value.startswith("@") else value
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise argparse.ArgumentTypeError(
+                f"got JSON nested too deeply; expected at most {MAX_JSON_DEPTH} levels of lists and objects"
+            ) from None
         except ValueError as e:
-            raise argparse.ArgumentTypeError(f"got {value!r}; expected JSON ({e})") from None
+            raise argparse.ArgumentTypeError(f"got {_shown(value)}; expected JSON ({e})") from None
+        if _depth(data) > MAX_JSON_DEPTH:
+            raise argparse.ArgumentTypeError(
+                f"got JSON nested {_depth(data)} levels deep; expected at most {MAX_JSON_DEPTH} levels "
+                "of lists and objects"
+            )
         if kind == "list" and not isinstance(data, list):
-            raise argparse.ArgumentTypeError(f'got {value!r}; expected a JSON list, e.g. \'["a", "b"]\'')
+            raise argparse.ArgumentTypeError(f'got {_shown(value)}; expected a JSON list, e.g. \'["a", "b"]\'')
         if kind == "object" and not isinstance(data, dict):
-            raise argparse.ArgumentTypeError(f'got {value!r}; expected a JSON object, e.g. \'{{"k": "v"}}\'')
+            raise argparse.ArgumentTypeError(f'got {_shown(value)}; expected a JSON object, e.g. \'{{"k": "v"}}\'')
         return data
 
     return parse

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubetrain.errors import ExitCode
+from kubetrain.errors import ExitCode, InvalidInputError
 from kubetrain.launcher.signals import SignalEvent, hold_signals, ignore_signals
 from kubetrain.tooling.catalog import PIPELINES
 
@@ -93,6 +93,17 @@ def add_pipeline_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def prepare_runs_dir(runs_dir: Path) -> None:
+    """Make `--runs-dir` (and its parents), or fail in one line saying why it cannot be one."""
+    blocker = next((p for p in (runs_dir, *runs_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise InvalidInputError(f"--runs-dir {runs_dir}: {blocker} is a file, not a directory; choose another")
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidInputError(f"--runs-dir {runs_dir}: cannot be made ({e.strerror}); choose another") from e
+
+
 def single_threaded_defaults() -> None:
     """One compute thread per process unless the user chose otherwise: every replica is a process here."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -130,6 +141,7 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
         print(describe_inputs(inputs))
         return int(ExitCode.SUCCESS)
     arguments = parse_params(args.param, inputs)
+    prepare_runs_dir(args.runs_dir)
     single_threaded_defaults()
     outcome = run_pipeline_locally(
         loaded.pipeline,

@@ -6,8 +6,10 @@ PIPELINE is a shipped pipeline's name, your own .py file defining a @dsl.pipelin
 it (the first time) or a new version of it, ensures the experiment exists and starts a run, then
 prints the run's URL. Authentication: --token (or $KUBETRAIN_KFP_TOKEN), --token-file (a
 service-account token, re-read on every request), or kfp.Client's defaults (KF_PIPELINES_*
-variables, kube config). A host that cannot be reached (connection refused, a name that does not
-resolve, an untrusted TLS certificate) or that is not a KFP API (HTTP 404) ends in one line.
+variables, kube config). A token is stripped of surrounding whitespace (a trailing newline); one
+with a line break inside is refused, without printing it; so is a host URL with USER:PASSWORD@.
+A host that cannot be reached (connection refused, a name that does not resolve, an untrusted
+TLS certificate) or that is not a KFP API (HTTP 404) ends in one line.
 Exit codes: 0 submitted, 2 invalid input (nothing sent), 4 the KFP API could not be reached,
 refused the credentials (HTTP 401/403), is not there (404) or failed.
 """
@@ -20,8 +22,7 @@ import os
 from typing import Any
 
 from kubetrain.commands.run import add_pipeline_argument
-
-TOKEN_ENV = "KUBETRAIN_KFP_TOKEN"
+from kubetrain.tooling.submit import TOKEN_ENV
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -1,7 +1,8 @@
 """Safe extraction of tar (plain, gz, bz2, xz) and zip archives.
 
 Every entry is checked before anything is written: no absolute paths, no ``..`` components, no
-links that resolve outside the target, no device files, and a cap on the total unpacked size.
+links that resolve outside the target, no device files, and a cap on the total unpacked size
+(:data:`MAX_UNPACKED_BYTES`, 1 GiB, which a single .gz and an npz's declared arrays share).
 Tar extraction also runs with Python's ``data`` filter as a second line of defence.
 """
 
@@ -18,9 +19,13 @@ from pathlib import Path, PurePosixPath
 from kubetrain.data.errors import TMP_FIX, write_error
 from kubetrain.errors import DataError
 
-__all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "is_zip", "safe_extract"]
+__all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "is_zip", "safe_extract", "too_big"]
 
-MAX_UNPACKED_BYTES = 64 << 30  # 64 GiB: far above any data set here, far below a zip bomb
+# The default cap on what one source may unpack to (an archive's members, a .gz inflated, an npz's
+# declared arrays): the whole data set is loaded into memory and converted to float32, so far more
+# would not train here anyway, and a small bomb (2 MB of gzip inflate to 2 GiB) is stopped before
+# it fills the disk. `kubetrain download --max-unpacked-bytes` (download(max_unpacked_bytes=...)) raises it.
+MAX_UNPACKED_BYTES = 1 << 30  # 1 GiB
 
 
 ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or the end record of an empty zip
@@ -59,7 +64,15 @@ def _inside(dest: Path, target: Path) -> bool:
     return resolved == dest or dest in resolved.parents
 
 
-def _check_tar(source: str, tf: tarfile.TarFile, dest: Path) -> None:
+def too_big(source: str, what: str, limit: int) -> DataError:
+    """The error for a source that unpacks to more than `limit` bytes."""
+    return DataError(
+        f"{source}: {what} more than {limit} bytes; if the data set really is that large, raise the cap "
+        f"with --max-unpacked-bytes (default {MAX_UNPACKED_BYTES})"
+    )
+
+
+def _check_tar(source: str, tf: tarfile.TarFile, dest: Path, limit: int) -> None:
     total = 0
     for member in tf.getmembers():
         rel = _check_name(source, member.name)
@@ -79,11 +92,11 @@ def _check_tar(source: str, tf: tarfile.TarFile, dest: Path) -> None:
                 f"{source}: archive entry {member.name!r} is a device, fifo or other special file; refusing to extract"
             )
         total += member.size
-        if total > MAX_UNPACKED_BYTES:
-            raise DataError(f"{source}: archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+        if total > limit:
+            raise too_big(source, "the archive unpacks to", limit)
 
 
-def _check_zip(source: str, zf: zipfile.ZipFile) -> None:
+def _check_zip(source: str, zf: zipfile.ZipFile, limit: int) -> None:
     total = 0
     for info in zf.infolist():
         _check_name(source, info.filename)
@@ -93,24 +106,24 @@ def _check_zip(source: str, zf: zipfile.ZipFile) -> None:
                 f"{source}: archive entry {info.filename!r} is a symbolic link; zip links are not supported"
             )
         total += info.file_size
-        if total > MAX_UNPACKED_BYTES:
-            raise DataError(f"{source}: archive unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+        if total > limit:
+            raise too_big(source, "the archive unpacks to", limit)
 
 
-def safe_extract(path: Path, dest: Path, *, source: str) -> None:
+def safe_extract(path: Path, dest: Path, *, source: str, max_bytes: int = MAX_UNPACKED_BYTES) -> None:
     """Extract the archive at `path` into the existing directory `dest` after checking every entry.
 
-    `source` names the archive in error messages.
+    `source` names the archive in error messages; its members may unpack to `max_bytes` in all.
     """
     dest = dest.resolve()
     try:
         if is_zip(path):
             with zipfile.ZipFile(path) as zf:
-                _check_zip(source, zf)
+                _check_zip(source, zf, max_bytes)
                 zf.extractall(dest)
             return
         with tarfile.open(path) as tf:
-            _check_tar(source, tf, dest)
+            _check_tar(source, tf, dest, max_bytes)
             tf.extractall(dest, filter="data")
     except DataError:
         raise

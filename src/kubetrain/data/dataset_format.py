@@ -32,6 +32,7 @@ from kubetrain.errors import DataError
 __all__ = [
     "DATASET_JSON",
     "FORMAT_VERSION",
+    "MAX_CLASSES",
     "DatasetInfo",
     "ShardInfo",
     "file_sha256",
@@ -40,6 +41,10 @@ __all__ = [
     "read_dataset_info",
     "shard_file_name",
 ]
+
+# Labels are class indices of one classification head, whose output layer has num_classes units:
+# 65,536 is already far more than any data set here; a label of 2**40 is a corrupt file, not a class.
+MAX_CLASSES = 1 << 16
 
 DATASET_JSON = "dataset.json"
 FORMAT_VERSION = 1
@@ -111,8 +116,8 @@ class DatasetInfo:
         )
         _require(self.dtype == "float32", f"dtype: got {self.dtype!r}; expected 'float32'")
         _require(
-            isinstance(self.num_classes, int) and self.num_classes >= 2,
-            f"num_classes: got {self.num_classes!r}; expected an integer >= 2",
+            isinstance(self.num_classes, int) and 2 <= self.num_classes <= MAX_CLASSES,
+            f"num_classes: got {self.num_classes!r}; expected an integer from 2 to {MAX_CLASSES}",
         )
         _require(
             "train" in self.splits and all(self.splits.values()),

@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from kubetrain.data.archives import MAX_UNPACKED_BYTES
 from kubetrain.data.builtin import BUILTIN_PREFIX, load_builtin
 from kubetrain.data.dataset_format import DatasetInfo
 from kubetrain.data.dataset_writer import check_output_dir
-from kubetrain.data.errors import DataError, HTTPStatusError
+from kubetrain.data.errors import DataError, DiskFullError, DownloadUnavailableError, HTTPStatusError
 from kubetrain.data.fetch import (
     Fetched,
     FetchOptions,
@@ -39,8 +40,9 @@ from kubetrain.data.formats import LocalFile, load_files
 from kubetrain.data.http import RetryPolicy
 from kubetrain.data.prepare import write_raw_dataset
 from kubetrain.data.stores import local_path, store_exists
+from kubetrain.urls import has_userinfo, redact_url
 
-__all__ = ["MNIST_FILES", "download", "parse_source"]
+__all__ = ["MNIST_FILES", "describe_source", "download", "parse_source"]
 
 MNIST_FILES = (
     "train-images-idx3-ubyte",
@@ -56,7 +58,31 @@ def parse_source(source: str | Sequence[str]) -> list[str]:
     urls = [part.strip() for item in items for part in item.replace("\n", ",").split(",") if part.strip()]
     if not urls:
         raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
+    for url in urls:
+        if not is_local(url) and has_userinfo(url):
+            # Refused before any request: the password would otherwise be sent in the clear to
+            # whatever host the URL names, and kept in dataset.json and the artifact's metadata.
+            raise DataError(
+                f"{redact_url(url)}: credentials in the URL (USER:PASSWORD@) are refused; use a presigned "
+                "URL (its signature is kept out of logs and metadata), an s3:// or gs:// URL with the "
+                "store's credentials in the environment (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS), "
+                "or download the file yourself and give its path"
+            )
     return urls
+
+
+def describe_source(urls: Sequence[str]) -> str:
+    """The source as `dataset.json`, the Dataset's metadata and messages show it: secrets redacted."""
+    return ", ".join(redact_url(url) for url in urls)
+
+
+def _with_source(error: DataError, label: str) -> DataError:
+    """`error` prefixed with the source, keeping the class that sets the exit code (a full disk stays 4)."""
+    message = f"{label}: {error}"
+    for kind in (DiskFullError, DownloadUnavailableError):
+        if isinstance(error, kind):
+            return kind(message)
+    return DataError(message)
 
 
 def _is_base(url: str) -> bool:
@@ -114,19 +140,23 @@ def download(
     retry: RetryPolicy | None = None,
     progress_stream: TextIO | None = None,
     quiet: bool = False,
+    max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
 ) -> DatasetInfo:
     """Fetch `source` and write it to `out_dir` as `dataset.json` plus `shards` training shards.
 
     `sha256` checks the one file of a single-file source (use ``URL#sha256=HEX`` per file in a
     list). Remote files are cached in `cache_dir` (default :func:`default_cache_dir`) and reused
-    by later runs unless `refresh`. Progress goes to `progress_stream` (stderr) unless `quiet`.
+    by later runs unless `refresh`. Progress goes to `progress_stream` (stderr) unless `quiet`. An
+    archive, .gz or npz may unpack to `max_unpacked_bytes` (default 1 GiB) at most.
     Raises DataError (or a subclass) naming the source and the problem; `out_dir` is then left as
     it was.
     """
     if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
         raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
+    if isinstance(max_unpacked_bytes, bool) or not isinstance(max_unpacked_bytes, int) or max_unpacked_bytes < 1:
+        raise DataError(f"--max-unpacked-bytes: got {max_unpacked_bytes!r}; expected an integer >= 1")
     urls = parse_source(source)
-    label = ", ".join(urls)
+    label = describe_source(urls)
     expected = normalize_sha256(sha256, label) if sha256 is not None else None
     check_output_dir(out_dir)
     if urls[0].startswith(BUILTIN_PREFIX):
@@ -152,13 +182,13 @@ def download(
         for item in urls:
             url, fragment_sha = split_checksum(item)
             fetched.append(fetch(url, sha256=fragment_sha or expected, options=options))
-    files = [LocalFile(f.path, f.name, f.url) for f in fetched]
+    files = [LocalFile(f.path, f.name, redact_url(f.url)) for f in fetched]
     try:
         with tempfile.TemporaryDirectory(prefix="kubetrain-download-") as work:
-            raw = load_files(files, Path(work))
+            raw = load_files(files, Path(work), max_bytes=max_unpacked_bytes)
             return write_raw_dataset(raw, out_dir, shards=shards, source=label)
     except DataError as e:
         # Problems found in the content (an empty set, bad labels) must still name the source.
-        if any(f.url in str(e) for f in fetched):
+        if any(f.origin in str(e) for f in files):
             raise
-        raise DataError(f"{label}: {e}") from e
+        raise _with_source(e, label) from e

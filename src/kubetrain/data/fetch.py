@@ -25,6 +25,7 @@ from kubetrain.data.errors import CACHE_FIX, ChecksumError, DataError, write_err
 from kubetrain.data.http import RetryPolicy, fetch_http
 from kubetrain.data.progress import Progress
 from kubetrain.data.stores import fetch_fsspec, local_path, open_store
+from kubetrain.urls import redact_url
 
 __all__ = [
     "FetchOptions",
@@ -156,7 +157,7 @@ def _cached(
         if expected is not None and actual != expected:
             part.unlink(missing_ok=True)
             meta.unlink(missing_ok=True)
-            raise ChecksumError(url, expected, actual)
+            raise ChecksumError(redact_url(url), expected, actual)
         os.replace(part, entry)
         meta.unlink(missing_ok=True)
     return Fetched(entry, name, url, actual)
@@ -166,16 +167,16 @@ def fetch(url: str, *, sha256: str | None, options: FetchOptions) -> Fetched:
     """Make the file at `url` available locally, verified against `sha256` when given."""
     scheme = urllib.parse.urlsplit(url).scheme
     name = url_name(url)
-    progress = Progress(name or url, None, stream=options.progress_stream, enabled=not options.quiet)
+    progress = Progress(name or redact_url(url), None, stream=options.progress_stream, enabled=not options.quiet)
     if is_local(url):
         path = local_path(url)
         if not path.is_file():
             what = "is not a regular file" if path.exists() else "does not exist"
-            raise DataError(f"{url}: {what}")
+            raise DataError(f"{redact_url(url)}: {what}")
         actual = file_sha256(path) if sha256 is not None else None
         if actual != sha256:
             # The user's own file: report it, never delete it.
-            raise DataError(f"{url}: sha256 mismatch: expected {sha256}, got {actual}")
+            raise DataError(f"{redact_url(url)}: sha256 mismatch: expected {sha256}, got {actual}")
         return Fetched(path, name, url, actual)
     if scheme in ("http", "https"):
         return _cached(

@@ -10,18 +10,19 @@ checked by their magic numbers.
 from __future__ import annotations
 
 import gzip
-import shutil
+import math
 import tempfile
 import zipfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.data.archives import archive_kind, is_zip, safe_extract
+from kubetrain.data.archives import MAX_UNPACKED_BYTES, archive_kind, is_zip, safe_extract, too_big
 from kubetrain.data.errors import TMP_FIX, write_error
 from kubetrain.data.idx import GZIP_MAGIC, looks_like_idx, read_idx
 from kubetrain.data.prepare import RawDataset
@@ -72,19 +73,47 @@ def _is_npz(path: Path) -> bool:
     return bool(names) and all(n.endswith(".npy") for n in names)
 
 
-def _load_npz(f: LocalFile) -> RawDataset:
+def _npy_header(member: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """The shape and dtype an .npy member declares, read from its header alone."""
+    npy: Any = np.lib.format  # untyped in numpy's stubs
+    version = npy.read_magic(member)
+    if version == (1, 0):
+        shape, _fortran, dtype = npy.read_array_header_1_0(member)
+    elif version == (2, 0):
+        shape, _fortran, dtype = npy.read_array_header_2_0(member)
+    else:
+        raise ValueError(f"npy format version {version[0]}.{version[1]} is not supported; save it with numpy.savez")
+    return tuple(shape), dtype
+
+
+def _check_npz_arrays(f: LocalFile, npz: Any, keys: Sequence[str], max_bytes: int) -> None:
+    """Refuse what np.load would turn into a traceback or a huge allocation, before any array is read."""
+    total = 0
+    for key in keys:
+        with npz.zip.open(f"{key}.npy") as member:
+            shape, dtype = _npy_header(member)
+        if not shape:
+            raise DataError(f"{f.origin}: npz array {key!r} is a single value (0-d); expected one entry per record")
+        total += math.prod(shape) * dtype.itemsize
+        if total > max_bytes:
+            what = f"the npz's arrays (up to {key!r}, shape {list(shape)}, {dtype}) declare"
+            raise too_big(f.origin, what, max_bytes)
+
+
+def _load_npz(f: LocalFile, max_bytes: int = MAX_UNPACKED_BYTES) -> RawDataset:
     try:
         with np.load(f.path, allow_pickle=False) as npz:
             keys = set(npz.files)
             for wanted in _NPZ_KEYS:
                 if keys >= set(wanted):
+                    _check_npz_arrays(f, npz, wanted, max_bytes)
                     arrays = [np.asarray(npz[k]) for k in wanted]
                     break
             else:
                 raise DataError(
                     f"{f.origin}: npz has arrays {sorted(keys)}; expected x_train, y_train (and x_test, y_test) or x, y"
                 )
-    except (OSError, ValueError, zipfile.BadZipFile, zlib.error, EOFError) as e:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise DataError(f"{f.origin}: cannot read npz: {e}") from e
     x, y = arrays[0], arrays[1]
     xt, yt = (arrays[2], arrays[3]) if len(arrays) == 4 else (None, None)
@@ -152,11 +181,26 @@ def _load_mnist(files: Sequence[LocalFile], *, strict: bool) -> RawDataset:
     )
 
 
-def _gunzip_to(f: LocalFile, work: Path) -> LocalFile:
+def _copy_capped(src: gzip.GzipFile, dst: IO[bytes], limit: int) -> bool:
+    """Copy `src` to `dst` while it stays within `limit` bytes; False (and the copy cut) past it."""
+    written = 0
+    # One byte past the limit tells "exactly the limit" from "more"; nothing beyond it is written.
+    while chunk := src.read(min(1 << 20, limit + 1 - written)):
+        written += len(chunk)
+        if written > limit:
+            return False
+        dst.write(chunk)
+    return True
+
+
+def _gunzip_to(f: LocalFile, work: Path, max_bytes: int) -> LocalFile:
     out = Path(tempfile.mkdtemp(dir=work)) / f.name.removesuffix(".gz")
     try:
         with gzip.open(f.path, "rb") as src, open(out, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+            within = _copy_capped(src, dst, max_bytes)
+        if not within:
+            out.unlink()
+            raise too_big(f.origin, "the gzip inflates to", max_bytes)
     except EOFError as e:
         raise DataError(f"{f.origin}: truncated gzip: {e}") from e
     except zlib.error as e:
@@ -169,32 +213,35 @@ def _gunzip_to(f: LocalFile, work: Path) -> LocalFile:
     return LocalFile(out, out.name, f.origin)
 
 
-def _extracted_files(f: LocalFile, work: Path) -> list[LocalFile]:
+def _extracted_files(f: LocalFile, work: Path, max_bytes: int) -> list[LocalFile]:
     dest = Path(tempfile.mkdtemp(dir=work))
-    safe_extract(f.path, dest, source=f.origin)
+    safe_extract(f.path, dest, source=f.origin, max_bytes=max_bytes)
     found = sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink())
     return [LocalFile(p, p.name, f"{f.origin}!{p.relative_to(dest)}") for p in found]
 
 
-def load_files(files: Sequence[LocalFile], work: Path) -> RawDataset:
-    """Read fetched files as a data set; `work` is a scratch dir for extraction."""
+def load_files(files: Sequence[LocalFile], work: Path, *, max_bytes: int = MAX_UNPACKED_BYTES) -> RawDataset:
+    """Read fetched files as a data set; `work` is a scratch dir for extraction.
+
+    An archive, a .gz or an npz may unpack to `max_bytes` (:data:`MAX_UNPACKED_BYTES` by default).
+    """
     if len(files) > 1:
         return _load_mnist(files, strict=True)
     (f,) = files
     if _is_npz(f.path):
-        return _load_npz(f)
+        return _load_npz(f, max_bytes)
     kind = archive_kind(f.path)
     if kind is not None:
-        members = _extracted_files(f, work)
+        members = _extracted_files(f, work, max_bytes)
         npz = [m for m in members if _is_npz(m.path)]
         if len(npz) == 1:
-            return _load_npz(npz[0])
+            return _load_npz(npz[0], max_bytes)
         if not members:
             raise DataError(f"{f.origin}: the archive is empty")
         return _load_mnist(members, strict=False)
     head = _head(f.path)
     if head.startswith(GZIP_MAGIC):
-        return load_files([_gunzip_to(f, work)], work)
+        return load_files([_gunzip_to(f, work, max_bytes)], work, max_bytes=max_bytes)
     if not head:
         raise DataError(f"{f.origin}: the file is empty")
     if looks_like_idx(head):

@@ -8,8 +8,12 @@ is there and returns its sha256:
   the server gave a validator, ``If-Range``, so a changed file restarts from zero instead of
   being spliced. A 200 to a range request also restarts from zero.
 - Connection errors, 5xx and 429 are retried with exponential backoff and jitter (``Retry-After``
-  is honoured); the failure count resets whenever an attempt made progress. Any other 4xx fails at
-  once: retrying cannot fix a wrong URL.
+  is honoured); the failure count resets whenever an attempt made progress at the minimum speed.
+  Any other 4xx fails at once: retrying cannot fix a wrong URL.
+- A transfer slower than ``RetryPolicy.min_speed`` bytes/s over any ``speed_window`` seconds
+  (curl's ``--speed-limit``/``--speed-time``) is given up and counts as a failed attempt, so a
+  server that drips a byte a minute ends in an error instead of never.
+- Redirects go to http(s) only, and never from https down to http.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import errno
 import hashlib
 import http.client
 import json
+import math
 import random
 import re
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +46,7 @@ from kubetrain.data.errors import (
 )
 from kubetrain.data.progress import Progress
 from kubetrain.data.sink import CHUNK_SIZE, HashingSink
+from kubetrain.urls import redact_url
 
 __all__ = ["RetryPolicy", "fetch_http"]
 
@@ -56,10 +63,16 @@ class RetryPolicy:
     base_delay: float = 0.5
     max_delay: float = 30.0
     timeout: float = 60.0  # socket timeout of one connect or read
+    min_speed: float = 1024.0  # bytes/s; an attempt slower than this over speed_window seconds fails
+    speed_window: float = 60.0
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
             raise DataError(f"retry attempts: got {self.attempts}; expected >= 1")
+        if not (math.isfinite(self.min_speed) and self.min_speed > 0):
+            raise DataError(f"--speed-limit: got {self.min_speed}; expected a number of bytes per second > 0")
+        if not (math.isfinite(self.speed_window) and self.speed_window > 0):
+            raise DataError(f"--speed-time: got {self.speed_window}; expected a number of seconds > 0")
         if not 0 <= self.base_delay <= self.max_delay:
             raise DataError(
                 f"retry delays: got base {self.base_delay}, max {self.max_delay}; expected 0 <= base <= max"
@@ -82,6 +95,54 @@ class _TransientError(Exception):
     def __init__(self, what: str, retry_after: float | None = None) -> None:
         super().__init__(what)
         self.retry_after = retry_after
+
+
+class _TooSlowError(_TransientError):
+    """The transfer fell below the minimum speed: a failed attempt even though it made progress."""
+
+
+class _Pace:
+    """Raises :class:`_TooSlowError` when fewer than `min_speed` bytes/s arrive over `window` seconds."""
+
+    def __init__(self, min_speed: float, window: float) -> None:
+        self.min_speed = min_speed
+        self.window = window
+        self.start = time.monotonic()
+        self.received = 0
+
+    def add(self, n: int) -> None:
+        self.received += n
+        now = time.monotonic()
+        elapsed = now - self.start
+        if elapsed < self.window:
+            return
+        if self.received < self.min_speed * elapsed:
+            raise _TooSlowError(
+                f"too slow: {self.received} bytes in {elapsed:.1f}s, below the minimum of {self.min_speed:g} "
+                "bytes/s (--speed-limit, over --speed-time seconds)"
+            )
+        self.start, self.received = now, 0
+
+
+class _SafeRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects to http(s) only, and never from https to plain http."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        old = urllib.parse.urlsplit(req.full_url).scheme
+        new = urllib.parse.urlsplit(newurl).scheme
+        if new not in ("http", "https") or (old == "https" and new != "https"):
+            fp.close()
+            why = "leaves https for plain http" if new == "http" else f"leads to {new}://, not http(s)"
+            raise DataError(
+                f"{redact_url(req.full_url)}: refusing a redirect (HTTP {code}) to {redact_url(newurl)}: it {why}; "
+                "give the file's final https URL"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_SafeRedirects)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -160,19 +221,42 @@ class _Part:
         self.hasher, self.hashed = None, 0
 
 
-def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress) -> None:
+def _fill(resp: http.client.HTTPResponse, buf: bytearray, pace: _Pace) -> tuple[int, _TooSlowError | None]:
+    """Read into `buf` until it is full or the body ends: the bytes read, and why it stopped early if too slow.
+
+    One `read1` per socket read, not `readinto`, which blocks until the whole buffer is full and
+    so would never let a dripping server be noticed.
+    """
+    filled = 0
+    with memoryview(buf) as view:
+        while filled < len(view):
+            data = resp.read1(len(view) - filled)
+            if not data:
+                break
+            view[filled : filled + len(data)] = data
+            filled += len(data)
+            try:
+                pace.add(len(data))
+            except _TooSlowError as e:
+                return filled, e  # what did arrive is kept: the next attempt resumes after it
+    return filled, None
+
+
+def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress, pace: _Pace) -> None:
     """Append the response body to the part file; a helper thread hashes it meanwhile."""
     with HashingSink(part.path, part.hashed, part.hasher) as sink:
         try:
             while True:
                 buf = sink.buffer()
-                n = resp.readinto(buf)
+                n, too_slow = _fill(resp, buf, pace)
                 if not n:
                     sink.release(buf)
                     break
                 sink.commit(buf, n)
                 part.hashed += n
                 progress.update(n)
+                if too_slow is not None:
+                    raise too_slow
         except DiskFullError:
             part.discard()  # a full disk keeps no partial file (nor its sidecar): no room to grow it
             raise
@@ -187,14 +271,16 @@ def _open(url: str, part: _Part, offset: int, timeout: float) -> http.client.HTT
         headers["Range"] = f"bytes={offset}-"
         if (validator := part.validator()) is not None:
             headers["If-Range"] = validator
-    resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    resp = _OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout)
     assert isinstance(resp, http.client.HTTPResponse)  # http(s) URLs only reach here
     return resp
 
 
-def _attempt(url: str, part: _Part, progress: Progress, timeout: float) -> bool:
+def _attempt(url: str, part: _Part, progress: Progress, policy: RetryPolicy) -> bool:
     """One request. True when the part is complete; False to start over at once."""
     offset = part.size()
+    # No byte for speed_window seconds is below any minimum speed: no need to wait the longer timeout.
+    timeout = min(policy.timeout, policy.speed_window)
     try:
         resp = _open(url, part, offset, timeout)
     except urllib.error.HTTPError as e:
@@ -214,10 +300,10 @@ def _attempt(url: str, part: _Part, progress: Progress, timeout: float) -> bool:
                 # fault, not the request's, so the network exit code rather than "invalid input".
                 reason = " ".join(str(e.reason).split())  # urllib's loop message spans lines
                 raise DownloadUnavailableError(
-                    f"{url}: the server's redirects do not lead to the file (HTTP {e.code}: {reason}); "
+                    f"{redact_url(url)}: the server's redirects do not lead to the file (HTTP {e.code}: {reason}); "
                     "check the URL in a browser, or download it elsewhere and give the file's URL"
                 ) from e
-            raise HTTPStatusError(url, e.code, str(e.reason)) from e
+            raise HTTPStatusError(redact_url(url), e.code, str(e.reason)) from e
     with resp:
         total: int | None = None
         if resp.status == 206:
@@ -232,7 +318,7 @@ def _attempt(url: str, part: _Part, progress: Progress, timeout: float) -> bool:
             total = int(length) if length and length.isdigit() else None
         part.start(offset, resp.headers)
         progress.restart(offset, total)
-        _stream(resp, part, progress)
+        _stream(resp, part, progress, _Pace(policy.min_speed, policy.speed_window))
         if total is not None and part.hashed != total:
             raise _TransientError(f"connection closed at byte {part.hashed} of {total}")
         return True
@@ -254,31 +340,38 @@ def fetch_http(
     restarts = 0
     last: Exception
     while True:
-        before = part.size()
+        before, started = part.size(), time.monotonic()
         try:
-            if _attempt(url, part, progress, policy.timeout):
+            if _attempt(url, part, progress, policy):
                 progress.close()
                 return str(part.hasher.hexdigest())
             restarts += 1
             if restarts > policy.attempts:
-                raise DownloadUnavailableError(f"{url}: the server kept answering range requests inconsistently")
+                raise DownloadUnavailableError(
+                    f"{redact_url(url)}: the server kept answering range requests inconsistently"
+                )
             continue
         except ssl.SSLCertVerificationError as e:
-            raise DataError(f"{url}: TLS certificate verification failed: {e.verify_message}") from e
+            raise DataError(f"{redact_url(url)}: TLS certificate verification failed: {e.verify_message}") from e
         except _TransientError as e:
             what, retry_after, last = str(e), e.retry_after, e
         except urllib.error.URLError as e:
             if isinstance(e.reason, ssl.SSLCertVerificationError):
-                raise DataError(f"{url}: TLS certificate verification failed: {e.reason.verify_message}") from e
+                raise DataError(
+                    f"{redact_url(url)}: TLS certificate verification failed: {e.reason.verify_message}"
+                ) from e
             what, retry_after, last = f"cannot connect: {e.reason}", None, e
         except (OSError, http.client.HTTPException) as e:
             # Resets, timeouts and truncated bodies (IncompleteRead) mid-transfer.
             what, retry_after, last = f"{type(e).__name__}: {e}", None, e
-        # Progress since the last failure means the link works: give it a fresh set of tries.
-        failures = 1 if part.size() > before else failures + 1
+        # Progress at the minimum speed means the link works: give it a fresh set of tries. A
+        # trickle (a byte, then a stall until the timeout) is not progress, or a drip never ends.
+        grown = part.size() - before
+        steady = grown > 0 and grown >= policy.min_speed * (time.monotonic() - started)
+        failures = 1 if steady and not isinstance(last, _TooSlowError) else failures + 1
         if failures >= policy.attempts:
             raise DownloadUnavailableError(
-                f"{url}: giving up after {failures} failed attempts in a row; last error: {what}"
+                f"{redact_url(url)}: giving up after {failures} failed attempts in a row; last error: {what}"
             ) from last
         wait = policy.delay(failures, rng, retry_after)
         progress.note(f"{what}; retry {failures}/{policy.attempts - 1} in {wait:.1f}s")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.data.dataset_format import DatasetInfo
+from kubetrain.data.dataset_format import MAX_CLASSES, DatasetInfo
 from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.errors import DataError
 
@@ -86,6 +86,13 @@ def write_raw_dataset(
     for split, y in (("train", y_train), ("test", y_test)):
         if not np.issubdtype(y.dtype, np.integer):
             raise DataError(f"{raw.name}: {split} labels have dtype {y.dtype}; expected integers")
+        low, high = int(y.min()), int(y.max())
+        if low < 0 or high >= MAX_CLASSES:
+            # num_classes is 1 + the largest label: a stray huge label would make a model that big.
+            raise DataError(
+                f"{raw.name}: {split} labels span [{low}, {high}]; expected class indices from 0 to "
+                f"{MAX_CLASSES - 1} (at most {MAX_CLASSES} classes)"
+            )
     num_classes = raw.num_classes or int(max(y_train.max(), y_test.max())) + 1
     scale = raw.scale if raw.scale is not None else (1 / 255 if x_train.dtype == np.uint8 else 1.0)
     xs = []

@@ -16,6 +16,7 @@ from typing import Any
 from kubetrain.data.errors import DataError, DownloadUnavailableError
 from kubetrain.data.progress import Progress
 from kubetrain.data.sink import CHUNK_SIZE, HashingSink
+from kubetrain.urls import redact_url
 
 __all__ = ["fetch_fsspec", "local_path", "open_store", "store_exists"]
 
@@ -27,7 +28,7 @@ def local_path(url: str) -> Path:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise DataError(f"{url}: file:// URLs must name a local path (file:///path)")
+            raise DataError(f"{redact_url(url)}: file:// URLs must name a local path (file:///path)")
         return Path(urllib.request.url2pathname(parts.path))
     return Path(url)
 
@@ -41,17 +42,17 @@ def open_store(url: str) -> tuple[Any, str]:
         fsspec.get_filesystem_class(scheme)
     except ValueError as e:
         raise DataError(
-            f"{url}: unknown scheme {scheme!r}; expected http(s)://, file://, a local path, "
+            f"{redact_url(url)}: unknown scheme {scheme!r}; expected http(s)://, file://, a local path, "
             "builtin:NAME, or an fsspec object store such as s3:// or gs://"
         ) from e
     except ImportError as e:
         extra = _EXTRAS.get(scheme)
         hint = f"pip install 'kubetrain[{extra}]'" if extra else "install its fsspec driver"
-        raise DataError(f"{url}: the {scheme}:// driver is not installed ({e}); {hint}") from e
+        raise DataError(f"{redact_url(url)}: the {scheme}:// driver is not installed ({e}); {hint}") from e
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except (ImportError, ValueError, OSError) as e:
-        raise DataError(f"{url}: cannot open the store: {e}") from e
+        raise DataError(f"{redact_url(url)}: cannot open the store: {e}") from e
     return fs, str(path)
 
 
@@ -61,7 +62,7 @@ def store_exists(url: str) -> bool:
     try:
         return bool(fs.isfile(path))
     except (OSError, ValueError) as e:
-        raise DataError(f"{url}: cannot reach the store: {e}") from e
+        raise DataError(f"{redact_url(url)}: cannot reach the store: {e}") from e
 
 
 def fetch_fsspec(url: str, part_path: Path, *, attempts: int, progress: Progress) -> str:
@@ -74,9 +75,9 @@ def fetch_fsspec(url: str, part_path: Path, *, attempts: int, progress: Progress
     try:
         total = int(fs.size(path))
     except FileNotFoundError as e:
-        raise DataError(f"{url}: not found in the store") from e
+        raise DataError(f"{redact_url(url)}: not found in the store") from e
     except (OSError, ValueError, TypeError) as e:
-        raise DataError(f"{url}: cannot read the object's size: {e}") from e
+        raise DataError(f"{redact_url(url)}: cannot read the object's size: {e}") from e
     failures = 0
     done = part_path.stat().st_size if part_path.exists() else 0
     if done > total:
@@ -99,17 +100,19 @@ def fetch_fsspec(url: str, part_path: Path, *, attempts: int, progress: Progress
                     done += n
                     progress.update(n)
         except FileNotFoundError as e:
-            raise DataError(f"{url}: not found in the store") from e
+            raise DataError(f"{redact_url(url)}: not found in the store") from e
         except (ConnectionError, TimeoutError) as e:
             failures = 1 if done > before else failures + 1
             if failures >= attempts:
-                raise DownloadUnavailableError(f"{url}: giving up after {failures} failed reads in a row: {e}") from e
+                raise DownloadUnavailableError(
+                    f"{redact_url(url)}: giving up after {failures} failed reads in a row: {e}"
+                ) from e
             progress.note(f"{type(e).__name__}: {e}; resuming at byte {done}")
             continue
         except OSError as e:
-            raise DataError(f"{url}: cannot read from the store: {e}") from e
+            raise DataError(f"{redact_url(url)}: cannot read from the store: {e}") from e
         if done < total:
-            raise DataError(f"{url}: the store returned {done} of {total} bytes")
+            raise DataError(f"{redact_url(url)}: the store returned {done} of {total} bytes")
     progress.close()
     return hasher.hexdigest()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_dataset_info
-from kubetrain.data.download import download, parse_source
+from kubetrain.data.download import describe_source, download, parse_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
 from kubetrain.kfp_runtime.exits import step
@@ -30,9 +30,11 @@ DATASETS_DIR = "datasets"
 
 def dataset_dir_name(source: str, *, sha256: str, shards: int) -> str:
     """A directory name that is readable and unique per (source, checksum, shards)."""
-    first = parse_source(source)[0]
+    first = parse_source(source)[0].split("#", 1)[0]
+    if "://" in first:
+        first = first.split("?", 1)[0]  # a presigned URL's query holds its signature: never in a path
     stem = first.split(":", 1)[1] if first.startswith("builtin:") else first.rstrip("/").rsplit("/", 1)[-1]
-    stem = re.sub(r"\.(gz|tgz|zip|tar|npz|bz2|xz)$", "", stem.split("#", 1)[0])
+    stem = re.sub(r"\.(gz|tgz|zip|tar|npz|bz2|xz)$", "", stem)
     stem = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:40] or "data"
     digest = hashlib.sha256(f"{source}\x00{sha256}\x00{shards}".encode()).hexdigest()[:8]
     return f"{stem}-{digest}"
@@ -47,7 +49,7 @@ def _reusable(directory: Path, source: str, shards: int) -> DatasetInfo | None:
     except DataError as e:
         log.warning("%s: ignoring an unreadable earlier download (%s)", directory, e)
         return None
-    if info.source != ", ".join(parse_source(source)) or len(info.shards("train")) != shards:
+    if info.source != describe_source(parse_source(source)) or len(info.shards("train")) != shards:
         return None
     return info
 
@@ -94,7 +96,8 @@ def download_dataset_step(
         + ", ".join(f"{split} {info.num_records(split)} records" for split in info.splits),
         flush=True,
     )
-    metadata = dataset_metadata(info, claim=workspace_pvc, pod_path=pod_path, source=source, reused=reused)
+    shown = describe_source(parse_source(source))  # the metadata is readable in the KFP UI: no secrets
+    metadata = dataset_metadata(info, claim=workspace_pvc, pod_path=pod_path, source=shown, reused=reused)
     write_text(dataset, json.dumps(info.to_json(), indent=2) + "\n")
     dataset.metadata.update(metadata)
     return metadata

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.urls import redact_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -46,7 +47,7 @@ class StepFailure:
 
 def one_line(error: KubetrainError) -> str:
     """`Type: message`, cut at the message's first line (job failures carry log tails below it)."""
-    message = str(error).strip().splitlines()
+    message = redact_text(str(error)).strip().splitlines()
     return f"{type(error).__name__}: {message[0] if message else ''}".rstrip(": ")
 
 
@@ -100,7 +101,7 @@ def step(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except KubetrainError as e:
-            print(f"kubetrain: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            print(f"kubetrain: {type(e).__name__}: {redact_text(str(e))}", file=sys.stderr, flush=True)
             _record(StepFailure(one_line(e), int(e.exit_code)), os.environ, sys.argv)
             raise SystemExit(int(e.exit_code)) from e
 

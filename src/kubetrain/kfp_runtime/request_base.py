@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, cast
@@ -21,9 +22,9 @@ from kubetrain.launcher import DELETE_AFTER_CHOICES, AwaitOptions, DeleteAfter
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.patch import apply_manifest_patch
 from kubetrain.manifests.validate import validate_manifest
-from kubetrain.names import is_dns1123_subdomain, is_quantity
+from kubetrain.names import is_dns1123_label, is_dns1123_subdomain, is_quantity
 from kubetrain.presets import PodOptions, TrainingParams, UserProgram
-from kubetrain.specs import JobSpec, RunPolicy
+from kubetrain.specs import MAX_REPLICAS, JobSpec, RunPolicy
 from kubetrain.specs.scheduling import check_priority_class, check_user_metadata
 
 Framework = Literal["pytorch", "chainermn", "ps"]
@@ -45,6 +46,10 @@ COUNT_INPUTS: Mapping[str, tuple[int, str]] = {
     "gpus": (0, "GPUs per training pod; 0 for none"),
     "backoff_limit": (0, "pod restarts the operator allows; 0 for none"),
 }
+
+
+# The inputs that count replicas (pods) of a role, capped at MAX_REPLICAS; each request has some.
+REPLICA_INPUTS = ("workers", "elastic_min_workers", "elastic_max_workers", "ps_replicas")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +87,9 @@ def check_positive_int(name: str, value: object, minimum: int = 1, meaning: str 
 def check_seconds(name: str, value: object, *, zero: str = "") -> None:
     """A number of seconds > 0, or >= 0 when `zero` says what 0 means."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not (cast(float, value) >= 0 if zero else cast(float, value) > 0):
+    # inf would pass "> 0" and then fail as a traceback where it becomes activeDeadlineSeconds.
+    seconds = cast(float, value) if number else math.nan
+    if not math.isfinite(seconds) or not (seconds >= 0 if zero else seconds > 0):
         expected = f"a number of seconds >= 0 ({zero})" if zero else "a positive number of seconds"
         raise InvalidInputError(f"{name}: got {value!r}; expected {expected}")
 
@@ -149,9 +156,15 @@ class TrainingRequest(abc.ABC):
                 )
         for name, (minimum, meaning) in {**COUNT_INPUTS, **self.count_inputs}.items():
             check_positive_int(name, getattr(self, name), minimum, meaning)
+        for name in REPLICA_INPUTS:
+            value = getattr(self, name, None)
+            if isinstance(value, int) and value > MAX_REPLICAS:
+                raise InvalidInputError(
+                    f"{name}: got {value!r}; expected at most {MAX_REPLICAS} (each replica is a pod; MAX_REPLICAS)"
+                )
         lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-            raise InvalidInputError(f"learning_rate: got {lr!r}; expected a number > 0")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+            raise InvalidInputError(f"learning_rate: got {lr!r}; expected a finite number > 0")
         # Refused here, before anything is submitted, rather than by every replica's parser.
         check_choice("architecture", self.architecture, self.models)
         check_seconds("timeout_seconds", self.timeout_seconds)
@@ -196,7 +209,11 @@ class TrainingRequest(abc.ABC):
         check_name_input(
             "workspace_pvc", self.workspace_pvc, "the ReadWriteMany PersistentVolumeClaim every pod mounts", empty=""
         )
-        check_name_input("namespace", self.namespace, "a namespace")
+        if self.namespace and (not isinstance(self.namespace, str) or not is_dns1123_label(self.namespace)):
+            raise InvalidInputError(
+                f"namespace: got {self.namespace!r}; expected the name of a namespace (≤ 63 lower-case "
+                "alphanumerics and '-'), or empty for the default"
+            )
         check_name_input("service_account", self.service_account, "a ServiceAccount")
 
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -63,8 +64,8 @@ class TrainingParams:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecError(name, value, "an integer ≥ 1")
-        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not self.lr > 0:
-            raise SpecError("lr", self.lr, "a learning rate > 0")
+        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not 0 < self.lr < math.inf:
+            raise SpecError("lr", self.lr, "a finite learning rate > 0")
         for name in ("data_dir", "output_dir"):
             if not getattr(self, name):
                 raise SpecError(name, getattr(self, name), "a directory path")

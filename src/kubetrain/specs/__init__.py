@@ -1,6 +1,7 @@
 """Typed, self-validating job specs (no kfp, kubernetes or torch imports)."""
 
 from kubetrain.specs.common import (
+    MAX_REPLICAS,
     EnvVar,
     KeyRef,
     PodSecurity,
@@ -24,6 +25,7 @@ from kubetrain.specs.trainjob import TrainJobSpec
 JobSpec = PyTorchJobSpec | MPIJobSpec | PSJobSpec | TrainJobSpec
 
 __all__ = [
+    "MAX_REPLICAS",
     "ElasticPolicy",
     "EnvVar",
     "JobMeta",

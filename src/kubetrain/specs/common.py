@@ -15,6 +15,7 @@ from typing import Literal
 
 from kubetrain.errors import SpecError
 from kubetrain.names import (
+    is_dns1123_label,
     is_dns1123_subdomain,
     is_env_name,
     is_label_key,
@@ -28,6 +29,9 @@ CleanPodPolicy = Literal["None", "Running", "All"]
 RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure", "ExitCode", "Always")
 CLEAN_POD_POLICIES: tuple[str, ...] = ("None", "Running", "All")
 GPU_RESOURCE = "nvidia.com/gpu"
+# The most replicas of one role (each one a pod, with its own name, address and rank): far past any
+# job kubetrain runs, while 100,000,000 would be a typo that floods the API server with pods.
+MAX_REPLICAS = 10_000
 
 
 def frozen_map(value: Mapping[str, str], field_name: str) -> Mapping[str, str]:
@@ -55,6 +59,18 @@ def check_name(value: str, field_name: str) -> None:
     """Validate an object name that Kubernetes requires to be a DNS-1123 subdomain."""
     if not isinstance(value, str) or not is_dns1123_subdomain(value):
         raise SpecError(field_name, value, "a DNS-1123 name: lower-case alphanumerics, '-' and '.'")
+
+
+def check_namespace(value: str, field_name: str = "namespace") -> None:
+    """Validate a namespace name: a DNS-1123 label (≤ 63 characters, no dots), as the API server requires."""
+    if not isinstance(value, str) or not is_dns1123_label(value):
+        raise SpecError(field_name, value, "a namespace: a DNS-1123 label, ≤ 63 lower-case alphanumerics and '-'")
+
+
+def check_replicas(value: object, field_name: str, minimum: int) -> None:
+    """Validate a replica count: an integer from `minimum` to :data:`MAX_REPLICAS`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_REPLICAS:
+        raise SpecError(field_name, value, f"an integer from {minimum} to {MAX_REPLICAS} (MAX_REPLICAS)")
 
 
 def check_non_negative(value: int | None, field_name: str) -> None:
@@ -281,8 +297,7 @@ class ReplicaSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.image, str) or not self.image or any(c.isspace() for c in self.image):
             raise SpecError("image", self.image, "a container image reference such as ghcr.io/org/img:1.0")
-        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 0:
-            raise SpecError("replicas", self.replicas, "a non-negative integer")
+        check_replicas(self.replicas, "replicas", 0)
         for name in ("command", "args", "env", "volumes", "volume_mounts", "tolerations", "image_pull_secrets"):
             value = getattr(self, name)
             if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):

@@ -18,8 +18,9 @@ from kubetrain.specs.common import (
     RunPolicy,
     Workspace,
     check_labels,
-    check_name,
+    check_namespace,
     check_non_negative,
+    check_replicas,
     frozen_map,
 )
 from kubetrain.specs.scheduling import check_user_metadata
@@ -76,7 +77,7 @@ class JobMeta:
                 "name", self.name, "a DNS-1035 label: lower-case letters, digits and '-', starting with a letter, ≤63"
             )
         if self.namespace is not None:
-            check_name(self.namespace, "namespace")
+            check_namespace(self.namespace)
         object.__setattr__(self, "labels", frozen_map(self.labels, "labels"))
         object.__setattr__(self, "annotations", frozen_map(self.annotations, "annotations"))
         check_labels(self.labels, "labels", values_are_labels=True)
@@ -125,9 +126,7 @@ class ElasticPolicy:
 
     def __post_init__(self) -> None:
         for name in ("min_replicas", "max_replicas"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(f"elastic.{name}", value, "an integer ≥ 1")
+            check_replicas(getattr(self, name), f"elastic.{name}", 1)
         if self.min_replicas > self.max_replicas:
             raise SpecError("elastic.min_replicas", self.min_replicas, f"≤ elastic.max_replicas ({self.max_replicas})")
         check_non_negative(self.max_restarts, "elastic.max_restarts")

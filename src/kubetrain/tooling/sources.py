@@ -22,6 +22,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
+
 from kubetrain.errors import InvalidInputError
 from kubetrain.tooling.catalog import PIPELINES, pipeline
 from kubetrain.tooling.compiling import compile_pipeline
@@ -81,12 +83,27 @@ def load_pipeline(argument: str, *, pipeline_func: str | None = None) -> LoadedP
     return _from_source(path, pipeline_func)
 
 
+def _yaml_error(error: yaml.YAMLError, path: Path) -> str:
+    """One line for a YAML syntax error: the file, the line and column, and the problem."""
+    mark = getattr(error, "problem_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(error, "problem", None) or " ".join(str(error).split())
+    return f"pipeline: {where}: not valid YAML ({problem})"
+
+
 def _from_yaml(path: Path) -> LoadedPipeline:
     from kfp import components
 
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"pipeline: {path}: not UTF-8 text (byte {e.start}); expected compiled YAML") from e
+    except OSError as e:
+        raise InvalidInputError(f"pipeline: {path}: cannot be read ({e.strerror})") from e
     try:
         loaded = components.load_component_from_text(text)
+    except yaml.YAMLError as e:
+        raise InvalidInputError(_yaml_error(e, path)) from e
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         # kfp's loader reports a malformed document with whichever of these it meets first.
         raise InvalidInputError(f"pipeline: {path}: not a compiled KFP pipeline ({e})") from e

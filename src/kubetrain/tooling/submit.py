@@ -31,8 +31,49 @@ from typing import Any, cast
 from kubetrain import __version__
 from kubetrain.errors import BackendError, InvalidInputError
 from kubetrain.tooling.sources import LoadedPipeline
+from kubetrain.urls import has_userinfo, redact_url
 
 ClientFactory = Callable[..., Any]
+TOKEN_ENV = "KUBETRAIN_KFP_TOKEN"
+
+
+def clean_token(value: str, source: str) -> str:
+    """`value` without surrounding whitespace (a Secret's or `echo`'s trailing newline); one line of text.
+
+    A line break or another control character inside would be sent as a broken `Authorization`
+    header (http.client refuses it with the whole header in the message), so it is refused here in
+    words that never include the token. `source` names where the token came from.
+    """
+    token = value.strip()
+    if not token:
+        raise InvalidInputError(f"{source}: the token is empty; expected a bearer token")
+    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in token):
+        breaks = any(c in "\r\n" for c in token)
+        what = "a line break inside it" if breaks else "a space, control or non-ASCII character inside it"
+        raise InvalidInputError(
+            f"{source}: the token has {what} (not shown); expected one line of printable ASCII, "
+            "as a Kubernetes or OIDC token is"
+        )
+    return token
+
+
+def read_token_file(path: str) -> str:
+    """The bearer token in the file at `path` (checked as :func:`clean_token` checks it)."""
+    where = f"--token-file {path}"
+    file = Path(path)
+    if file.is_dir():
+        raise InvalidInputError(f"{where}: is a directory; expected a file holding a bearer token")
+    if not file.exists():
+        raise InvalidInputError(f"{where}: does not exist; expected a file holding a bearer token")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{where}: is not text (byte {e.start} is not UTF-8); expected a bearer token") from e
+    except OSError as e:
+        raise InvalidInputError(f"{where}: cannot be read ({e.strerror}); expected a readable token file") from e
+    if not text.strip():
+        raise InvalidInputError(f"{where}: is empty; expected a file holding a bearer token")
+    return clean_token(text, where)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,13 +93,39 @@ class SubmitRequest:
 
     def __post_init__(self) -> None:
         if not self.host.startswith(("http://", "https://")):
-            raise InvalidInputError(f"--host: got {self.host!r}; expected the KFP API URL, http(s)://HOST[:PORT]")
+            raise InvalidInputError(
+                f"--host: got {redact_url(self.host)!r}; expected the KFP API URL, http(s)://HOST[:PORT]"
+            )
+        if has_userinfo(self.host):
+            raise InvalidInputError(
+                f"--host: got {redact_url(self.host)!r}: credentials in the URL are not sent; drop USER:PASSWORD@ "
+                f"and pass a bearer token with --token-file PATH or ${TOKEN_ENV}"
+            )
+        if self.token is not None:
+            object.__setattr__(self, "token", clean_token(self.token, f"--token (or ${TOKEN_ENV})"))
         if not self.experiment.strip():
             raise InvalidInputError("--experiment: got an empty name")
         if self.token and self.token_file:
             raise InvalidInputError("--token and --token-file: give one of them")
-        if self.ca_cert is not None and not Path(self.ca_cert).is_file():
-            raise InvalidInputError(f"--ca-cert: {self.ca_cert} does not exist; expected a PEM file of CA certificates")
+        if self.ca_cert is not None:
+            check_ca_cert(self.ca_cert)
+
+
+def check_ca_cert(path: str) -> None:
+    """`path` is a file of PEM CA certificates that ssl can load (so kfp.Client fails on none later)."""
+    file = Path(path)
+    if not file.is_file():
+        what = "is a directory" if file.is_dir() else "does not exist"
+        raise InvalidInputError(f"--ca-cert: {path} {what}; expected a PEM file of CA certificates")
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError as e:
+        raise InvalidInputError(
+            f"--ca-cert: {path} holds no certificate ssl can load ({e.reason or e}); "
+            "expected PEM CA certificates (-----BEGIN CERTIFICATE-----)"
+        ) from e
+    except OSError as e:
+        raise InvalidInputError(f"--ca-cert: {path} cannot be read ({e.strerror})") from e
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +186,7 @@ def preflight(host: str, token: str | None, *, ca_cert: str | None = None, timeo
     traceback, and then reports a timeout whatever the cause was.
     """
     url = f"{host.rstrip('/')}/apis/v2beta1/healthz"
+    shown = redact_url(host)
     request = urllib.request.Request(url)
     if token:
         request.add_header("Authorization", f"Bearer {token}")
@@ -131,12 +199,12 @@ def preflight(host: str, token: str | None, *, ca_cert: str | None = None, timeo
             return  # kfp.Client gets a token of its own for this host; it reports a refusal itself
         if e.code == 404:
             raise BackendError(
-                f"{host}: no KFP API there (HTTP 404 for {url}); expected the API endpoint, "
+                f"{shown}: no KFP API there (HTTP 404 for {redact_url(url)}); expected the API endpoint, "
                 "e.g. a port-forward to svc/ml-pipeline-ui or svc/ml-pipeline"
             ) from e
         raise _translate(e, host) from e
     except (urllib.error.URLError, OSError) as e:
-        raise BackendError(f"{host}: cannot reach the KFP API: {_reason(e)}") from e
+        raise BackendError(f"{shown}: cannot reach the KFP API: {_reason(e)}") from e
 
 
 def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
@@ -145,17 +213,14 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
     kwargs: dict[str, Any] = {"host": request.host.rstrip("/")}
     if request.ca_cert:
         kwargs["ssl_ca_cert"] = request.ca_cert
+    token = request.token
     if request.token:
         kwargs["existing_token"] = request.token
     elif request.token_file:
         from kfp.client import ServiceAccountTokenVolumeCredentials
 
-        if not Path(request.token_file).is_file():
-            raise InvalidInputError(f"--token-file: {request.token_file} does not exist")
+        token = read_token_file(request.token_file)  # checked here; kfp re-reads the file on each request
         kwargs["credentials"] = ServiceAccountTokenVolumeCredentials(path=request.token_file)
-    token = request.token
-    if request.token_file:
-        token = Path(request.token_file).read_text(encoding="utf-8").strip()
     preflight(request.host, token, ca_cert=request.ca_cert)
     with warnings.catch_warnings():
         # kfp.Client warns on every construction that it needs KFP ≥ 2.0.0-beta.2; that is known.
@@ -167,7 +232,7 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
         except TimeoutError as e:
             # kfp.Client's healthz retries gave up (the host went away since the preflight, or
             # credentials of kfp's own were refused).
-            raise BackendError(f"{request.host}: the KFP API did not answer its health check ({e})") from e
+            raise BackendError(f"{redact_url(request.host)}: the KFP API did not answer its health check ({e})") from e
         except _api_errors() as e:
             raise _translate(e, request.host) from e
 
@@ -194,13 +259,13 @@ def _translate(error: BaseException, host: str) -> Exception:
         # Exit 4 like every other answer of the endpoint that stops a submission (the issue's and
         # --help's contract): the host refused us; 2 stays for input kubetrain itself refuses.
         return BackendError(
-            f"{host}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file, "
+            f"{redact_url(host)}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file, "
             "or set up kfp.Client's default credentials"
         )
     body = getattr(error, "body", None) or getattr(error, "reason", None) or str(error)
     # One line: an API error's body is JSON, a proxy's an HTML page.
     text = " ".join(str(body).split())[:300]
-    return BackendError(f"{host}: KFP API call failed ({f'HTTP {status}: ' if status else ''}{text})")
+    return BackendError(f"{redact_url(host)}: KFP API call failed ({f'HTTP {status}: ' if status else ''}{text})")
 
 
 def submit(request: SubmitRequest, *, client_factory: ClientFactory | None = None) -> SubmitResult:
@@ -243,7 +308,7 @@ def submit(request: SubmitRequest, *, client_factory: ClientFactory | None = Non
             raise _translate(e, request.host) from e
         except ValueError as e:
             # kfp.Client's own checks (several pipelines or experiments with the same name, ...).
-            raise InvalidInputError(f"{request.host}: {e}") from e
+            raise InvalidInputError(f"{redact_url(request.host)}: {e}") from e
     return SubmitResult(
         pipeline_name=name,
         pipeline_id=pipeline_id,
@@ -251,5 +316,5 @@ def submit(request: SubmitRequest, *, client_factory: ClientFactory | None = Non
         uploaded=what,
         experiment_id=str(experiment.experiment_id),
         run_id=str(run.run_id),
-        run_url=f"{request.host.rstrip('/')}/#/runs/details/{run.run_id}",
+        run_url=f"{redact_url(request.host).rstrip('/')}/#/runs/details/{run.run_id}",
     )

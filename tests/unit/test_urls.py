@@ -1,0 +1,62 @@
+"""kubetrain.urls: what a stored or printed URL keeps, and what it loses."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubetrain.urls import REDACTED, has_userinfo, redact_text, redact_url
+
+PRESIGNED = (
+    "https://bucket.s3.amazonaws.com/data/mnist.npz?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+    "&X-Amz-Credential=AKIAEXAMPLE%2F20261126%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261126T000000Z"
+    "&X-Amz-Expires=3600&X-Amz-Security-Token=FwoGZXIvYXdzEXAMPLETOKEN&X-Amz-SignedHeaders=host"
+    "&X-Amz-Signature=0123456789abcdef0123456789abcdef"
+)
+
+
+def test_a_presigned_urls_signature_credential_and_token_are_redacted_and_the_rest_kept() -> None:
+    shown = redact_url(PRESIGNED)
+    for secret in ("AKIAEXAMPLE", "FwoGZXIvYXdzEXAMPLETOKEN", "0123456789abcdef0123456789abcdef"):
+        assert secret not in shown
+    assert shown.startswith("https://bucket.s3.amazonaws.com/data/mnist.npz?X-Amz-Algorithm=AWS4-HMAC-SHA256&")
+    assert "X-Amz-Expires=3600" in shown and "X-Amz-Date=20261126T000000Z" in shown
+    assert f"X-Amz-Signature={REDACTED}" in shown
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("https://acct.blob.core.windows.net/c/x.npz?sv=2022-11-02&sig=AzureSig%3D", "AzureSig"),
+        ("https://h/x.npz?token=tok123", "tok123"),
+        ("https://h/x.npz?access_token=tok456&x=1", "tok456"),
+        ("https://h/x.npz?key=apikey789", "apikey789"),
+        ("https://h/x.npz?AWSAccessKeyId=AKIA1&Expires=1&Signature=sig2", "AKIA1"),
+        ("https://h/x.npz?AWSAccessKeyId=AKIA1&Expires=1&Signature=sig2", "sig2"),
+        ("https://alice:hunter2@h/x.npz", "hunter2"),
+        ("https://ghp_tokenonly@h/x.npz", "ghp_tokenonly"),
+        ("https://h/x.npz#access_token=frag1", "frag1"),
+    ],
+)
+def test_each_kind_of_secret_is_redacted(url: str, secret: str) -> None:
+    assert secret not in redact_url(url)
+    assert redact_url(url).startswith(url.split("://", maxsplit=1)[0] + "://")
+
+
+def test_a_url_without_secrets_comes_back_unchanged() -> None:
+    for url in (
+        "https://h/x.npz",
+        "https://h/x.npz?Expires=1&version=2",
+        "https://h/x.npz#sha256=" + "a" * 64,
+        "/data/x.npz",
+        "builtin:digits",
+        "http://h/?",
+    ):
+        assert redact_url(url) == url
+
+
+def test_userinfo_is_detected_and_urls_inside_text_are_redacted() -> None:
+    assert has_userinfo("http://u:p@h/x") and not has_userinfo("http://h/x") and not has_userinfo("/a@b")
+    text = f"{PRESIGNED}: HTTP 403 Forbidden (see 'http://u:pw@mirror/x.npz?sig=zz')"
+    shown = redact_text(text)
+    assert "0123456789abcdef" not in shown and "pw@" not in shown and "sig=zz" not in shown
+    assert shown.endswith(": HTTP 403 Forbidden (see 'http://REDACTED@mirror/x.npz?sig=REDACTED')")
