@@ -38,6 +38,7 @@ from kubetrain.data.fetch import (
 from kubetrain.data.formats import LocalFile, load_files
 from kubetrain.data.http import RetryPolicy
 from kubetrain.data.prepare import write_raw_dataset
+from kubetrain.data.sources import parse_source
 from kubetrain.data.stores import local_path, store_exists
 
 __all__ = ["MNIST_FILES", "download", "parse_source"]
@@ -48,15 +49,6 @@ MNIST_FILES = (
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
-
-
-def parse_source(source: str | Sequence[str]) -> list[str]:
-    """The URLs/paths in `source`: a sequence, or one string split at commas and newlines."""
-    items = [source] if isinstance(source, str) else list(source)
-    urls = [part.strip() for item in items for part in item.replace("\n", ",").split(",") if part.strip()]
-    if not urls:
-        raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
-    return urls
 
 
 def _is_base(url: str) -> bool:

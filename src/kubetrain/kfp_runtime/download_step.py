@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_dataset_info
-from kubetrain.data.download import download, parse_source
+from kubetrain.data.sources import parse_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
 from kubetrain.kfp_runtime.exits import step
@@ -88,6 +88,9 @@ def download_dataset_step(
     info = None if refresh else _reusable(local_dir, source, shards)
     reused = info is not None
     if info is None:
+        # Only a download needs the fetchers and numpy: a reused data set starts the step without them.
+        from kubetrain.data.download import download
+
         info = download(source, local_dir, sha256=sha256 or None, shards=shards)
     print(
         f"dataset {info.name}: {'reused' if reused else 'downloaded'} at {pod_path} on claim {workspace_pvc}; "
