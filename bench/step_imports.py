@@ -11,12 +11,15 @@ fresh interpreters of the cumulative import time Python reports:
 
     .venv/bin/python bench/step_imports.py            # 5 runs each
     .venv/bin/python bench/step_imports.py --runs 9 --json
+    # before/after in one run, alternating, so a loaded machine's drift hits both alike:
+    .venv/bin/python bench/step_imports.py --tree before=/tmp/old/src --tree after=src
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -30,10 +33,12 @@ STEPS = {
 KFP_EXECUTOR = "kfp.dsl.executor_main"
 
 
-def cumulative_us(module: str, *, after: str | None) -> int:
-    """One fresh interpreter's cumulative import time of `module` in microseconds."""
+def cumulative_us(module: str, *, after: str | None, src: str | None = None) -> int:
+    """One fresh interpreter's cumulative import time of `module` in microseconds (kubetrain from `src`)."""
     code = (f"import {after}; " if after else "") + f"import {module}"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True)
+    env = {**os.environ, "PYTHONPATH": src} if src else None
+    argv = [sys.executable, "-X", "importtime", "-c", code]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
     for line in done.stderr.splitlines():
         # "import time: self [us] | cumulative | imported package"
         parts = [p.strip() for p in line.removeprefix("import time:").split("|")]
@@ -42,15 +47,26 @@ def cumulative_us(module: str, *, after: str | None) -> int:
     raise SystemExit(f"step_imports: no import line for {module} (already imported by {after}?)")
 
 
-def measure(runs: int) -> dict[str, dict[str, float]]:
-    """Median seconds per step, alone and after KFP's executor, plus the executor itself."""
+def measure(runs: int, trees: dict[str, str | None]) -> dict[str, dict[str, float]]:
+    """Median seconds per step and tree, alone and after KFP's executor, plus the executor itself.
+
+    The trees are measured alternately within each run, so load on the machine hits them alike.
+    """
+    samples: dict[str, list[int]] = {}
+
+    def sample(key: str, value: int) -> None:
+        samples.setdefault(key, []).append(value)
+
+    for _ in range(runs):
+        sample("kfp executor (not kubetrain's)|alone", cumulative_us(KFP_EXECUTOR, after=None))
+        for step, module in STEPS.items():
+            for label, src in trees.items():
+                sample(f"{step} [{label}]|alone", cumulative_us(module, after=None, src=src))
+                sample(f"{step} [{label}]|after kfp", cumulative_us(module, after=KFP_EXECUTOR, src=src))
     table: dict[str, dict[str, float]] = {}
-    executor = [cumulative_us(KFP_EXECUTOR, after=None) for _ in range(runs)]
-    table["kfp executor (not kubetrain's)"] = {"alone": statistics.median(executor) / 1e6}
-    for step, module in STEPS.items():
-        alone = [cumulative_us(module, after=None) for _ in range(runs)]
-        after = [cumulative_us(module, after=KFP_EXECUTOR) for _ in range(runs)]
-        table[step] = {"alone": statistics.median(alone) / 1e6, "after kfp": statistics.median(after) / 1e6}
+    for key, values in samples.items():
+        row, column = key.split("|")
+        table.setdefault(row, {})[column] = statistics.median(values) / 1e6
     return table
 
 
@@ -59,8 +75,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--tree", action="append", default=[], metavar="LABEL=SRC", help="a kubetrain source tree to measure"
+    )
     ns = parser.parse_args()
-    table = measure(ns.runs)
+    trees: dict[str, str | None] = {"current": None}
+    if ns.tree:
+        trees = {label: os.path.abspath(src) for label, _, src in (t.partition("=") for t in ns.tree)}
+    table = measure(ns.runs, trees)
     if ns.json:
         print(json.dumps(table, indent=2))
         return
