@@ -20,7 +20,14 @@ def download_dataset(
 
     The data stays on the workspace claim, where every training pod mounts it. A second run with
     the same source reuses it. Mount the claim on this task at /workspace
-    (kfp.kubernetes.mount_pvc); the kubetrain pipelines do.
+    (kfp.kubernetes.mount_pvc); the kubetrain pipelines do, and cache this step: a later run with
+    the same inputs skips it and its Dataset names the same directory on the claim. builtin: and a
+    source pinned by sha256 (or #sha256= on every file) always mean the same bytes. A URL with no
+    checksum is fetched once, then served from KFP's cache and the claim until a run passes
+    refresh=True: that run misses the cache (its inputs differ), downloads again into the same
+    directory, and every later cache hit resolves to the new copy. The step warns when it
+    downloads an unpinned source; to bound a copy's age, pin a checksum or schedule a recurring
+    run with refresh=True.
 
     Args:
         source: builtin:digits (no network), an http(s)/s3/gs/file URL of an .npz or archive, a

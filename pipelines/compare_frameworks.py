@@ -33,7 +33,9 @@ def compare_frameworks(
         architecture: Model of all three: mlp or cnn.
         timeout_seconds: Limit on each training job; then it is deleted and the run fails.
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    data = launcher_task(
+        download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc, cache=True
+    )
     shared = {
         "dataset": data.outputs["dataset"],
         "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,

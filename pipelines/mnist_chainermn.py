@@ -35,7 +35,9 @@ def mnist_chainermn(
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
         job_api: mpijob (mpi-operator) or trainjob (Kubeflow Trainer v2, the kubetrain-mpi runtime).
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    data = launcher_task(
+        download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc, cache=True
+    )
     launcher_task(
         chainermn_train(
             dataset=data.outputs["dataset"],

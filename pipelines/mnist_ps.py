@@ -35,7 +35,9 @@ def mnist_ps(
         architecture: Model: mlp or cnn.
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    data = launcher_task(
+        download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc, cache=True
+    )
     launcher_task(
         ps_train(
             dataset=data.outputs["dataset"],

@@ -33,7 +33,9 @@ def mnist_pytorch(
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
         job_api: pytorchjob (training-operator v1) or trainjob (Kubeflow Trainer v2, torch-distributed).
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    data = launcher_task(
+        download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc, cache=True
+    )
     launcher_task(
         pytorch_train(
             dataset=data.outputs["dataset"],
