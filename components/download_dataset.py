@@ -32,7 +32,8 @@ def download_dataset(
     Args:
         source: builtin:digits (no network), an http(s)/s3/gs/file URL of an .npz or archive, a
             base URL ending in / holding the MNIST idx files, or comma-separated MNIST file URLs
-            (each may end in #sha256=HEX).
+            (each may end in #sha256=HEX). s3:// and gs:// need their drivers in the image: kubetrain's
+            launcher image has them when built with LAUNCHER_EXTRAS=s3,gcs (images/build.sh).
         sha256: Expected sha256 of a single-file source; empty to skip the check.
         shards: Number of training shards to write (parameter-server tasks stay inside one shard).
         workspace_pvc: Name of the ReadWriteMany PersistentVolumeClaim shared with the training jobs.
