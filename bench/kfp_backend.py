@@ -130,7 +130,9 @@ def step_rows(workflow: dict[str, Any], recorder: Recorder) -> list[dict[str, An
     rows: list[dict[str, Any]] = []
     for pod in pods:
         containers = {c["name"]: c for c in pod["spec"]["containers"]}
-        if "main" not in containers or "driver" in pod["metadata"]["name"]:
+        # KFP marks the pods that execute a component (not its drivers) with this role.
+        role = (pod["metadata"].get("annotations") or {}).get("pipelines.kubeflow.org/runtime-role")
+        if "main" not in containers or role != "launcher":
             continue
         start, end = container_started(pod, "main"), container_finished(pod, "main")
         if start is None or end is None:
