@@ -95,3 +95,15 @@ def test_enable_caching_false_runs_the_download_and_trains_again(kfp_backend: Kf
     # The step ran; the data on the claim is the same source's, so it is reused there, not fetched.
     assert "reused at" in download and "launcher: cpu" in download, download[-3000:]
     assert _job_of(kfp_backend, uncached) != _job_of(kfp_backend, cached)
+
+
+def test_refresh_dataset_downloads_again_past_the_cache(kfp_backend: KfpBackend) -> None:
+    # What a URL with no checksum relies on to be fetched again (download_dataset's docstring).
+    run = kfp_backend.client.create_run_from_pipeline_package(
+        str(PACKAGE), arguments={"epochs": 1, "refresh_dataset": True}, run_name=f"refresh-{uuid.uuid4().hex[:6]}",
+        experiment_name=kfp_runs.EXPERIMENT,
+    )  # fmt: skip
+    finished = kfp_backend.wait(str(run.run_id))
+    assert finished.state == "SUCCEEDED", f"{finished.state} {finished.error}"
+    (download,) = kfp_backend.step_logs(str(run.run_id), "download_dataset")
+    assert "downloaded at" in download, download[-3000:]
