@@ -13,6 +13,7 @@ fresh interpreters of the cumulative import time Python reports:
     .venv/bin/python bench/step_imports.py --runs 9 --json
     # before/after in one run, alternating, so a loaded machine's drift hits both alike:
     .venv/bin/python bench/step_imports.py --tree before=/tmp/old/src --tree after=src
+    .venv/bin/python bench/step_imports.py --cpu ...   # CPU seconds of the import: steadier under load
 """
 
 from __future__ import annotations
@@ -33,10 +34,20 @@ STEPS = {
 KFP_EXECUTOR = "kfp.dsl.executor_main"
 
 
-def cumulative_us(module: str, *, after: str | None, src: str | None = None) -> int:
-    """One fresh interpreter's cumulative import time of `module` in microseconds (kubetrain from `src`)."""
-    code = (f"import {after}; " if after else "") + f"import {module}"
+def cumulative_us(module: str, *, after: str | None, src: str | None = None, cpu: bool = False) -> int:
+    """One fresh interpreter's cumulative import time of `module` in microseconds (kubetrain from `src`).
+
+    With `cpu`, the CPU time the import took (time.process_time) instead of -X importtime's wall
+    time: far steadier on a loaded machine, where wall time mostly measures the other processes.
+    """
     env = {**os.environ, "PYTHONPATH": src} if src else None
+    if cpu:
+        code = (f"import time; import {after}; " if after else "import time; ") + (
+            f"t = time.process_time(); import {module}; print(round((time.process_time() - t) * 1e6))"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+        return int(done.stdout.split()[-1])
+    code = (f"import {after}; " if after else "") + f"import {module}"
     argv = [sys.executable, "-X", "importtime", "-c", code]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
     for line in done.stderr.splitlines():
@@ -47,7 +58,7 @@ def cumulative_us(module: str, *, after: str | None, src: str | None = None) -> 
     raise SystemExit(f"step_imports: no import line for {module} (already imported by {after}?)")
 
 
-def measure(runs: int, trees: dict[str, str | None]) -> dict[str, dict[str, float]]:
+def measure(runs: int, trees: dict[str, str | None], *, cpu: bool = False) -> dict[str, dict[str, float]]:
     """Median seconds per step and tree, alone and after KFP's executor, plus the executor itself.
 
     The trees are measured alternately within each run, so load on the machine hits them alike.
@@ -58,11 +69,11 @@ def measure(runs: int, trees: dict[str, str | None]) -> dict[str, dict[str, floa
         samples.setdefault(key, []).append(value)
 
     for _ in range(runs):
-        sample("kfp executor (not kubetrain's)|alone", cumulative_us(KFP_EXECUTOR, after=None))
+        sample("kfp executor (not kubetrain's)|alone", cumulative_us(KFP_EXECUTOR, after=None, cpu=cpu))
         for step, module in STEPS.items():
             for label, src in trees.items():
-                sample(f"{step} [{label}]|alone", cumulative_us(module, after=None, src=src))
-                sample(f"{step} [{label}]|after kfp", cumulative_us(module, after=KFP_EXECUTOR, src=src))
+                sample(f"{step} [{label}]|alone", cumulative_us(module, after=None, src=src, cpu=cpu))
+                sample(f"{step} [{label}]|after kfp", cumulative_us(module, after=KFP_EXECUTOR, src=src, cpu=cpu))
     table: dict[str, dict[str, float]] = {}
     for key, values in samples.items():
         row, column = key.split("|")
@@ -78,11 +89,12 @@ def main() -> None:
     parser.add_argument(
         "--tree", action="append", default=[], metavar="LABEL=SRC", help="a kubetrain source tree to measure"
     )
+    parser.add_argument("--cpu", action="store_true", help="CPU seconds of the import instead of wall seconds")
     ns = parser.parse_args()
     trees: dict[str, str | None] = {"current": None}
     if ns.tree:
         trees = {label: os.path.abspath(src) for label, _, src in (t.partition("=") for t in ns.tree)}
-    table = measure(ns.runs, trees)
+    table = measure(ns.runs, trees, cpu=ns.cpu)
     if ns.json:
         print(json.dumps(table, indent=2))
         return

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -32,7 +31,7 @@ from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_in
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
 from kubetrain.backends.kubernetes.stream import FollowedLog, close_response, stream_lines
 from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
-from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
+from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, JobFailedError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, parse_job_status
@@ -189,15 +188,13 @@ class KubernetesBackend(Backend):
         return adopted
 
     def _wait_gone(self, ref: JobRef) -> None:
-        deadline = time.monotonic() + self._gone_wait_seconds
-        while time.monotonic() < deadline:
-            try:
-                self._get_raw(ref)
-            except ApiException as e:
-                if e.status == 404:
-                    return
-                raise api_error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
-            time.sleep(1.0)
+        """Return once the job is gone: its DELETED event on a watch (or a listing without it) ends
+        the wait the moment the garbage collector and finalizers let go, with no polling interval."""
+        try:
+            for _ in self._watches.watch(ref, timeout_seconds=self._gone_wait_seconds):
+                pass  # its updates while it is being deleted (finalizers, status) change nothing here
+        except JobFailedError:
+            return  # the watch's "deleted" ending: the name is free
         raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} was still being deleted after "
                            f"{self._gone_wait_seconds:g}s; its pods may be stuck terminating")  # fmt: skip
 
