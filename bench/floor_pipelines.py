@@ -76,6 +76,7 @@ def floor_train(
 
 
 IMAGES = {"pytorch": PYTORCH_IMAGE, "chainermn": CHAINERMN_IMAGE, "ps": PS_IMAGE}
+ARTIFACT_ROOTS = ("/gcs", "/minio", "/s3")
 
 
 def _train(framework: str, data: Any, *, epochs: int, workspace_pvc: str) -> Any:
@@ -83,6 +84,11 @@ def _train(framework: str, data: Any, *, epochs: int, workspace_pvc: str) -> Any
     # The framework's image, as the shipped pipeline's training pods use; the workspace where they mount it.
     task.container_spec.image = IMAGES[framework]
     kubernetes.mount_pvc(task, pvc_name=workspace_pvc, mount_path=WORKSPACE_MOUNT)
+    # KFP's executor writes the outputs under /gcs, /minio or /s3 (by the pipeline root's scheme):
+    # the launcher image makes them writable for its non-root user, the training images do not, so
+    # the floor gives each an emptyDir (world-writable).
+    for root in ARTIFACT_ROOTS:
+        kubernetes.empty_dir_mount(task, volume_name=f"artifacts-{root.strip('/')}", mount_path=root)
     task.set_caching_options(False)
     task.set_display_name(f"{framework}-train")
     return task
