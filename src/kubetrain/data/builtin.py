@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Callable
-from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
@@ -25,7 +25,7 @@ DIGITS_FILE = "digits.csv.gz"
 
 def _digits() -> RawDataset:
     # The 1,797 real 8x8 handwritten digits, pixel values 0..16, read as sklearn's load_digits reads them.
-    with resources.files(__package__).joinpath(DIGITS_FILE).open("rb") as raw, gzip.open(raw, "rt") as text:
+    with gzip.open(Path(__file__).with_name(DIGITS_FILE), "rt") as text:
         table = np.loadtxt(text, delimiter=",", dtype=np.float64)
     return RawDataset(
         name="digits",
