@@ -2,7 +2,7 @@
 
 A source is one of
 
-- ``builtin:digits``: scikit-learn's 8x8 digits, no network needed;
+- ``builtin:digits``: scikit-learn's 8x8 digits (a copy shipped in kubetrain), no network needed;
 - one file (http(s) URL, object-store URL such as ``s3://``/``gs://``, ``file://`` URL or path):
   an ``.npz``, a tar/zip/gz archive, or a gzip'd npz;
 - a base URL ending in ``/`` (or a local directory) holding the four MNIST files
