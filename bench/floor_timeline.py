@@ -15,6 +15,7 @@ training pods' Running time.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -127,3 +128,18 @@ def job_of_step_log(log: str) -> str | None:
     """The job a kubetrain training step ran, from its log ("pytorch: job NAME on the kubernetes backend")."""
     found = JOB_LINE.search(log)
     return found.group(1) if found else None
+
+
+def take_objects(buffer: str) -> tuple[list[dict[str, Any]], str]:
+    """The whole JSON objects at the start of `buffer` (`kubectl get --watch -o json` writes one
+    pretty-printed object after another) and the incomplete rest, kept for the next read."""
+    decoder, found = json.JSONDecoder(), []
+    rest = buffer.lstrip()
+    while rest:
+        try:
+            obj, end = decoder.raw_decode(rest)
+        except json.JSONDecodeError:
+            break  # not complete yet
+        found.append(obj)
+        rest = rest[end:].lstrip()
+    return found, rest

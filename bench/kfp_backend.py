@@ -38,7 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kfp
 from floor_pipelines import IMAGES, compile_floor
-from floor_timeline import container_finished, container_started, job_of_step_log, pods_of_job, step_timeline
+from floor_timeline import (
+    container_finished,
+    container_started,
+    job_of_step_log,
+    pods_of_job,
+    step_timeline,
+    take_objects,
+)
 
 from kubetrain.kfp_runtime.usage import parse_usage_line
 from kubetrain.names import LABEL_RUN_ID
@@ -93,17 +100,12 @@ class Recorder:
         return self
 
     def _read(self, resource: str, proc: subprocess.Popen[str]) -> None:
-        decoder, buffer = json.JSONDecoder(), ""
+        buffer = ""
         assert proc.stdout is not None
         for line in proc.stdout:
-            buffer += line
-            while buffer.strip():
-                try:
-                    obj, end = decoder.raw_decode(buffer.lstrip())
-                except ValueError:
-                    break  # the object is not complete yet
-                buffer = buffer.lstrip()[end:]
-                with self._lock:
+            objects, buffer = take_objects(buffer + line)
+            with self._lock:
+                for obj in objects:
                     self.objects[(resource, obj["metadata"]["name"])] = obj
 
     def __exit__(self, *exc: object) -> None:

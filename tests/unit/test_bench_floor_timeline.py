@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from floor_timeline import job_of_step_log, pods_of_job, step_timeline
+from floor_timeline import job_of_step_log, pods_of_job, step_timeline, take_objects
 
 
 def _pod(name: str, started: str, finished: str | None, container: str = "main") -> dict[str, Any]:
@@ -79,3 +79,12 @@ def test_a_step_log_names_its_job_and_pods_are_matched_by_name() -> None:
         "pytorch-abc-master-0",
         "pytorch-abc-worker-0",
     ]
+
+
+def test_kubectls_watch_output_is_split_into_whole_objects_across_reads() -> None:
+    stream = '{\n  "metadata": {"name": "a"}\n}\n{\n  "metadata": {"name": "b", "note": "}{"}\n}\n{\n  "meta'
+    found, rest = take_objects(stream)
+    assert [o["metadata"]["name"] for o in found] == ["a", "b"]
+    assert rest == '{\n  "meta'
+    more, rest = take_objects(rest + 'data": {"name": "c"}}\n')
+    assert [o["metadata"]["name"] for o in more] == ["c"] and rest == ""
