@@ -165,25 +165,25 @@ def _time(stamp: str) -> float:
 def on_backend(pipeline: str, arguments: dict[str, Any], *, package: Path | None = None) -> dict[str, Any]:
     """One run on the backend (the shipped YAML, or `package`); its phases in seconds and its steps."""
     client = kfp.Client(host=f"http://127.0.0.1:{backend.API_HTTP_PORT}")
-    recorder = Recorder().__enter__()
-    start = time.time()
-    run_id = client.create_run_from_pipeline_package(
-        str(package or REPO / "pipelines" / f"{pipeline}.yaml"), arguments=arguments,
-        run_name=f"bench-{int(start)}", experiment_name="kubetrain-bench").run_id  # fmt: skip
-    first_running = training_end = 0.0
-    while True:
-        pods = _kubectl("get", "pods", "-l", f"{LABEL_RUN_ID}={run_id}")["items"]
-        now = time.time()
-        if any(p["status"].get("phase") == "Running" for p in pods):
-            first_running, training_end = first_running or now, 0.0
-        elif first_running and not training_end:
-            training_end = now  # every training pod ended (or is gone)
-        state = str(client.get_run(run_id).state)
-        if state in ("SUCCEEDED", "FAILED", "CANCELED"):
-            break
-        time.sleep(1)
-    done = time.time()
-    recorder.__exit__(None, None, None)
+    with Recorder() as recorder:
+        start = time.time()
+        run_id = client.create_run_from_pipeline_package(
+            str(package or REPO / "pipelines" / f"{pipeline}.yaml"), arguments=arguments,
+            run_name=f"bench-{int(start)}", experiment_name="kubetrain-bench").run_id  # fmt: skip
+        first_running = training_end = 0.0
+        while True:
+            # kubetrain's training pods carry the run's label; the floor has none (it trains in its step pods).
+            pods = _kubectl("get", "pods", "-l", f"{LABEL_RUN_ID}={run_id}")["items"]
+            now = time.time()
+            if any(p["status"].get("phase") == "Running" for p in pods):
+                first_running, training_end = first_running or now, 0.0
+            elif first_running and not training_end:
+                training_end = now  # every training pod ended (or is gone)
+            state = str(client.get_run(run_id).state)
+            if state in ("SUCCEEDED", "FAILED", "CANCELED"):
+                break
+            time.sleep(1)
+        done = time.time()
     if state != "SUCCEEDED":
         raise SystemExit(f"{pipeline}: the run ended {state}")
     workflow = _kubectl("get", "workflows", "-l", f"pipeline/runid={run_id}")["items"][0]
@@ -194,8 +194,8 @@ def on_backend(pipeline: str, arguments: dict[str, Any], *, package: Path | None
         role = "driver" if "driver" in node["templateName"] else "launcher"
         roles[role] += _time(node["finishedAt"]) - _time(node["startedAt"])
     return {
-        "created_to_first_training_pod_running": first_running - start,
-        "training_end_to_succeeded": done - training_end,
+        "created_to_first_training_pod_running": first_running - start if first_running else None,
+        "training_end_to_succeeded": done - training_end if training_end else None,
         "whole_run": done - start,
         "driver_pods_seconds": roles["driver"],
         "launcher_pods_seconds": roles["launcher"],
