@@ -20,12 +20,20 @@ def download_dataset(
 
     The data stays on the workspace claim, where every training pod mounts it. A second run with
     the same source reuses it. Mount the claim on this task at /workspace
-    (kfp.kubernetes.mount_pvc); the kubetrain pipelines do.
+    (kfp.kubernetes.mount_pvc); the kubetrain pipelines do, and cache this step: a later run with
+    the same inputs skips it and its Dataset names the same directory on the claim. builtin: and a
+    source pinned by sha256 (or #sha256= on every file) always mean the same bytes. A URL with no
+    checksum is fetched once, then served from KFP's cache and the claim until a run passes
+    refresh=True: that run misses the cache (its inputs differ), downloads again into the same
+    directory, and every later cache hit resolves to the new copy. The step warns when it
+    downloads an unpinned source; to bound a copy's age, pin a checksum or schedule a recurring
+    run with refresh=True.
 
     Args:
         source: builtin:digits (no network), an http(s)/s3/gs/file URL of an .npz or archive, a
             base URL ending in / holding the MNIST idx files, or comma-separated MNIST file URLs
-            (each may end in #sha256=HEX).
+            (each may end in #sha256=HEX). s3:// and gs:// need their drivers in the image: kubetrain's
+            launcher image has them when built with LAUNCHER_EXTRAS=s3,gcs (images/build.sh).
         sha256: Expected sha256 of a single-file source; empty to skip the check.
         shards: Number of training shards to write (parameter-server tasks stay inside one shard).
         workspace_pvc: Name of the ReadWriteMany PersistentVolumeClaim shared with the training jobs.

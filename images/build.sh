@@ -21,6 +21,8 @@
 # ~/.cache/kubetrain/images, holds their storage and pip's download cache), and every RUN step
 # sees CA_BUNDLE (default: this machine's bundle) and a pip.conf naming it, for a TLS proxy.
 # TORCH_INDEX_URL, when set, is passed to the pytorch and ps builds (e.g. a CUDA index).
+# LAUNCHER_EXTRAS (e.g. s3,gcs), when set, adds those kubetrain extras to the launcher image
+# (download_dataset's s3:// and gs:// sources); without it the launcher has no object-store driver.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,7 +45,7 @@ while [[ $# -gt 0 ]]; do
         --base) base="${2:?--base needs an image or 'local'}"; shift ;;
         --mirror) mirror="${2:?--mirror needs HOST:PORT}"; shift ;;
         launcher|pytorch|chainermn|ps) names+=("$1") ;;
-        -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "build.sh: unknown argument '$1' (expected --push, --dry-run, --base, --mirror or an image name)" >&2; exit 2 ;;
     esac
     shift
@@ -108,6 +110,9 @@ for name in "${names[@]}"; do
     image_args=("${build_args[@]}")
     if [[ -n "${TORCH_INDEX_URL:-}" && ( $name == pytorch || $name == ps ) ]]; then
         image_args+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL")
+    fi
+    if [[ -n "${LAUNCHER_EXTRAS:-}" && $name == launcher ]]; then
+        image_args+=(--build-arg "LAUNCHER_EXTRAS=$LAUNCHER_EXTRAS")
     fi
     run "${build[@]}" "${image_args[@]}" -f "$root/images/$name/Dockerfile" -t "$ref" "$root"
     if [[ $dry -eq 0 && "$builder" != docker ]]; then

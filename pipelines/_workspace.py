@@ -1,4 +1,4 @@
-"""How the pipelines wire a launcher task: the workspace claim mounted, caching off, a small request."""
+"""How the pipelines wire a launcher task: the workspace claim mounted, caching set, a small request."""
 
 from typing import Any
 
@@ -26,13 +26,17 @@ def launcher_request(task: Any) -> Any:
     return task
 
 
-def launcher_task(task: Any, *, workspace_pvc: Any) -> Any:
-    """Mount the workspace claim on a launcher task and turn its caching off; returns the task.
+def launcher_task(task: Any, *, workspace_pvc: Any, cache: bool = False) -> Any:
+    """Mount the workspace claim on a launcher task and set its caching; returns the task.
 
     The launcher reads and writes the workspace (the dataset, the job's model and metrics), so
-    the claim is mounted where the job pods mount it. Caching is off because the task's real
-    output is a job on the cluster and data on the claim, neither of which a cache hit restores.
+    the claim is mounted where the job pods mount it. A training task is never cached: its real
+    output is a job on the cluster and a model on the claim, which a cache hit would not make
+    (and its run_id input differs in every run, so KFP could never hit anyway). `cache` is for
+    download_dataset: its Dataset artifact names a directory on the claim that a later run can
+    use as it is, so a cache hit skips the step's pod; see download_dataset's docstring for what
+    that means for a source with no checksum.
     """
     kubernetes.mount_pvc(task, pvc_name=workspace_pvc, mount_path=WORKSPACE_MOUNT)
-    task.set_caching_options(False)
+    task.set_caching_options(cache)
     return launcher_request(task)

@@ -15,6 +15,7 @@ from kubetrain.pipelines._workspace import launcher_request, launcher_task
 def compare_frameworks(
     dataset: str = "builtin:digits",
     workspace_pvc: str = "kubetrain-workspace",
+    refresh_dataset: bool = False,
     pytorch_epochs: int = 5,
     chainermn_epochs: int = 5,
     ps_epochs: int = 10,
@@ -26,6 +27,8 @@ def compare_frameworks(
     Args:
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
+            KFP's cache and the claim).
         pytorch_epochs: Epochs of the PyTorch DDP job.
         chainermn_epochs: Epochs of the ChainerMN job.
         ps_epochs: Epochs (passes over the data) of the parameter-server job (asynchronous updates
@@ -33,7 +36,8 @@ def compare_frameworks(
         architecture: Model of all three: mlp or cnn.
         timeout_seconds: Limit on each training job; then it is deleted and the run fails.
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    download = download_dataset(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
+    data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
     shared = {
         "dataset": data.outputs["dataset"],
         "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,

@@ -12,6 +12,7 @@ from kubetrain.pipelines._workspace import launcher_task
 def mnist_chainermn(
     dataset: str = "builtin:digits",
     workspace_pvc: str = "kubetrain-workspace",
+    refresh_dataset: bool = False,
     workers: int = 2,
     slots_per_worker: int = 1,
     epochs: int = 5,
@@ -26,6 +27,8 @@ def mnist_chainermn(
     Args:
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
+            KFP's cache and the claim).
         workers: MPI worker pods.
         slots_per_worker: MPI ranks per worker pod.
         epochs: Training epochs.
@@ -35,7 +38,8 @@ def mnist_chainermn(
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
         job_api: mpijob (mpi-operator) or trainjob (Kubeflow Trainer v2, the kubetrain-mpi runtime).
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    download = download_dataset(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
+    data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
     launcher_task(
         chainermn_train(
             dataset=data.outputs["dataset"],

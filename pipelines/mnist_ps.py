@@ -12,6 +12,7 @@ from kubetrain.pipelines._workspace import launcher_task
 def mnist_ps(
     dataset: str = "builtin:digits",
     workspace_pvc: str = "kubetrain-workspace",
+    refresh_dataset: bool = False,
     ps_replicas: int = 2,
     workers: int = 3,
     mode: str = "async",
@@ -26,6 +27,8 @@ def mnist_ps(
     Args:
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
+            KFP's cache and the claim).
         ps_replicas: Parameter servers (parameter shards).
         workers: Worker pods.
         mode: async or sync gradient application.
@@ -35,7 +38,8 @@ def mnist_ps(
         architecture: Model: mlp or cnn.
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    download = download_dataset(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
+    data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
     launcher_task(
         ps_train(
             dataset=data.outputs["dataset"],

@@ -12,6 +12,7 @@ from kubetrain.pipelines._workspace import launcher_task
 def mnist_pytorch(
     dataset: str = "builtin:digits",
     workspace_pvc: str = "kubetrain-workspace",
+    refresh_dataset: bool = False,
     workers: int = 1,
     epochs: int = 5,
     batch_size: int = 32,
@@ -25,6 +26,8 @@ def mnist_pytorch(
     Args:
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
+        refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
+            KFP's cache and the claim).
         workers: Worker replicas besides the master.
         epochs: Training epochs.
         batch_size: Records per process per step.
@@ -33,7 +36,8 @@ def mnist_pytorch(
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
         job_api: pytorchjob (training-operator v1) or trainjob (Kubeflow Trainer v2, torch-distributed).
     """
-    data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
+    download = download_dataset(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
+    data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
     launcher_task(
         pytorch_train(
             dataset=data.outputs["dataset"],

@@ -362,9 +362,24 @@ class FakeApiServer:
                 if pkey[0] == namespace and (pod["metadata"].get("labels") or {}).get(job_label) == name:
                     del self.pods[pkey]
                     self._record("DELETED", ("pods", *pkey), copy.deepcopy(pod))
+            if obj["metadata"].get("finalizers"):
+                # A finalizer holds the object, marked, until its owner lets go (release_finalizers).
+                return 200, copy.deepcopy(obj)
             del self.objects[key]
             self._record("DELETED", key, copy.deepcopy(obj))
             return 200, status_body(200, "", "deleted") | {"status": "Success"}
+
+    def release_finalizers(self, kind: JobKind, namespace: str, name: str) -> None:
+        """Drop a held object's finalizers; one being deleted is then gone (a DELETED event)."""
+        with self.cv:
+            key = (kind.plural, namespace, name)
+            obj = self.objects[key]
+            obj["metadata"].pop("finalizers", None)
+            if obj["metadata"].get("deletionTimestamp"):
+                del self.objects[key]
+                self._record("DELETED", key, copy.deepcopy(obj))
+            else:
+                self._record("MODIFIED", key, obj)
 
     def watch_events(self, plural: str, namespace: str, name: str | None, since: int) -> list[tuple[int, str, Obj]]:
         """Events of `plural` ("pods" for pods) in `namespace` after resourceVersion `since`."""

@@ -356,6 +356,30 @@ def test_409_of_a_failed_job_of_this_task_replaces_it(env: Env) -> None:
     assert env.api.deletions[0][:3] == ("pytorchjobs", NS, "train")
 
 
+def test_a_failed_job_held_by_a_finalizer_is_watched_until_gone_then_replaced(env: Env) -> None:
+    """The replacement waits for the old job's DELETED event on a watch, not on a timer of GETs."""
+    held = pytorch_manifest(workers=0)
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    old_uid = _existing(env, held, cond("Failed", "PyTorchJobFailed"))
+    operator = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["second attempt"])
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_until(lambda: bool(api.deletions), "the failed job's deletion")
+        with api.cv:
+            seen = len(api.requests)
+        # While the finalizer holds the job, the backend watches it (a poll would only GET it).
+        api.wait_until(
+            lambda: any(r.verb == "watch" and r.resource == "pytorchjobs" for r in api.requests[seen:]),
+            "a watch of the job being deleted",
+        )
+        api.release_finalizers(PYTORCHJOB, NS, "train")
+        operator(api)
+
+    result = env.launch(pytorch_manifest(workers=0), script)
+    assert result.uid != old_uid
+    assert len(env.requests("get", "pytorchjobs/status")) <= 2  # the adoption's read, and at most one more
+
+
 def test_409_of_someone_elses_job_fails_clearly_and_touches_nothing(env: Env) -> None:
     _existing(env, pytorch_manifest(workers=0, run="other-run", task="other-task"), cond("Running"))
     with pytest.raises(JobConflictError) as info:

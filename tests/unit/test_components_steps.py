@@ -368,3 +368,27 @@ def test_a_users_step_resolves_a_workspace_path_where_it_lies(tmp_path: Path) ->
     # In a cluster the path is itself, once the step mounts the claim; without it, the fix is named.
     with pytest.raises(InvalidInputError, match=r"kfp.kubernetes.mount_pvc"):
         resolve_workspace_path(path, environ={"KUBETRAIN_BACKEND": "kubernetes"})
+
+
+def test_an_unpinned_download_warns_that_later_runs_get_this_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kubetrain.kfp_runtime.download_step import is_pinned
+    from tests.data_helpers import mnist_files, sha256_hex, write_files
+
+    monkeypatch.setenv("KUBETRAIN_BACKEND", "local")
+    monkeypatch.setenv("KUBETRAIN_LOCAL_ROOT", str(tmp_path / "local"))
+    files, _ = mnist_files(60, 20)
+    write_files(tmp_path / "mnist", files)
+    source = str(tmp_path / "mnist")
+    step = {"shards": 1, "workspace_pvc": "ws", "refresh": False}
+    download_dataset_step(source=source, sha256="", dataset=FakeArtifact(tmp_path / "a"), **step)
+    assert "has no checksum" in capsys.readouterr().err
+    # Reused from the claim: nothing downloaded, nothing to warn about.
+    download_dataset_step(source=source, sha256="", dataset=FakeArtifact(tmp_path / "b"), **step)
+    assert "has no checksum" not in capsys.readouterr().err
+    pinned = ",".join(f"{tmp_path / 'mnist' / name}#sha256={sha256_hex(data)}" for name, data in files.items())
+    download_dataset_step(source=pinned, sha256="", dataset=FakeArtifact(tmp_path / "c"), **step)
+    assert "has no checksum" not in capsys.readouterr().err
+    assert is_pinned("builtin:digits", "") and is_pinned("https://x/a.npz", "ab" * 32)
+    assert not is_pinned("https://x/a.npz", "") and not is_pinned(f"{pinned},https://x/extra.gz", "")

@@ -22,12 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import DataError
+
+if TYPE_CHECKING:  # numpy loads only where shards are read: a launcher step reading dataset.json needs none
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "DATASET_JSON",
@@ -242,6 +243,8 @@ def load_shard(
 def _load_shard(
     root: Path, info: DatasetInfo, split: str, shard_index: int, *, verify: bool
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    import numpy as np
+
     shards = info.shards(split)
     if not 0 <= shard_index < len(shards):
         raise DataError(f"{root}: split {split!r} has {len(shards)} shards; got shard index {shard_index}")
@@ -276,6 +279,8 @@ def load_split(
     dataset_dir: str | os.PathLike[str], split: str, *, verify: bool = True
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     """All shards of `split` concatenated in shard order, each checked as :func:`load_shard` does."""
+    import numpy as np
+
     root = Path(dataset_dir)
     info = read_dataset_info(root)
     parts = [_load_shard(root, info, split, i, verify=verify) for i in range(len(info.shards(split)))]

@@ -2,7 +2,7 @@
 
 A source is one of
 
-- ``builtin:digits``: scikit-learn's 8x8 digits, no network needed;
+- ``builtin:digits``: scikit-learn's 8x8 digits (a copy shipped in kubetrain), no network needed;
 - one file (http(s) URL, object-store URL such as ``s3://``/``gs://``, ``file://`` URL or path):
   an ``.npz``, a tar/zip/gz archive, or a gzip'd npz;
 - a base URL ending in ``/`` (or a local directory) holding the four MNIST files
@@ -39,8 +39,9 @@ from kubetrain.data.fetch import (
 from kubetrain.data.formats import LocalFile, load_files
 from kubetrain.data.http import RetryPolicy
 from kubetrain.data.prepare import write_raw_dataset
+from kubetrain.data.sources import describe_source, parse_source
 from kubetrain.data.stores import local_path, store_exists
-from kubetrain.urls import has_userinfo, redact_url
+from kubetrain.urls import redact_url
 
 __all__ = ["MNIST_FILES", "describe_source", "download", "parse_source"]
 
@@ -50,30 +51,6 @@ MNIST_FILES = (
     "t10k-images-idx3-ubyte",
     "t10k-labels-idx1-ubyte",
 )
-
-
-def parse_source(source: str | Sequence[str]) -> list[str]:
-    """The URLs/paths in `source`: a sequence, or one string split at commas and newlines."""
-    items = [source] if isinstance(source, str) else list(source)
-    urls = [part.strip() for item in items for part in item.replace("\n", ",").split(",") if part.strip()]
-    if not urls:
-        raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
-    for url in urls:
-        if not is_local(url) and has_userinfo(url):
-            # Refused before any request: the password would otherwise be sent in the clear to
-            # whatever host the URL names, and kept in dataset.json and the artifact's metadata.
-            raise DataError(
-                f"{redact_url(url)}: credentials in the URL (USER:PASSWORD@) are refused; use a presigned "
-                "URL (its signature is kept out of logs and metadata), an s3:// or gs:// URL with the "
-                "store's credentials in the environment (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS), "
-                "or download the file yourself and give its path"
-            )
-    return urls
-
-
-def describe_source(urls: Sequence[str]) -> str:
-    """The source as `dataset.json`, the Dataset's metadata and messages show it: secrets redacted."""
-    return ", ".join(redact_url(url) for url in urls)
 
 
 def _with_source(error: DataError, label: str) -> DataError:

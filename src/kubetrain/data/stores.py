@@ -47,7 +47,11 @@ def open_store(url: str) -> tuple[Any, str]:
         ) from e
     except ImportError as e:
         extra = _EXTRAS.get(scheme)
-        hint = f"pip install 'kubetrain[{extra}]'" if extra else "install its fsspec driver"
+        hint = (
+            f"pip install 'kubetrain[{extra}]' (kubetrain's launcher image: build it with LAUNCHER_EXTRAS={extra})"
+            if extra
+            else "install its fsspec driver"
+        )
         raise DataError(f"{redact_url(url)}: the {scheme}:// driver is not installed ({e}); {hint}") from e
     try:
         fs, path = fsspec.core.url_to_fs(url)

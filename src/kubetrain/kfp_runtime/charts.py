@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.kfp_runtime.artifacts import METRICS_JSON, ArtifactLike
-from kubetrain.kfp_runtime.report import curves, integer_ticks
+from kubetrain.kfp_runtime.report import FAST_PNG, curves, integer_ticks
 
 History = Sequence[Mapping[str, Any]]
 
@@ -64,7 +64,7 @@ def comparison_png(runs: Sequence[tuple[str, History, Mapping[str, Any]]]) -> by
     acc_bar.set(ylabel="test accuracy", title="final test accuracy", ylim=(min([0.5, *accuracies]), 1.0))
     speed_bar.bar(names, speeds, color="tab:blue")
     speed_bar.set(ylabel="samples/s", title="training throughput")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.07, top=0.95, wspace=0.22, hspace=0.3)  # see report.py
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", pil_kwargs=FAST_PNG)
     return buf.getvalue()

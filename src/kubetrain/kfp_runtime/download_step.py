@@ -13,11 +13,12 @@ import hashlib
 import json
 import logging
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_dataset_info
-from kubetrain.data.download import describe_source, download, parse_source
+from kubetrain.data.sources import describe_source, parse_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
 from kubetrain.kfp_runtime.exits import step
@@ -52,6 +53,18 @@ def _reusable(directory: Path, source: str, shards: int) -> DatasetInfo | None:
     if info.source != describe_source(parse_source(source)) or len(info.shards("train")) != shards:
         return None
     return info
+
+
+UNPINNED_WARNING = (
+    "WARNING: {source} has no checksum: this copy is what later runs get (KFP's cache and the claim) "
+    "until one passes refresh=True; pin it with sha256 (or #sha256=HEX on each file) to be sure of the bytes"
+)
+
+
+def is_pinned(source: str, sha256: str) -> bool:
+    """Whether `source` always means the same bytes: builtin data, or a checksum for every file."""
+    urls = parse_source(source)
+    return all(u.startswith("builtin:") for u in urls) or bool(sha256) or all("#sha256=" in u for u in urls)
 
 
 def dataset_metadata(info: DatasetInfo, *, claim: str, pod_path: str, source: str, reused: bool) -> dict[str, Any]:
@@ -90,7 +103,12 @@ def download_dataset_step(
     info = None if refresh else _reusable(local_dir, source, shards)
     reused = info is not None
     if info is None:
+        # Only a download needs the fetchers and numpy: a reused data set starts the step without them.
+        from kubetrain.data.download import download
+
         info = download(source, local_dir, sha256=sha256 or None, shards=shards)
+        if not is_pinned(source, sha256):
+            print(UNPINNED_WARNING.format(source=source), file=sys.stderr, flush=True)
     print(
         f"dataset {info.name}: {'reused' if reused else 'downloaded'} at {pod_path} on claim {workspace_pvc}; "
         + ", ".join(f"{split} {info.num_records(split)} records" for split in info.splits),

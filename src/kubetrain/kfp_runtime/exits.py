@@ -18,12 +18,14 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.kfp_runtime.usage import usage_line
 from kubetrain.urls import redact_text
 
 P = ParamSpec("P")
@@ -94,15 +96,21 @@ def _record(failure: StepFailure, environ: Mapping[str, str], argv: Sequence[str
 
 
 def step(func: Callable[P, R]) -> Callable[P, R]:
-    """Wrap a component step: KubetrainError → one line on stderr and SystemExit(exit code)."""
+    """Wrap a component step: KubetrainError → one line on stderr and SystemExit(exit code).
+
+    However it ends, the step's last line says what its process cost (:mod:`.usage`).
+    """
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        started = time.monotonic()
         try:
             return func(*args, **kwargs)
         except KubetrainError as e:
             print(f"kubetrain: {type(e).__name__}: {redact_text(str(e))}", file=sys.stderr, flush=True)
             _record(StepFailure(one_line(e), int(e.exit_code)), os.environ, sys.argv)
             raise SystemExit(int(e.exit_code)) from e
+        finally:
+            print(usage_line(started), file=sys.stderr, flush=True)
 
     return wrapper

@@ -37,6 +37,11 @@ img { max-width: 100%; }
 """
 
 
+# The report is written once and read by the UI: zlib's fastest level saves a third of the
+# encoding time for a PNG about 15% larger (tens of kB).
+FAST_PNG = {"compress_level": 1}
+
+
 def format_value(value: object, spec: str = "") -> str:
     """A value for display: with `spec` (a format spec) when given; floats by magnitude otherwise."""
     if isinstance(value, bool):
@@ -100,7 +105,7 @@ def curves_png(history: Sequence[Mapping[str, Any]], *, title: str) -> bytes | N
     if fig is None:
         return None
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", pil_kwargs=FAST_PNG)
     return buf.getvalue()
 
 
@@ -131,7 +136,9 @@ def curves_figure(history: Sequence[Mapping[str, Any]], *, title: str) -> Any:
     right.set_title("accuracy")
     right.grid(alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
+    # Fixed margins, not tight_layout(): that draws the whole figure once more just to measure its
+    # labels, most of a second of the step's time after the job has ended.
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.86, wspace=0.25)
     return fig
 
 

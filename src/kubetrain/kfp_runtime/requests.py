@@ -43,9 +43,8 @@ from kubetrain.presets import (
 )
 from kubetrain.ps.common.model_names import MODEL_NAMES as PS_MODEL_NAMES
 from kubetrain.ps.common.model_names import is_module_path
-from kubetrain.ps.common.optimizers import OptimizerSpec
 from kubetrain.specs import JobSpec
-from kubetrain.train.common import MODEL_NAMES as DDP_MODEL_NAMES
+from kubetrain.train.model_shapes import MODEL_NAMES as DDP_MODEL_NAMES
 
 __all__ = [
     "IDENTITY_INPUTS",
@@ -230,6 +229,7 @@ class PSRequest(TrainingRequest):
         """
         if self.model_module and backend == "local":
             # torch is imported only here: the launcher image has none, and needs none on a cluster.
+            from kubetrain.ps.common.optimizers import OptimizerSpec  # numpy: only for this local check
             from kubetrain.ps.worker.user_model import load_contract
 
             servers = OptimizerSpec(name=self.optimizer, lr=self.learning_rate)

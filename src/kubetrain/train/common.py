@@ -25,6 +25,7 @@ import numpy.typing as npt
 from kubetrain.data.dataset_format import DatasetInfo, load_split, read_dataset_info
 from kubetrain.errors import ExitCode, InvalidInputError, SpecError
 from kubetrain.fileio import atomic_write
+from kubetrain.train.model_shapes import MODEL_NAMES
 
 __all__ = [
     "METRICS_JSON",
@@ -42,7 +43,6 @@ __all__ = [
 ]
 
 METRICS_JSON = "metrics.json"
-MODEL_NAMES = ("mlp", "cnn")
 BACKENDS = ("auto", "gloo", "nccl")
 COMMUNICATORS = ("auto", "naive", "flat", "pure_nccl")
 

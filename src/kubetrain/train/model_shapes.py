@@ -17,10 +17,15 @@ __all__ = [
     "CNN_CHANNELS",
     "CNN_HIDDEN",
     "HIDDEN",
+    "MODEL_NAMES",
     "ModelShape",
     "cnn_flat_features",
     "cnn_geometry",
 ]
+
+# The architectures kubetrain's DDP and ChainerMN trainers build; here, not in train.common, so the
+# launcher validates a name without importing numpy.
+MODEL_NAMES = ("mlp", "cnn")
 
 HIDDEN = 128
 CNN_CHANNELS = (16, 32)

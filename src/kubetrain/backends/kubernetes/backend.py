@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -45,7 +44,7 @@ from kubetrain.backends.kubernetes.steps import (
 )
 from kubetrain.backends.kubernetes.stream import FollowedLog, close_response, stream_lines
 from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
-from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, ManifestError
+from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, JobFailedError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, parse_job_status
@@ -237,18 +236,13 @@ class KubernetesBackend(Backend):
         return dict(result)
 
     def _wait_gone(self, ref: JobRef) -> None:
-        """Until no job of `ref`'s uid is left under its name (another one there is not this one)."""
-        deadline = time.monotonic() + self._gone_wait_seconds
-        while time.monotonic() < deadline:
-            try:
-                current = self._get_raw(ref)
-            except ApiException as e:
-                if e.status == 404:
-                    return
-                raise api_error(f"get {ref.kind.kind} {ref.namespace}/{ref.name}", e) from e
-            if (current.get("metadata") or {}).get("uid") != ref.uid:
-                return
-            time.sleep(1.0)
+        """Return once the job is gone: its DELETED event on a watch (or a listing without it) ends
+        the wait the moment the garbage collector and finalizers let go, with no polling interval."""
+        try:
+            for _ in self._watches.watch(ref, timeout_seconds=self._gone_wait_seconds):
+                pass  # its updates while it is being deleted (finalizers, status) change nothing here
+        except JobFailedError:
+            return  # the watch's "deleted" ending: the name is free
         raise BackendError(f"{ref.kind.kind} {ref.namespace}/{ref.name} was still being deleted after "
                            f"{self._gone_wait_seconds:g}s; its pods may be stuck terminating")  # fmt: skip
 

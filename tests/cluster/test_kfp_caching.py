@@ -1,0 +1,109 @@
+"""KFP's cache on the real backend: the download step is reused, training never is (tier 3).
+
+The shipped pipelines cache download_dataset (pipelines/_workspace.py): its Dataset names a
+directory on the workspace claim, which a later run uses as it is. A cache hit runs no executor
+pod, so "was it a hit" is read as "did the step's pod run". Training tasks are not cached, and
+could not be hit anyway: their run_id input is the run's own id. Each scenario starts from
+whatever earlier tests left in KFP's cache, so none depends on being the first run of its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pytest
+
+from tests.cluster import kfp_runs
+from tests.cluster.kfp_runs import KfpBackend
+from tools.cluster.controlplane import Cluster
+
+PACKAGE = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
+JOB_LINE = re.compile(r"pytorch: job (\S+) on the kubernetes backend")
+pytestmark = pytest.mark.timeout(2400)
+
+
+@pytest.fixture(scope="module")
+def kfp_backend(cluster: Cluster) -> KfpBackend:
+    """The backend, with the images mnist_pytorch runs."""
+    return kfp_runs.prepare(cluster, ["launcher", "pytorch"])
+
+
+def _run(kfp_backend: KfpBackend, name: str, *, enable_caching: bool | None = None) -> str:
+    run = kfp_backend.client.create_run_from_pipeline_package(
+        str(PACKAGE), arguments={"epochs": 1}, run_name=f"{name}-{uuid.uuid4().hex[:6]}",
+        experiment_name=kfp_runs.EXPERIMENT, enable_caching=enable_caching,
+    )  # fmt: skip
+    finished = kfp_backend.wait(str(run.run_id))
+    assert finished.state == "SUCCEEDED", f"{finished.state} {finished.error}\n{kfp_backend.workflow_tail(run.run_id)}"
+    return str(run.run_id)
+
+
+def _job_of(kfp_backend: KfpBackend, run_id: str) -> str:
+    (log,) = kfp_backend.step_logs(run_id, "pytorch_train")
+    found = JOB_LINE.search(log)
+    assert found, log[-3000:]
+    return found.group(1)
+
+
+def _dataset_path(kfp_backend: KfpBackend, run_id: str) -> str:
+    (dataset,) = [a for a in kfp_backend.artifacts(run_id) if a.type == "system.Dataset"]
+    return str(dataset.properties["path"])
+
+
+def test_a_second_run_reuses_the_cached_download_and_trains_again(kfp_backend: KfpBackend) -> None:
+    first = _run(kfp_backend, "cache-first")
+    second = _run(kfp_backend, "cache-second")
+    # The download was a cache hit: no pod of it ran in the second run...
+    assert kfp_backend.step_logs(second, "download_dataset") == []
+    # ...and its cached Dataset resolved for training: the same directory on the claim.
+    assert _dataset_path(kfp_backend, second) == _dataset_path(kfp_backend, first)
+    (log,) = kfp_backend.step_logs(second, "pytorch_train")
+    assert _dataset_path(kfp_backend, first) in log, log[-3000:]
+    # Training is never a hit (its run_id input differs): a new job, a new model from it.
+    assert _job_of(kfp_backend, second) != _job_of(kfp_backend, first)
+    models = [a for a in kfp_backend.artifacts(second) if a.type == "system.Model"]
+    assert [m.properties["job_name"] for m in models] == [_job_of(kfp_backend, second)]
+
+
+def test_caching_forced_on_still_trains_again_with_a_model_metrics_and_report_of_its_own(
+    kfp_backend: KfpBackend,
+) -> None:
+    # kfp.Client's enable_caching=True turns the cache on for every task, training included: KFP's
+    # semantics would serve a hit's Model, Metrics and HTML from the earlier run, but a training
+    # task's inputs (run_id) are never unchanged, so it runs and its artifacts are its own.
+    first = _run(kfp_backend, "forced-first", enable_caching=True)
+    second = _run(kfp_backend, "forced-second", enable_caching=True)
+    assert kfp_backend.step_logs(second, "download_dataset") == []
+    assert len(kfp_backend.step_logs(second, "pytorch_train")) == 1
+    before, after = kfp_backend.artifacts(first), kfp_backend.artifacts(second)
+    for kind in ("system.Model", "system.Metrics", "system.HTML"):
+        uris_before = {a.uri for a in before if a.type == kind}
+        uris_after = {a.uri for a in after if a.type == kind}
+        assert uris_after and not uris_after & uris_before, (kind, uris_before, uris_after)
+    (model,) = [a for a in after if a.type == "system.Model"]
+    written = json.loads(model.objects["metrics.json"]["text"])
+    (metrics,) = [a for a in after if a.type == "system.Metrics"]
+    assert metrics.properties["test_accuracy"] == pytest.approx(written["test_accuracy"], abs=1e-6)
+
+
+def test_enable_caching_false_runs_the_download_and_trains_again(kfp_backend: KfpBackend) -> None:
+    cached = _run(kfp_backend, "nocache-before")
+    uncached = _run(kfp_backend, "nocache", enable_caching=False)
+    (download,) = kfp_backend.step_logs(uncached, "download_dataset")
+    # The step ran; the data on the claim is the same source's, so it is reused there, not fetched.
+    assert "reused at" in download and "launcher: cpu" in download, download[-3000:]
+    assert _job_of(kfp_backend, uncached) != _job_of(kfp_backend, cached)
+
+
+def test_refresh_dataset_downloads_again_past_the_cache(kfp_backend: KfpBackend) -> None:
+    # What a URL with no checksum relies on to be fetched again (download_dataset's docstring).
+    run = kfp_backend.client.create_run_from_pipeline_package(
+        str(PACKAGE), arguments={"epochs": 1, "refresh_dataset": True}, run_name=f"refresh-{uuid.uuid4().hex[:6]}",
+        experiment_name=kfp_runs.EXPERIMENT,
+    )  # fmt: skip
+    finished = kfp_backend.wait(str(run.run_id))
+    assert finished.state == "SUCCEEDED", f"{finished.state} {finished.error}"
+    (download,) = kfp_backend.step_logs(str(run.run_id), "download_dataset")
+    assert "downloaded at" in download, download[-3000:]
