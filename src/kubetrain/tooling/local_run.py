@@ -181,6 +181,7 @@ def run_pipeline_locally(
         started=progress.started,
         skipped_groups=progress.skipped_groups,
         pipeline_succeeded=progress.pipeline_status == "SUCCESS",
+        finished=progress.finished,
     )
     state: RunState = "SUCCEEDED" if tasks and all(t.state in ("SUCCEEDED", "SKIPPED") for t in tasks) else "FAILED"
     if guard.cancelled:
