@@ -638,3 +638,37 @@ def test_watch_windows_vary_so_parallel_launchers_do_not_reconnect_together() ->
     windows = backend.windows[:6]
     assert all(0.1 <= w <= 0.2 for w in windows), windows
     assert len(set(windows)) == len(windows), windows
+
+
+def test_a_failed_job_leads_with_the_programs_own_error_and_prints_each_tail_once() -> None:
+    """Issue 34: the one-line error named the job, not the program's exception; the tails were printed twice."""
+    backend = MemoryBackend()
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in <module>',
+        "    raise RuntimeError('bad shard 3')",
+        "RuntimeError: bad shard 3",
+    ]
+
+    def script(b: MemoryBackend) -> None:
+        b.add_log("train-abc-master-0", "epoch 1", *traceback)
+        b.add_log("train-abc-worker-0", "epoch 1", *traceback)
+        b.set_pods(
+            pod("train-abc-master-0", "Master", 0, "Failed", reason="Error", exit_code=1),
+            pod("train-abc-worker-0", "Worker", 0, "Failed", reason="Error", exit_code=1),
+        )
+        b.set_conditions(cond("Created"), cond("Failed", reason="BackoffLimitExceeded", message="worker-0 exited"))
+
+    with pytest.raises(JobFailedError) as info:
+        launch(backend, script)
+    err = info.value
+    lines = backend.lines
+    assert err.program_error == "rank 0: RuntimeError: bad shard 3"
+    assert err.shown
+    assert err.headline().startswith("rank 0: RuntimeError: bad shard 3; PyTorchJob ")
+    assert "the program's error: rank 0: RuntimeError: bad shard 3" in lines
+    # The step's wrapper prints the headline only: the tails went to the log once, as the launcher read them.
+    from kubetrain.kfp_runtime.exits import one_line
+
+    assert one_line(err) == f"JobFailedError: {err.headline()}"
+    assert "\n" not in one_line(err)

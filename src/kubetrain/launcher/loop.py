@@ -35,6 +35,7 @@ from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, choose_pri
 from kubetrain.launcher.options import AwaitOptions, spread_window
 from kubetrain.launcher.pending import REJECTION_REASONS, PendingLook
 from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summary
+from kubetrain.launcher.program_error import program_error
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
 from kubetrain.launcher.signals import CancelGuard, Cancelled
 from kubetrain.manifests.kinds import kind_of
@@ -252,9 +253,12 @@ class _Await:
         """Capture the failed replicas' log tails, then apply the delete policy; return the error."""
         pods = self._settle_pods()
         self._stop_follower(drain=self._primary_ended(pods))
-        tails, notes = self._failure_tails(pods)
+        tails, notes, tailed = self._failure_tails(pods)
         label = f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
         parts = [f"{label} failed: {status.reason or 'Failed'}" + (f": {status.message}" if status.message else "")]
+        program = program_error(tailed, kind=self.ref.kind.kind)
+        if program is not None:
+            parts.append(f"the program's error: {program}")
         for key, tail in tails.items():
             parts.append(f"--- last {self.opts.tuning.log_tail_lines} lines of {key}{notes.get(key, '')} ---\n{tail}")
         if not tails and status.reason not in REJECTION_REASONS:
@@ -265,7 +269,10 @@ class _Await:
             self._delete("it failed and --delete-after is always")
         else:
             parts.append(f"the job was kept for debugging: {self.backend.debug_hint(self.ref)}")
-        return JobFailedError("\n".join(parts), reason=status.reason, log_tails=tails)
+        # Every part went to the sink already: whoever prints the error next prints its first lines only.
+        return JobFailedError(
+            "\n".join(parts), reason=status.reason, log_tails=tails, program_error=program, shown=True
+        )
 
     def _timed_out(self, limit: _Deadline) -> JobTimeoutError:
         phase = limit.status.phase.value if limit.status else "unknown"
@@ -296,10 +303,12 @@ class _Await:
         self.backend.delete(self.ref)
         self.sink(f"deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}: {why}")
 
-    def _failure_tails(self, pods: list[PodInfo]) -> tuple[dict[str, str], dict[str, str]]:
+    def _failure_tails(self, pods: list[PodInfo]) -> tuple[dict[str, str], dict[str, str], list[tuple[PodInfo, str]]]:
         """The log tail of every pod that failed or crashed while the launcher watched, keyed
-        `pod/container`, and for pods gone by now a note saying where their tail comes from."""
+        `pod/container`, for pods gone by now a note saying where their tail comes from, and
+        (pod, tail) pairs."""
         tails: dict[str, str] = {}
+        tailed: list[tuple[PodInfo, str]] = []
         notes: dict[str, str] = {}
         lines = self.opts.tuning.log_tail_lines
         here = {pod.name for pod in pods}
@@ -308,13 +317,15 @@ class _Await:
             key = f"{pod.name}/{pod.container}"
             if pod.name in here:
                 tails[key] = read_tail(self.backend, self.ref, pod, lines)
+                tailed.append((pod, tails[key]))
                 continue
             # Its controller deleted it (a Job past its backoffLimit): the tail read at its crash.
             kept = book.tails.get(pod.name)
             tails[key] = kept.text if kept is not None else "<not read: the pod was deleted before it could be>"
             seen = kept.pod if kept is not None else pod
             notes[key] = f" (pod deleted since; read when it crashed: {crash_summary(seen)})"
-        return tails, notes
+            tailed.append((seen, tails[key]))
+        return tails, notes, tailed
 
     def _settle_pods(self) -> list[PodInfo]:
         """Stop following the pods and take one look at them, the same for the progress lines, the
