@@ -48,6 +48,8 @@ class TaskOutcome:
     error: str | None = None  # one line, for a task that did not succeed
     exit_code: int | None = None  # the step's exit code (kubetrain.errors.ExitCode); None if it never ran
     recorded: bool = False  # the failed step left its failure record (else error/exit code are read from its log)
+    # What the step warned about (an empty model, unreadable metrics), from its artifacts' `warnings` metadata.
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -60,6 +62,7 @@ class TaskOutcome:
             "parameters": dict(self.parameters),
             "artifacts": dict(self.artifacts),
             "reports": dict(self.reports),
+            "warnings": list(self.warnings),
         }
 
 
@@ -278,10 +281,14 @@ def collect(
     artifacts: dict[str, str] = {}
     metrics: dict[str, float] = {}
     copies: dict[str, str] = {}
+    warned: list[str] = []
     for name, entry in (executor_output.get("artifacts") or {}).items():
         for artifact in entry.get("artifacts") or ():
             path = Path(artifact.get("uri", ""))
             kind = outputs.get(name, "")
+            said = (artifact.get("metadata") or {}).get("warnings") if kind != "system.Metrics" else None
+            if isinstance(said, list):
+                warned += [str(w) for w in said if str(w) not in warned]
             if kind == "system.Metrics":
                 metrics.update({k: float(v) for k, v in (artifact.get("metadata") or {}).items()})
             if path.exists():
@@ -300,6 +307,7 @@ def collect(
         metrics=metrics,
         reports=copies,
         exit_code=int(ExitCode.SUCCESS),
+        warnings=tuple(warned),
     )
 
 
@@ -327,6 +335,7 @@ def describe(outcome: RunOutcome) -> str:
         lines.append(f"  task {task.name}: {task.state}")
         if task.state in ("FAILED", "CANCELLED") and task.error:
             lines.append(f"    error: {task.error} (exit code {task.exit_code})")
+        lines += [f"    warning: {w}" for w in task.warnings]
         for key, value in task.parameters.items():
             lines.append(f"    {key}: {value}")
         for key, value in task.metrics.items():
