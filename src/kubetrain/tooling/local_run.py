@@ -110,6 +110,7 @@ def run_locally(
     logs_to_stderr: bool = False,
     cancel: threading.Event | None = None,
     verbose: bool = False,
+    command: str = "run",
 ) -> RunOutcome:
     """Run one of kubetrain's pipelines on this machine; see :func:`run_pipeline_locally`."""
     return run_pipeline_locally(
@@ -120,6 +121,7 @@ def run_locally(
         logs_to_stderr=logs_to_stderr,
         cancel=cancel,
         verbose=verbose,
+        command=command,
     )
 
 
@@ -132,6 +134,7 @@ def run_pipeline_locally(
     logs_to_stderr: bool = False,
     cancel: threading.Event | None = None,
     verbose: bool = False,
+    command: str = "run",
 ) -> RunOutcome:
     """Run any KFP pipeline of lightweight components here; returns its outcome (FAILED, no raise, on failure).
 
@@ -139,6 +142,7 @@ def run_pipeline_locally(
     (to the console too with `verbose`). A SIGTERM or SIGINT stops the running step (its job is
     deleted) and ends the run CANCELLED. `cancel` is the caller's event of signals that came before
     (`launcher.signals.hold_signals`): if it is set, no step starts and the run is CANCELLED.
+    `command`: the kubetrain command the user typed (`run`, `demo`), as the lines printed name it.
     """
     from kfp import local
 
@@ -162,7 +166,7 @@ def run_pipeline_locally(
                     pipeline(**arguments)
             except RunCancelled as c:
                 done = "before any step started" if c.before_any_step else "the running step stopped its job"
-                print(f"kubetrain run: cancelled ({c.signal_name}); {done}", flush=True)
+                print(f"kubetrain {command}: cancelled ({c.signal_name}); {done}", flush=True)
             except (RuntimeError, ValueError) as e:
                 raise BackendError(f"kfp.local could not run {name}: {e}") from e
     wall = time.monotonic() - start
