@@ -17,12 +17,12 @@ import sys
 
 from kubetrain import __version__
 from kubetrain.commands import compile as compile_command
-from kubetrain.commands import demo, download, launch, render, run, submit
+from kubetrain.commands import demo, download, launch, render, run, runs, submit
 from kubetrain.errors import ExitCode, InvalidInputError, JobFailedError, KubetrainError
 
 # In the order `kubetrain --help` lists them: a user's path from trying it out to a cluster.
 # Each imports its heavy dependencies when it runs.
-SUBCOMMANDS = (demo, run, submit, compile_command, render, launch, download)
+SUBCOMMANDS = (demo, run, runs, submit, compile_command, render, launch, download)
 
 DESCRIPTION = """\
 Distributed training (PyTorch DDP, ChainerMN, parameter servers) as Kubeflow Pipelines steps.
@@ -35,6 +35,7 @@ examples:
   kubetrain run mnist_pytorch --param epochs=3      a shipped pipeline, with a parameter
   kubetrain run my_pipeline.py --list-params        your own pipeline's parameters
   kubetrain run my_pipeline.py --json               your own pipeline; one JSON object at the end
+  kubetrain list; kubetrain logs latest             the local runs; the newest one's log
   kubetrain submit my_pipeline.py --host URL        upload it to Kubeflow Pipelines and start a run
 
 `kubetrain COMMAND --help` tells more. Exit codes: 0 success, 1 a job failed, 2 invalid input,

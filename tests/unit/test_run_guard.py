@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 from pathlib import Path
@@ -83,3 +84,7 @@ def test_a_cancelled_demo_says_demo_not_run(tmp_path: Path, capsys: pytest.Captu
     assert "kubetrain demo: cancelled (SIGINT); before any step started" in out
     assert "kubetrain demo: cancelled; what ran so far is in" in out
     assert "kubetrain run" not in out
+    # The run directory says how it ended, for `kubetrain list`.
+    (run_dir,) = tmp_path.iterdir()
+    assert json.loads((run_dir / "outcome.json").read_text())["state"] == "CANCELLED"
+    assert not (run_dir / "kubetrain-run.json").exists()

@@ -38,6 +38,7 @@ from kubetrain.kfp_runtime.exits import RECORD_ENV
 from kubetrain.kfp_runtime.workspace import BACKEND_ENV, LOCAL_ROOT_ENV
 from kubetrain.tooling.cancel import RunCancelled, RunGuard
 from kubetrain.tooling.catalog import Entry
+from kubetrain.tooling.local_runs import mark_ended, mark_running
 from kubetrain.tooling.outcome import (
     RunOutcome,
     RunState,
@@ -151,6 +152,7 @@ def run_pipeline_locally(
     kfp_root = run_dir / "kfp"
     local_root = run_dir / "local"
     kfp_root.mkdir(parents=True)
+    mark_running(run_dir)  # `kubetrain list` and `cancel` find the run by it
     env = {BACKEND_ENV: "local", LOCAL_ROOT_ENV: str(local_root), "PYTHONUNBUFFERED": "1", RECORD_ENV: "1"}
     start = time.monotonic()
     console: TextIO = sys.stderr if logs_to_stderr else sys.stdout
@@ -193,7 +195,7 @@ def run_pipeline_locally(
         tasks = tuple(cancelled(t, guard.signal_name or "SIGTERM") for t in tasks)
     from kubetrain.backends.local.backend import claim_directory
 
-    return RunOutcome(
+    outcome = RunOutcome(
         pipeline=name,
         state=state,
         run_dir=run_dir,
@@ -203,3 +205,5 @@ def run_pipeline_locally(
         tasks=tasks,
         log_file=log_file,
     )
+    mark_ended(run_dir, outcome.to_json())
+    return outcome
