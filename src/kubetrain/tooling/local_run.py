@@ -24,7 +24,9 @@ import builtins
 import contextlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -66,6 +68,15 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+@contextlib.contextmanager
+def _removed(directory: Path) -> Iterator[None]:
+    """Remove `directory` and everything in it at the end, however the block ends."""
+    try:
+        yield
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -159,9 +170,13 @@ def run_pipeline_locally(
     guard = RunGuard(cancel=cancel)
     log_file = run_dir / RUN_LOG
     print(f"running {name} in {run_dir} (full log: {log_file.name} there)", file=console, flush=True)
-    with log_file.open("w", encoding="utf-8") as log:
+    # kfp.local's steps write their code to `mktemp -d` and never remove it: the steps (and their
+    # pods) get a temporary directory of the run's own, removed when the run ends. Short, under the
+    # system's: Open MPI puts its session directory's sockets there.
+    scratch = Path(tempfile.mkdtemp(prefix="kubetrain-run-"))
+    with log_file.open("w", encoding="utf-8") as log, _removed(scratch):
         stream = RunLog(log, console, verbose=verbose)
-        with guard, _environment({**env, **guard.environment}), _captured(stream):
+        with guard, _environment({**env, **guard.environment, "TMPDIR": str(scratch)}), _captured(stream):
             local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_root), raise_on_error=False)
             try:
                 with guard.running_steps():
