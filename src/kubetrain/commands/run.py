@@ -153,6 +153,8 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
         logs_to_stderr=args.json,
         cancel=cancel,
         verbose=getattr(args, "verbose", False),
+        # The file's modules import in its steps and pods as they did when it was loaded here.
+        python_path=(str(loaded.source_dir),) if loaded.source_dir is not None else (),
     )
     print(describe(outcome), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:

@@ -147,6 +147,7 @@ def run_pipeline_locally(
     cancel: threading.Event | None = None,
     verbose: bool = False,
     command: str = "run",
+    python_path: tuple[str, ...] = (),
 ) -> RunOutcome:
     """Run any KFP pipeline of lightweight components here; returns its outcome (FAILED, no raise, on failure).
 
@@ -155,6 +156,8 @@ def run_pipeline_locally(
     deleted) and ends the run CANCELLED. `cancel` is the caller's event of signals that came before
     (`launcher.signals.hold_signals`): if it is set, no step starts and the run is CANCELLED.
     `command`: the kubetrain command the user typed (`run`, `demo`), as the lines printed name it.
+    `python_path`: directories put first on the steps' and their pods' PYTHONPATH (the pipeline
+    file's own, so its modules, a `model_module` among them, import from any working directory).
     """
     from kfp import local
 
@@ -165,6 +168,8 @@ def run_pipeline_locally(
     kfp_root.mkdir(parents=True)
     mark_running(run_dir)  # `kubetrain list` and `cancel` find the run by it
     env = {BACKEND_ENV: "local", LOCAL_ROOT_ENV: str(local_root), "PYTHONUNBUFFERED": "1", RECORD_ENV: "1"}
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join([*python_path, *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.monotonic()
     console: TextIO = sys.stderr if logs_to_stderr else sys.stdout
     guard = RunGuard(cancel=cancel)
