@@ -14,7 +14,7 @@ from kubetrain.cli import main
 from kubetrain.errors import ExitCode
 
 PIPELINE = textwrap.dedent(
-    '''
+    """
     from kfp import dsl
 
     @dsl.component(base_image="python:3.11", install_kfp_package=False)
@@ -26,7 +26,7 @@ PIPELINE = textwrap.dedent(
     @dsl.pipeline(name="beside")
     def beside() -> None:
         use_helper()
-    '''
+    """
 )
 
 
