@@ -23,6 +23,7 @@ from kubetrain.backends import open_backend
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime import artifacts, report
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
+from kubetrain.kfp_runtime.local_notice import local_notice
 from kubetrain.kfp_runtime.passthrough import passthrough_warning
 from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
@@ -220,6 +221,8 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     params = plan.params
     request.preflight(kind)
     manifest = request.manifest(plan)  # patched and validated: checked before anything is submitted
+    if kind == "local" and (unused := local_notice(manifest)) is not None:
+        print(f"{framework}: {unused}", file=sys.stderr, flush=True)
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
     backend = open_backend(kind, namespace=request.job_namespace, local_root=local_root())
     # The report's plotting library loads while the job runs, not after it, when the step should end.
