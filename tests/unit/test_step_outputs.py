@@ -243,3 +243,15 @@ def test_locally_kubetrains_own_image_on_the_cpu_needs_no_notice(
 ) -> None:
     _run_user_program(tmp_path, job, lambda out: (out / "model.pt").write_bytes(b"m"))
     assert "locally, not used" not in capsys.readouterr().err
+
+
+def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for() -> None:
+    """Issue 34: rank 0 started about 40 s late with nothing said."""
+    waiting = train_step.elastic_notice(PyTorchRequest(**IDS, workers=2, elastic_min_workers=1, elastic_max_workers=3))
+    assert waiting is not None
+    assert "2 workers start, up to 3 may join; once 1 has joined, torchrun's rendezvous waits about 30 s" in waiting
+    assert (
+        train_step.elastic_notice(PyTorchRequest(**IDS, workers=3, elastic_min_workers=1, elastic_max_workers=3))
+        is None
+    )
+    assert train_step.elastic_notice(PyTorchRequest(**IDS, workers=2)) is None

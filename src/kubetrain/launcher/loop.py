@@ -38,6 +38,7 @@ from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summ
 from kubetrain.launcher.program_error import program_error
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
 from kubetrain.launcher.signals import CancelGuard, Cancelled
+from kubetrain.launcher.silence import SilenceWatch
 from kubetrain.manifests.kinds import kind_of
 from kubetrain.status import JobPhase, JobResult, JobStatus, parse_job_status
 
@@ -102,6 +103,7 @@ class _Await:
         self.job_done = threading.Event()
         self.stop_logs = threading.Event()
         self.follower: LogFollower | None = None
+        self.silence: SilenceWatch | None = None
         self.tracker: PodTracker | None = None
         self.final_pods: list[PodInfo] | None = None  # the look at the pods once the job ended
         self.replicas: tuple[str, ...] = ()  # the job's replica names, as far as it has said
@@ -117,10 +119,12 @@ class _Await:
             progress = ProgressReporter(self.ref, self.sink)
             listeners: list[PodListener] = [progress.pods]
             if self.opts.stream_logs:
+                silence = self.silence = SilenceWatch(self.sink, after_seconds=self.opts.tuning.silence_notice_seconds)
+                silence.start()
                 follower = self.follower = LogFollower(
                     self.backend,
                     self.ref,
-                    self.sink,
+                    silence.line,
                     poll_seconds=self.opts.tuning.pending_poll_seconds,
                     job_done=self.job_done,
                     stop=self.stop_logs,
@@ -355,6 +359,8 @@ class _Await:
 
     def _stop_follower(self, *, drain: bool) -> None:
         self.job_done.set()
+        if self.silence is not None:
+            self.silence.stop()  # the job has ended: its silence means nothing now
         follower = self.follower
         if follower is None:
             return
