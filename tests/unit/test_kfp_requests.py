@@ -99,7 +99,7 @@ def test_chainermn_program_runs_under_mpirun() -> None:
     spec = ChainerMNRequest(**IDS, command="python -m mine --flag 'a b'").to_spec(PLAN)
     assert isinstance(spec, MPIJobSpec)
     assert spec.launcher.command[:3] == ("mpirun", "-n", "2")
-    assert spec.launcher.command[-5:] == ("python", "-m", "mine", "--flag", "a b")
+    assert spec.launcher.command[-7:] == ("python", "-m", "mpi4py", "-m", "mine", "--flag", "a b")
     validate_strict(build_manifest(spec))
 
 
