@@ -272,7 +272,9 @@ class _Await:
         if self.opts.delete_after == "always":
             self._delete("it failed and --delete-after is always")
         else:
-            parts.append(f"the job was kept for debugging: {self.backend.debug_hint(self.ref)}")
+            kept = f"the job was kept for debugging: {self.backend.debug_hint(self.ref)}"
+            self.sink(kept)
+            parts.append(kept)
         # Every part went to the sink already: whoever prints the error next prints its first lines only.
         return JobFailedError(
             "\n".join(parts), reason=status.reason, log_tails=tails, program_error=program, shown=True
