@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml Makefile images/constraints.txt
 	# Chainer 7.8.1 builds with pkg_resources (setuptools<81) and runs only on numpy<2.
 	$(PIP) install -q -c images/constraints.txt numpy setuptools wheel
 	$(PIP) install -q -c images/constraints.txt --no-build-isolation chainer
+	echo "import os; os.environ.setdefault('SETUPTOOLS_USE_DISTUTILS', 'stdlib')" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/00-kubetrain-stdlib-distutils.pth"
 	# The versions the images install (images/constraints.txt), so kfp here is the kfp that
 	# compiles the YAML and runs in the launcher image.
 	$(PIP) install -q -c images/constraints.txt -e '.[torch,chainer,ps,dev]'

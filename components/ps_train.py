@@ -75,7 +75,7 @@ def ps_train(
             more passes than DDP's 5 to reach the same accuracy on a busy machine).
         batch_size: Records per worker step.
         learning_rate: Learning rate of the parameter servers' optimizer.
-        architecture: Model: mlp (dense) or wide_deep (wide & deep with embedding tables on the servers).
+        architecture: Model: mlp (dense), cnn (conv net) or wide_deep (wide & deep, embedding tables on the servers).
         model_module: Your own model instead: an importable module path in `image` (e.g.
             "my_team.ctr_model") defining custom_model(feature_shape, num_classes), loss(logits,
             labels), optimizer(lr) (naming `optimizer`, which the servers apply) and feed(x, y),

@@ -2,7 +2,7 @@
 
 A real HTTP server on a loopback port, so `kfp.Client` runs unmodified against it. It implements
 the calls `submit` makes (healthz, list/upload pipelines and versions, list/create experiments,
-create runs), checks what a real API server would reject (a missing or wrong bearer token, an
+create runs, read a run's state), checks what a real API server would reject (a missing or wrong bearer token, an
 uploaded file that is not a compiled pipeline, a run naming an unknown pipeline version, run
 parameters the pipeline does not declare), and records every request for the tests to inspect.
 It is not KFP: nothing is scheduled, and only these endpoints exist (others answer 404).
@@ -98,6 +98,8 @@ class FakeKfpApi:
     def __init__(self, *, token: str | None = None) -> None:
         self.token = token
         self.state = FakeKfpState()
+        # What GET /runs/ID answers on its 1st, 2nd, ... read (the last one from then on).
+        self.run_states: list[str] = ["RUNNING", "SUCCEEDED"]
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-kfp-api", daemon=True)
@@ -196,6 +198,17 @@ class FakeKfpApi:
             return 200, exp
         if r.method == "POST" and r.path == f"{API}/runs":
             return 200, self._create_run(json.loads(r.body))
+        if r.method == "GET" and r.path.startswith(f"{API}/runs/"):
+            run_id = r.path[len(f"{API}/runs/") :]
+            if run_id not in s.runs:
+                raise _ApiError(404, f"run {run_id} not found")
+            run = s.runs[run_id]
+            # A run moves one state further on each read, along `run_states` (the tests' script).
+            states = self.run_states
+            seen = run.setdefault("_reads", 0)
+            run["_reads"] = seen + 1
+            run["state"] = states[min(seen, len(states) - 1)]
+            return 200, {k: v for k, v in run.items() if not k.startswith("_")}
         raise _ApiError(404, f"no such endpoint in the stand-in: {r.method} {r.path}")
 
     def _add_version(self, pipeline_id: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:

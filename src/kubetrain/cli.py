@@ -10,19 +10,20 @@ tells a user.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 
 from kubetrain import __version__
 from kubetrain.commands import compile as compile_command
-from kubetrain.commands import demo, download, launch, render, run, submit
-from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.commands import demo, download, launch, render, run, runs, submit
+from kubetrain.errors import ExitCode, InvalidInputError, JobFailedError, KubetrainError
 from kubetrain.urls import redact_text
 
 # In the order `kubetrain --help` lists them: a user's path from trying it out to a cluster.
 # Each imports its heavy dependencies when it runs.
-SUBCOMMANDS = (demo, run, submit, compile_command, render, launch, download)
+SUBCOMMANDS = (demo, run, runs, submit, compile_command, render, launch, download)
 
 DESCRIPTION = """\
 Distributed training (PyTorch DDP, ChainerMN, parameter servers) as Kubeflow Pipelines steps.
@@ -35,18 +36,32 @@ examples:
   kubetrain run mnist_pytorch --param epochs=3      a shipped pipeline, with a parameter
   kubetrain run my_pipeline.py --list-params        your own pipeline's parameters
   kubetrain run my_pipeline.py --json               your own pipeline; one JSON object at the end
+  kubetrain list; kubetrain logs latest             the local runs; the newest one's log
   kubetrain submit my_pipeline.py --host URL        upload it to Kubeflow Pipelines and start a run
 
 `kubetrain COMMAND --help` tells more. Exit codes: 0 success, 1 a job failed, 2 invalid input,
 3 timeout, 4 API or infrastructure error, 5 cancelled."""
 
 
+class UsageError(InvalidInputError):
+    """A command line argparse refused (the message is argparse's, `PROG: error: ...`)."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that exits with INVALID_INPUT (2) and a one-line message on bad flags."""
+    """argparse that ends with INVALID_INPUT (2) and a one-line message on bad flags."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        # Raised, not exited: main() prints it, and with --json ends stdout with the JSON object too.
         self.print_usage(sys.stderr)
-        self.exit(int(ExitCode.INVALID_INPUT), f"{self.prog}: error: {message}\n")
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
+def error_json(error: KubetrainError) -> str:
+    """The one JSON object a `--json` command ends stdout with when it fails before or outside its run."""
+    text = error.headline() if isinstance(error, JobFailedError) else str(error)
+    return json.dumps(
+        {"state": "FAILED", "error": text, "error_type": type(error).__name__, "exit_code": int(error.exit_code)}
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the kubetrain command line and return its exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        if "--json" in words:
+            print(error_json(e), flush=True)
+        return int(e.exit_code)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -81,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(func(args))
     except KubetrainError as e:
+        # A failed job's log tails were printed as the launcher read them: its headline is enough here.
         # Messages name URLs; a presigned one's signature must not reach a terminal or a CI log.
-        print(f"kubetrain {args.command}: {redact_text(str(e))}", file=sys.stderr)
+        shown = e.headline() if isinstance(e, JobFailedError) and e.shown else str(e)
+        print(f"kubetrain {args.command}: {redact_text(shown)}", file=sys.stderr)
+        if getattr(args, "json", False):
+            print(error_json(e), flush=True)
         return int(e.exit_code)
     except BrokenPipeError:
         # The reader went away (`kubetrain render ... | head`): not an error of ours.

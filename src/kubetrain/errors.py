@@ -70,14 +70,35 @@ class JobConflictError(BackendError):
 
 
 class JobFailedError(KubetrainError):
-    """The training job ended Failed. Carries the reason, message and failed replicas' log tails."""
+    """The training job ended Failed. Carries the reason, message and failed replicas' log tails.
+
+    `program_error`: the user's program's own last exception line, with its rank, when a tail has
+    one (`rank 1: RuntimeError: boom`); `shown`: the launcher already printed the whole message,
+    tails included, to its log, so a caller prints :meth:`headline` rather than all of it again.
+    """
 
     exit_code = ExitCode.JOB_FAILED
 
-    def __init__(self, message: str, *, reason: str = "", log_tails: dict[str, str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "",
+        log_tails: dict[str, str] | None = None,
+        program_error: str | None = None,
+        shown: bool = False,
+    ):
         self.reason = reason
         self.log_tails = dict(log_tails or {})
+        self.program_error = program_error
+        self.shown = shown
         super().__init__(message)
+
+    def headline(self) -> str:
+        """One line: the program's error first when known, then why the job failed."""
+        lines = str(self).strip().splitlines()
+        first = lines[0] if lines else "the job failed"
+        return f"{self.program_error}; {first}" if self.program_error else first
 
 
 class JobTimeoutError(KubetrainError, TimeoutError):

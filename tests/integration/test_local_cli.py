@@ -229,6 +229,7 @@ def test_unreadable_inputs_of_launch_are_one_line_errors(tmp_path: Path) -> None
     assert done.returncode == ExitCode.INVALID_INPUT
     assert "expected one job object (a mapping with apiVersion, kind, ...), found a list" in done.stderr
     assert _result(done) == {
+        "state": "FAILED",
         "error": f"{listed}: expected one job object (a mapping with apiVersion, kind, ...), found a list",
         "error_type": "ManifestError",
         "exit_code": ExitCode.INVALID_INPUT,
@@ -240,6 +241,7 @@ def test_unreadable_inputs_of_launch_are_one_line_errors(tmp_path: Path) -> None
     assert done.returncode == ExitCode.INVALID_INPUT
     assert "not UTF-8 text" in done.stderr and "Traceback" not in done.stderr
     assert _result(done) == {
+        "state": "FAILED",
         "error": f"{latin}: not UTF-8 text (byte 6: invalid start byte); save the manifest as UTF-8",
         "error_type": "ManifestError",
         "exit_code": ExitCode.INVALID_INPUT,

@@ -219,3 +219,25 @@ def test_a_users_chainermn_program_imports_chainer_as_in_the_image(
     assert status.phase is JobPhase.SUCCEEDED, log
     claim = backend.claim_dir(CLAIM)
     assert [(claim / f"chainermn-{r}").read_text() for r in range(2)] == ["2 3", "2 3"]
+
+
+EXIT_ON_RANK_1 = """
+    import sys
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if comm.rank == 1:
+        sys.exit(3)
+    comm.Barrier()  # rank 0 waits here for rank 1, which never comes
+"""
+
+
+def test_a_rank_that_exits_non_zero_ends_the_job_instead_of_hanging_it(backend: LocalBackend) -> None:
+    """Issue 34: `sys.exit(3)` on one rank hung the job until its timeout (mpi4py finalizes at exit)."""
+    from kubetrain.presets.defaults import mpirun
+
+    program = _program(backend, "exit3.py", EXIT_ON_RANK_1)
+    launcher = list(mpirun(2, (), ("python", program)))
+    ref = backend.submit(_mpijob("exit3", launcher, run_policy={"backoffLimit": 0, "activeDeadlineSeconds": 90}))
+    status, _ = _follow(backend, ref)
+    assert status.phase is JobPhase.FAILED
+    assert status.reason != "DeadlineExceeded", status.message

@@ -92,3 +92,20 @@ def test_two_jobs_with_the_same_master_port_train_side_by_side(backend: LocalBac
     for name in ("ddp-a", "ddp-b"):
         metrics = json.loads((claim / name / "metrics.json").read_text())
         assert (metrics["world_size"], metrics["epochs"]) == (3, 1)
+
+
+def test_a_master_port_held_by_another_process_fails_the_job_before_its_first_start(backend: LocalBackend) -> None:
+    """Issue 34: the job used all its starts (about 20 s) before failing; no start can succeed while the port is held."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))  # the wildcard address: every loopback address's port is taken
+        holder.listen(1)
+        port = int(holder.getsockname()[1])
+        ports = [{"name": "pytorchjob-port", "containerPort": port}]
+        job = _pytorchjob("held", _template(["sh", "-c", "exit 1"], ports=ports), None, workers=0)
+        job["spec"]["runPolicy"]["backoffLimit"] = 3
+        ref = backend.submit(job)
+        status, _ = _follow(backend, ref, timeout=60)
+    assert status.phase is JobPhase.FAILED
+    assert f"port {port}, where held-master-0 hosts the job's rendezvous, is held by another process" in status.message
+    assert status.restarts == 0
+    assert backend.pods(ref) == []  # no replica was started

@@ -64,3 +64,26 @@ def test_wide_deep_auc_matches_a_single_process_baseline(tmp_path: Path) -> None
     assert base["test_auc"] > 0.7  # the baseline learned the hidden signal
     assert abs(m["test_auc"] - base["test_auc"]) <= 0.02
     assert '"deep": 8' in dumped and '"wide": 1' in dumped  # the embedding tables are in the model
+
+
+def test_cnn_trains_through_the_parameter_servers(tmp_path: Path) -> None:
+    """`architecture: cnn` is documented for every training component; the PS runtime refused it (issue 34)."""
+    data = tmp_path / "digits"
+    download("builtin:digits", data, shards=2, quiet=True)
+    with LocalPSJob(
+        workdir=tmp_path / "run",
+        data=data,
+        model="cnn",
+        num_ps=1,
+        num_workers=2,
+        epochs=3,
+        master_args=["--batch-size", "32"],
+        ps_args=["--optimizer", "adam", "--lr", "0.005"],
+    ) as job:
+        job.start_all()
+        rcs = job.wait_all(deadline_s=240)
+        m = job.metrics()
+    assert all(rc == 0 for rc in rcs.values()), rcs
+    assert m["model"] == "cnn"
+    # Ten classes: chance is 0.1; three epochs of the conv net lift it far above.
+    assert m["test_accuracy"] >= 0.5, m

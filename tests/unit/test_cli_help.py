@@ -41,13 +41,16 @@ def test_run_help_starts_with_what_it_does_and_examples(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lines = _help(capsys, monkeypatch, "run")
-    assert lines[0] == "usage: kubetrain run PIPELINE [--param KEY=VALUE ...] [--json] [--list-params] [options]"
+    assert (
+        lines[0]
+        == "usage: kubetrain run PIPELINE [--param KEY=VALUE ...] [--json] [--list-params] [--dry-run] [options]"
+    )
     assert lines[2] == "Run a pipeline end to end on this machine: no cluster and no container needed."
     first_screen = "\n".join(lines[:24])
     assert "kubetrain run my_pipeline.py --list-params" in first_screen
     assert "a .py file defining a @dsl.pipeline function" in first_screen
     assert "--pipeline-func" in first_screen
     text = "\n".join(lines)
-    for flag in ("--list-params", "--verbose", "--json", "--runs-dir", "--param"):
+    for flag in ("--list-params", "--verbose", "--json", "--runs-dir", "--param", "--dry-run"):
         assert flag in text
     assert "5 when SIGTERM or SIGINT (Ctrl-C) stopped the run" in text

@@ -392,3 +392,22 @@ def test_an_unpinned_download_warns_that_later_runs_get_this_copy(
     assert "has no checksum" not in capsys.readouterr().err
     assert is_pinned("builtin:digits", "") and is_pinned("https://x/a.npz", "ab" * 32)
     assert not is_pinned("https://x/a.npz", "") and not is_pinned(f"{pinned},https://x/extra.gz", "")
+
+
+def test_charts_are_honest_about_what_they_show() -> None:
+    """Issue 34: a 0.003 accuracy gap drawn on an axis from 0.5, one PS evaluation centred on 8.6..9.4,
+    world size 64.0 and 9.2000 seconds."""
+    from kubetrain.kfp_runtime import charts
+
+    fig = charts.comparison_figure(
+        [("pytorch", [], {"test_accuracy": 0.972, "samples_per_second": 100.0}),
+         ("ps", [], {"test_accuracy": 0.969, "samples_per_second": 50.0})]
+    )  # fmt: skip
+    accuracy_bars = fig.axes[2]
+    assert accuracy_bars.get_ylim()[0] == 0.0
+    assert [t.get_text() for t in accuracy_bars.texts] == ["0.9720", "0.9690"]
+    one = report.curves_figure([{"step": 450, "epoch": 9, "test_accuracy": 0.93, "loss": 0.2}], title="ps")
+    low, high = one.axes[1].get_xlim()
+    assert low <= 0 and high >= 9
+    page = report.training_report(title="t", metrics={**METRICS, "world_size": 64.0, "wall_seconds": 9.2}, details=[])
+    assert ">64<" in page and ">9.2<" in page and "64.0" not in page and "9.2000" not in page

@@ -115,7 +115,8 @@ def test_fsspec_store(tmp_path: Path, memfs: fsspec.AbstractFileSystem) -> None:
     cache = tmp_path / "cache"
     info = download("memory://kt/mnist/", tmp_path / "out", cache_dir=cache, quiet=True)
     assert (info.num_records("train"), info.num_records("test")) == (50, 20)
-    assert len([p for p in cache.iterdir() if not p.name.endswith(".lock")]) == 4
+    assert len(list(cache.iterdir())) == 4  # the four files: no `.lock` left per URL (issue 34)
+    assert not list(cache.glob("*.lock"))
     x, y = mnist_arrays(20, seed=1, rows=4, cols=4)
     data = _npz(x=x, y=y)
     memfs.pipe("/kt/d.npz", data)
@@ -198,3 +199,36 @@ def test_checksum_on_local_file_never_deletes_it(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="checks a single file"):
         download(f"{path},{path}", tmp_path / "out", sha256="1" * 64)
     _assert_no_output(tmp_path)
+
+
+def test_the_cache_lock_excludes_a_second_holder_and_is_removed(tmp_path: Path) -> None:
+    """Two fetchers of one URL still take turns; the lock file goes with the last holder."""
+    import threading
+
+    from kubetrain.data.fetch import _locked
+
+    entry = tmp_path / "entry"
+    order: list[str] = []
+    first_in, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with _locked(entry):
+            order.append("first in")
+            first_in.set()
+            release.wait(30)
+            order.append("first out")
+
+    def second() -> None:
+        first_in.wait(30)
+        with _locked(entry):
+            order.append("second in")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    first_in.wait(30)
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert order == ["first in", "first out", "second in"]
+    assert not (tmp_path / "entry.lock").exists()

@@ -52,9 +52,14 @@ def test_component_names_become_the_programs_flags_once() -> None:
 
 
 def test_ps_architecture_is_checked_against_the_ps_models() -> None:
-    """ps_train used to accept the DDP models (cnn: submitted, then failed in the pod) and refuse wide_deep."""
-    with pytest.raises(InvalidInputError, match=r"architecture: got 'cnn'; expected one of mlp, wide_deep"):
-        PSRequest(**IDS, architecture="cnn")
+    """ps_train refused the documented `cnn` (issue 34) and used to refuse wide_deep; unknown names fail early."""
+    with pytest.raises(InvalidInputError, match=r"architecture: got 'resnet'; expected one of mlp, cnn, wide_deep"):
+        PSRequest(**IDS, architecture="resnet")
+    cnn = PSRequest(**IDS, architecture="cnn").to_spec(
+        JobPlan(name="ps-0123456789ab", params=TrainingParams(model="cnn"), pod=PodOptions())
+    )
+    assert isinstance(cnn, PSJobSpec)
+    assert cnn.master.args[cnn.master.args.index("--model") + 1] == "cnn"
     spec = PSRequest(**IDS, architecture="wide_deep").to_spec(
         JobPlan(name="ps-0123456789ab", params=TrainingParams(model="wide_deep"), pod=PodOptions())
     )
@@ -94,7 +99,7 @@ def test_chainermn_program_runs_under_mpirun() -> None:
     spec = ChainerMNRequest(**IDS, command="python -m mine --flag 'a b'").to_spec(PLAN)
     assert isinstance(spec, MPIJobSpec)
     assert spec.launcher.command[:3] == ("mpirun", "-n", "2")
-    assert spec.launcher.command[-5:] == ("python", "-m", "mine", "--flag", "a b")
+    assert spec.launcher.command[-7:] == ("python", "-m", "mpi4py", "-m", "mine", "--flag", "a b")
     validate_strict(build_manifest(spec))
 
 

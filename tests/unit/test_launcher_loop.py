@@ -731,3 +731,77 @@ def test_a_stop_during_the_create_deletes_what_it_created_and_nothing_follows() 
     _run_stuck(backend, script)
     assert backend.calls == ["stuck in submit", "submit", "delete"]
     assert [r.uid for r in backend.deleted_refs] == ["uid-1"]
+
+
+def test_a_failed_job_leads_with_the_programs_own_error_and_prints_each_tail_once() -> None:
+    """Issue 34: the one-line error named the job, not the program's exception; the tails were printed twice."""
+    backend = MemoryBackend()
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in <module>',
+        "    raise RuntimeError('bad shard 3')",
+        "RuntimeError: bad shard 3",
+    ]
+
+    def script(b: MemoryBackend) -> None:
+        b.add_log("train-abc-master-0", "epoch 1", *traceback)
+        b.add_log("train-abc-worker-0", "epoch 1", *traceback)
+        b.set_pods(
+            pod("train-abc-master-0", "Master", 0, "Failed", reason="Error", exit_code=1),
+            pod("train-abc-worker-0", "Worker", 0, "Failed", reason="Error", exit_code=1),
+        )
+        b.set_conditions(cond("Created"), cond("Failed", reason="BackoffLimitExceeded", message="worker-0 exited"))
+
+    with pytest.raises(JobFailedError) as info:
+        launch(backend, script)
+    err = info.value
+    lines = backend.lines
+    assert err.program_error == "rank 0: RuntimeError: bad shard 3"
+    assert err.shown
+    assert err.headline().startswith("rank 0: RuntimeError: bad shard 3; PyTorchJob ")
+    assert "the program's error: rank 0: RuntimeError: bad shard 3" in lines
+    # The step's wrapper prints the headline only: the tails went to the log once, as the launcher read them.
+    from kubetrain.kfp_runtime.exits import one_line
+
+    assert one_line(err) == f"JobFailedError: {err.headline()}"
+    assert "\n" not in one_line(err)
+
+
+def test_a_silent_running_job_gets_a_notice_and_its_log_ends_the_silence() -> None:
+    """Issue 34: a job whose program waited (an MPI rank blocked on a peer that exited) said nothing until its timeout."""
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Running"))
+        b.set_conditions(cond("Created"), cond("Running"))
+        b.wait_for_line("no log output for")
+        b.add_log("train-abc-master-0", "epoch 1 loss 0.5")
+        b.wait_for_line("epoch 1 loss 0.5")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Succeeded"))
+        b.set_conditions(cond("Created"), cond("Succeeded"))
+
+    lines = launch(backend, script, tuning={"silence_notice_seconds": 0.3})
+    notice = next(line for line in lines if "no log output for" in line)
+    assert "the job is still running" in notice and "timeout_seconds" in notice
+
+
+def test_the_silence_notice_comes_once_per_stretch_and_counts_on() -> None:
+    from kubetrain.launcher.silence import SilenceWatch
+
+    now = [0.0]
+    said: list[str] = []
+    watch = SilenceWatch(said.append, after_seconds=600, clock=lambda: now[0])
+    now[0] = 599
+    assert watch.check() == pytest.approx(1) and said == []
+    now[0] = 600
+    watch.check()
+    now[0] = 900
+    watch.check()
+    assert said == [said[0]] and said[0].startswith("no log output for 10 minutes;")
+    now[0] = 1200
+    watch.check()
+    assert said[-1].startswith("no log output for 20 minutes;")
+    watch.line("epoch 2")
+    now[0] = 1500
+    watch.check()
+    assert said[-1] == "epoch 2"

@@ -173,3 +173,17 @@ def test_each_job_holds_its_own_address_block(tmp_path: Path) -> None:
     assert loopback_address(258, 253) == "127.1.2.254"
     with pytest.raises(ValueError, match="at most 254 pods"):
         loopback_address(1, 254)
+
+
+def test_one_streams_unfinished_line_is_not_joined_to_the_others(tmp_path: Path) -> None:
+    """Issue 34: one MPI rank's stdout was joined to another rank's stderr on one line (mpirun relays both)."""
+    code = (
+        "import sys\n"
+        "sys.stdout.write('rank 0 epoch 1 '); sys.stdout.flush()\n"
+        "sys.stderr.write('rank 1 warning\\n'); sys.stderr.flush()\n"
+        "sys.stdout.write('loss 0.5\\n'); sys.stdout.flush()\n"
+    )
+    proc = _start(tmp_path, code)
+    _wait_for(lambda: proc.poll() is not None)
+    _wait_for(lambda: proc.log.closed)
+    assert sorted(read_log(proc.log.path, stream=None, follow=False)) == ["rank 0 epoch 1 loss 0.5", "rank 1 warning"]

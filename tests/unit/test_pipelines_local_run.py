@@ -89,6 +89,7 @@ def test_task_states_are_read_from_the_kfp_output_tree(tmp_path: Path) -> None:
         "parameters": {},
         "artifacts": {},
         "reports": {},
+        "warnings": [],
     }
     text = describe(outcome)
     assert "pipeline p: FAILED in 12.3s" in text
@@ -154,3 +155,26 @@ def test_in_a_cancelled_run_the_interrupted_task_is_cancelled(
         tasks=(done, task),
     )  # fmt: skip
     assert outcome.exit_code == ExitCode.CANCELLED
+
+
+def test_a_steps_warnings_are_in_the_summary_and_the_json(tmp_path: Path) -> None:
+    """Issue 34: an empty model or unreadable metrics were said only in the stream, the Model's metadata and the report."""
+    root = tmp_path / "kfp" / "p-2026"
+    done = root / "pytorch-train"
+    done.mkdir(parents=True)
+    said = "the job succeeded but the program left nothing in its output directory /workspace/out"
+    (done / "executor_output.json").write_text(
+        json.dumps(
+            {
+                "artifacts": {
+                    "model": {"artifacts": [{"uri": str(done / "model"), "metadata": {"warnings": [said]}}]},
+                    "metrics": {"artifacts": [{"uri": str(done / "metrics"), "metadata": {"job_seconds": 3.0}}]},
+                }
+            }
+        )
+    )
+    task = collect("pytorch-train", "comp-pytorch-train", {"metrics": "system.Metrics"}, root, tmp_path / "r")
+    assert task.warnings == (said,)
+    outcome = RunOutcome("p", "SUCCEEDED", tmp_path, tmp_path, 1.0, {}, (task,))
+    assert outcome.to_json()["tasks"]["pytorch-train"]["warnings"] == [said]
+    assert f"    warning: {said}" in describe(outcome).splitlines()

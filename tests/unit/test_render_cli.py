@@ -41,7 +41,7 @@ def test_json_output_is_the_same_manifest(capsys: pytest.CaptureFixture[str]) ->
         (["mpijob", "--name", "m", "--elastic", "1:2"], "--elastic: not an input of chainermn_train"),
         # These used to print manifests the components refuse, and exit 0.
         (["pytorchjob", "--name", "p", "--model", "resnet"], "architecture: got 'resnet'; expected one of mlp, cnn"),
-        (["psjob", "--name", "p", "--model", "cnn"], "architecture: got 'cnn'; expected one of mlp, wide_deep"),
+        (["psjob", "--name", "p", "--model", "vgg"], "architecture: got 'vgg'; expected one of mlp, cnn, wide_deep"),
         (["psjob", "--name", "p", "--command", '["python", "t.py"]'], "--command: not an input of ps_train"),
         (["pytorchjob", "--name", "p", "--labels", "[1]"], "--labels: got '[1]'; expected a JSON object"),
         (["pytorchjob", "--name", "p", "--job-api", "trainjob"], "--job-api: got 'trainjob'; render pytorchjob"),

@@ -128,3 +128,55 @@ def test_the_run_log_notes_skipped_groups_and_the_pipelines_verdict() -> None:
     assert stream.progress.pipeline_status == "SUCCESS"
     stream.write("14:16:16.469 - ERROR - Pipeline 'cond' finished with status FAILURE. Inner task failed: 'x'.\n")
     assert stream.progress.pipeline_status == "FAILURE"
+
+
+@dsl.component(base_image="python:3.11", install_kfp_package=False)
+def use(model: dsl.Input[dsl.Model]) -> str:
+    """Return the model's path."""
+    return model.path
+
+
+@dsl.pipeline(name="imported")
+def imported() -> None:
+    """An importer feeding a step."""
+    found = dsl.importer(artifact_uri="/tmp/model.pt", artifact_class=dsl.Model)
+    use(model=found.output)
+
+
+def _kfp_said(stream: RunLog, task: str, status: str) -> None:
+    stream.write(f"14:16:16.469 - INFO - Executing task \x1b[96m'{task}'\x1b[0m\n")
+    stream.write(f"14:16:16.470 - INFO - Task \x1b[96m'{task}'\x1b[0m finished with status \x1b[92m{status}\x1b[0m\n")
+
+
+def test_an_importer_is_reported_by_what_it_did_and_the_failed_steps_code_is_the_runs(tmp_path: Path) -> None:
+    """Issue 34: an importer (run in kfp.local's process, no directory) was FAILED in a failed run, SKIPPED in a good one."""
+    from kubetrain.kfp_runtime.exits import StepFailure, write_failure
+    from kubetrain.tooling.outcome import RunOutcome
+
+    tasks = dag_tasks(imported)
+    assert [t.directory for t in tasks] == ["importer", "use"]
+    stream = RunLog(io.StringIO(), io.StringIO())
+    _kfp_said(stream, "importer", "SUCCESS")
+    _kfp_said(stream, "use", "FAILURE")
+    write_failure(StepFailure("InvalidInputError: epochs: got 0", 2), tmp_path / "use")
+    outcomes = collect_tasks(
+        tasks, tmp_path, tmp_path, last_lines={}, started=stream.progress.started, skipped_groups=set(),
+        pipeline_succeeded=False, finished=stream.progress.finished,
+    )  # fmt: skip
+    assert [(t.name, t.state, t.exit_code) for t in outcomes] == [("importer", "SUCCEEDED", 0), ("use", "FAILED", 2)]
+    run = RunOutcome("imported", "FAILED", tmp_path, tmp_path, 1.0, {}, outcomes)
+    assert run.exit_code == 2
+    # A step judged by its log alone (exit 1) listed first does not hide the recorded one's code.
+    unrecorded = collect_tasks(
+        [DagTask("x", "comp-x", {})], tmp_path / "none", tmp_path, last_lines={"x": "boom"}, started={"x"},
+        skipped_groups=set(), pipeline_succeeded=False,
+    )  # fmt: skip
+    assert RunOutcome("imported", "FAILED", tmp_path, tmp_path, 1.0, {}, unrecorded + outcomes).exit_code == 2
+    # A run that succeeded: the importer is SUCCEEDED, not SKIPPED.
+    good = RunLog(io.StringIO(), io.StringIO())
+    _kfp_said(good, "importer", "SUCCESS")
+    (first,) = collect_tasks(
+        tasks[:1], tmp_path / "elsewhere", tmp_path, last_lines={}, started=good.progress.started, skipped_groups=set(),
+        pipeline_succeeded=True, finished=good.progress.finished,
+    )  # fmt: skip
+    assert first.state == "SUCCEEDED"

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubetrain.commands import demo as demo_command
 from kubetrain.commands import run as run_command
+from kubetrain.errors import ExitCode
 from kubetrain.launcher.signals import SignalEvent
 from kubetrain.tooling.cancel import RunCancelled, RunGuard
 
@@ -68,3 +71,20 @@ def test_run_and_demo_hold_the_stop_signals_from_their_first_line(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def test_a_cancelled_demo_says_demo_not_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34: Ctrl-C on `kubetrain demo` said `kubetrain run: cancelled`."""
+    cancel = SignalEvent()
+    cancel.signal_name = "SIGINT"
+    cancel.set()
+    args = argparse.Namespace(runs_dir=tmp_path, json=False)
+    assert demo_command._run(args, cancel) == ExitCode.CANCELLED
+    out = capsys.readouterr().out
+    assert "kubetrain demo: cancelled (SIGINT); before any step started" in out
+    assert "kubetrain demo: cancelled; what ran so far is in" in out
+    assert "kubetrain run" not in out
+    # The run directory says how it ended, for `kubetrain list`.
+    (run_dir,) = tmp_path.iterdir()
+    assert json.loads((run_dir / "outcome.json").read_text())["state"] == "CANCELLED"
+    assert not (run_dir / "kubetrain-run.json").exists()

@@ -68,3 +68,26 @@ def test_no_record_and_none_read_when_not_started_by_kfp(tmp_path: Path, monkeyp
     with pytest.raises(SystemExit):
         _invalid()
     assert read_failure(tmp_path) is None
+
+
+@step
+def _failed_and_shown() -> None:
+    raise JobFailedError(
+        "PyTorchJob default/p failed: BackoffLimitExceeded\n--- last 20 lines of p-worker-0/pytorch ---\nTraceback ...",
+        program_error="rank 1: RuntimeError: boom",
+        shown=True,
+    )
+
+
+def test_a_failed_jobs_tails_already_printed_by_the_launcher_are_not_printed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34: the step printed the whole error, tails included, after the launcher had printed them."""
+    monkeypatch.setenv(RECORD_ENV, "1")
+    monkeypatch.setattr("sys.argv", _executor_argv(tmp_path / "task"))
+    with pytest.raises(SystemExit):
+        _failed_and_shown()
+    err = capsys.readouterr().err
+    expected = "JobFailedError: rank 1: RuntimeError: boom; PyTorchJob default/p failed: BackoffLimitExceeded"
+    assert err == f"kubetrain: {expected}\n"
+    assert read_failure(tmp_path / "task") == StepFailure(error=expected, exit_code=1)

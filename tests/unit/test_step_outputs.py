@@ -221,3 +221,37 @@ def test_a_job_that_does_not_start_fails_the_step_with_the_timeout_exit_code(
         frameworks.train_pytorch(**_artifacts(tmp_path), task_config={}, **IDS, start_timeout_seconds=45)
     assert exit_.value.code == ExitCode.TIMEOUT == 3
     assert "did not start within 45s" in capsys.readouterr().err
+
+
+def test_locally_a_step_names_the_image_and_gpus_it_did_not_use(
+    tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34: a mistyped image or a GPU-only program passed every local trial without a word."""
+    frameworks.train_pytorch(
+        **_artifacts(tmp_path), task_config={}, **IDS, image="registry.example/team/trainr:1.4", gpus=1,
+        command=["python", "/app/train.py"],
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    notices = [line for line in err.splitlines() if "locally, not used" in line]
+    assert len(notices) == 1, err
+    assert "image registry.example/team/trainr:1.4 (not pulled" in notices[0]
+    assert "GPUs (nvidia.com/gpu: 1;" in notices[0]
+
+
+def test_locally_kubetrains_own_image_on_the_cpu_needs_no_notice(
+    tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _run_user_program(tmp_path, job, lambda out: (out / "model.pt").write_bytes(b"m"))
+    assert "locally, not used" not in capsys.readouterr().err
+
+
+def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for() -> None:
+    """Issue 34: rank 0 started about 40 s late with nothing said."""
+    waiting = train_step.elastic_notice(PyTorchRequest(**IDS, workers=2, elastic_min_workers=1, elastic_max_workers=3))
+    assert waiting is not None
+    assert "2 workers start, up to 3 may join; once 1 has joined, torchrun's rendezvous waits about 30 s" in waiting
+    assert (
+        train_step.elastic_notice(PyTorchRequest(**IDS, workers=3, elastic_min_workers=1, elastic_max_workers=3))
+        is None
+    )
+    assert train_step.elastic_notice(PyTorchRequest(**IDS, workers=2)) is None

@@ -182,3 +182,32 @@ def test_submit_a_compiled_yaml_uploads_it_as_it_is(api: FakeKfpApi, tmp_path: P
     assert compiled.read_bytes() in upload.body  # the file itself, not a recompile
     (run,) = api.state.runs.values()
     assert run["runtime_config"]["parameters"] == {"workers": 2}
+
+
+@pytest.mark.parametrize(
+    ("states", "code"),
+    [(["PENDING", "RUNNING", "SUCCEEDED"], ExitCode.SUCCESS), (["RUNNING", "FAILED"], ExitCode.JOB_FAILED)],
+)
+def test_wait_follows_the_run_to_its_end_and_exits_with_it(
+    api: FakeKfpApi, states: list[str], code: ExitCode, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Issue 34: `submit --wait`, as kfp's wait_for_run_completion."""
+    monkeypatch.setattr("kubetrain.commands.submit.WAIT_POLL_SECONDS", 0.01)
+    api.run_states = states
+    assert _submit(api, "--wait", "--json") == code
+    captured = capsys.readouterr()
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert out["state"] == states[-1] and out["exit_code"] == code
+    assert f"run {out['run_id']} ended {states[-1]}" in captured.out
+    assert [line.rsplit(": ", 1)[1] for line in captured.err.splitlines()] == states
+    assert len(api.requests_to("GET", f"/apis/v2beta1/runs/{out['run_id']}")) == len(states)
+
+
+def test_wait_gives_up_after_its_seconds_with_the_timeout_code(
+    api: FakeKfpApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("kubetrain.commands.submit.WAIT_POLL_SECONDS", 0.01)
+    api.run_states = ["RUNNING"]
+    assert _submit(api, "--wait", "0.05") == ExitCode.TIMEOUT
+    assert "did not end within 0.05s (last state RUNNING); it goes on" in capsys.readouterr().err

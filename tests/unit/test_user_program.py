@@ -48,7 +48,8 @@ def test_a_users_mpi_program_gets_the_workspace_forwarded_to_every_rank() -> Non
     validate_strict(manifest)
     (launcher,) = manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
     command = launcher["command"]
-    assert command[-2:] == ["python", "/app/mpi_train.py"]
+    # Under mpi4py's runner: a rank's non-zero exit aborts the job instead of hanging it (issue 34).
+    assert command[-4:] == ["python", "-m", "mpi4py", "/app/mpi_train.py"]
     for name in WORKSPACE_ENV:
         assert command[command.index(name) - 1] == "-x"
     assert launcher.get("args", []) == []
@@ -72,7 +73,7 @@ def test_a_users_programs_run_as_given_in_a_trainjob_too() -> None:
     )
     validate_strict(mpi)
     command = mpi["spec"]["trainer"]["command"]
-    assert command[0] == "mpirun" and command[-2:] == ["python", "/app/mpi_train.py"]
+    assert command[0] == "mpirun" and command[-4:] == ["python", "-m", "mpi4py", "/app/mpi_train.py"]
     for name in WORKSPACE_ENV:
         assert command[command.index(name) - 1] == "-x"
     assert "--data" not in command and not mpi["spec"]["trainer"].get("args")

@@ -56,12 +56,13 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
         logs_to_stderr=args.json,
         cancel=cancel,
         verbose=getattr(args, "verbose", False),
+        command="demo",
     )
     out = sys.stderr if args.json else sys.stdout
     print(describe(outcome), file=out)
     if outcome.state != "SUCCEEDED":
         if outcome.state == "CANCELLED":
-            print(f"\ndemo: cancelled; what ran so far is in {outcome.run_dir}", file=out)
+            print(f"\nkubetrain demo: cancelled; what ran so far is in {outcome.run_dir}", file=out)
         else:
             failed = next((t for t in outcome.tasks if t.state == "FAILED"), None)
             why = f"{failed.name}: {failed.error}" if failed and failed.error else "see the log"

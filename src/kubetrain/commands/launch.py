@@ -19,7 +19,7 @@ import yaml
 
 from kubetrain.backends import open_backend
 from kubetrain.backends.base import Backend
-from kubetrain.errors import InvalidInputError, KubetrainError, ManifestError
+from kubetrain.errors import InvalidInputError, ManifestError
 from kubetrain.launcher import DELETE_AFTER_CHOICES, ON_TIMEOUT_CHOICES, AwaitOptions, DeleteAfter, OnTimeout, run_job
 from kubetrain.launcher.signals import hold_signals, ignore_signals
 from kubetrain.manifests.kinds import kind_of
@@ -146,11 +146,8 @@ def run(args: argparse.Namespace) -> int:
     """Launch the manifest and return the exit code."""
     cancel = hold_signals()
     try:
+        # An error ends in the CLI, which prints its JSON object with --json (kubetrain.cli.error_json).
         return _launch(args, cancel)
-    except KubetrainError as e:
-        if args.json:
-            print(json.dumps({"error": str(e), "error_type": type(e).__name__, "exit_code": int(e.exit_code)}))
-        raise
     finally:
         # The outcome is decided; the CLI prints it next and exits. A late signal must not turn it into 143.
         ignore_signals()

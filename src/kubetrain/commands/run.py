@@ -3,6 +3,7 @@
   kubetrain run mnist_pytorch --param epochs=3     a shipped pipeline
   kubetrain run my_pipeline.py --list-params       your own pipeline's parameters
   kubetrain run my_pipeline.py --json              your own; progress on stderr, JSON on stdout
+  kubetrain run my_pipeline.py --dry-run           compile it and check its inputs; run nothing
 
 PIPELINE is one of the shipped pipelines (mnist_pytorch, mnist_chainermn, mnist_ps,
 compare_frameworks), or your own: a .py file defining a @dsl.pipeline function (--pipeline-func
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "run",
         help="run a pipeline (a shipped one or your own .py/.yaml) on this machine, no cluster needed",
-        usage="kubetrain run PIPELINE [--param KEY=VALUE ...] [--json] [--list-params] [options]",
+        usage="kubetrain run PIPELINE [--param KEY=VALUE ...] [--json] [--list-params] [--dry-run] [options]",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -73,6 +74,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "--list-params",
         action="store_true",
         help="list the pipeline's parameters (name, type, default, description) and exit",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compile the pipeline and check its inputs (its training steps' too); run nothing",
     )
     add_run_options(parser)
     parser.set_defaults(func=run)
@@ -142,6 +148,14 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
         return int(ExitCode.SUCCESS)
     arguments = parse_params(args.param, inputs)
     prepare_runs_dir(args.runs_dir)
+    if args.dry_run:
+        from kubetrain.tooling.dry_run import dry_run
+
+        checked = dry_run(loaded.pipeline, name=loaded.name, arguments=arguments)
+        print(checked.describe(), file=sys.stderr if args.json else sys.stdout, flush=True)
+        if args.json:
+            print(json.dumps(checked.to_json()), flush=True)
+        return int(ExitCode.SUCCESS)
     single_threaded_defaults()
     outcome = run_pipeline_locally(
         loaded.pipeline,
@@ -151,6 +165,8 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
         logs_to_stderr=args.json,
         cancel=cancel,
         verbose=getattr(args, "verbose", False),
+        # The file's modules import in its steps and pods as they did when it was loaded here.
+        python_path=(str(loaded.source_dir),) if loaded.source_dir is not None else (),
     )
     print(describe(outcome), file=sys.stderr if args.json else sys.stdout, flush=True)
     if args.json:

@@ -10,8 +10,10 @@ variables, kube config). A token is stripped of surrounding whitespace (a traili
 with a line break inside is refused, without printing it; so is a host URL with USER:PASSWORD@.
 A host that cannot be reached (connection refused, a name that does not resolve, an untrusted
 TLS certificate) or that is not a KFP API (HTTP 404) ends in one line.
-Exit codes: 0 submitted, 2 invalid input (nothing sent), 4 the KFP API could not be reached,
-refused the credentials (HTTP 401/403), is not there (404) or failed.
+--wait follows the run to its end (as kfp's wait_for_run_completion) and exits with its outcome.
+Exit codes: 0 submitted (with --wait: the run succeeded), 1 the run failed, 2 invalid input
+(nothing sent), 3 --wait's seconds passed (the run goes on), 4 the KFP API could not be reached,
+refused the credentials (HTTP 401/403), is not there (404) or failed, 5 the run was cancelled.
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from kubetrain.commands.run import add_pipeline_argument
+from kubetrain.errors import InvalidInputError
 from kubetrain.tooling.submit import TOKEN_ENV
+
+DEFAULT_WAIT_SECONDS = 24 * 3600.0
+WAIT_POLL_SECONDS = 5.0
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -43,6 +50,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--namespace", default=None, help="profile namespace of a multi-user deployment")
     parser.add_argument("--run-name", default=None, metavar="NAME", help="display name of the run")
     parser.add_argument("--version-name", default=None, metavar="NAME", help="name of the new pipeline version")
+    parser.add_argument(
+        "--wait",
+        nargs="?",
+        type=float,
+        const=DEFAULT_WAIT_SECONDS,
+        default=None,
+        metavar="SECONDS",
+        help=f"follow the run to its end (at most SECONDS, default {DEFAULT_WAIT_SECONDS:g}); exit with its outcome",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON object on stdout")
     parser.set_defaults(func=run)
 
@@ -51,28 +67,42 @@ def run(args: argparse.Namespace) -> int:
     """Submit and print the run URL."""
     from kubetrain.tooling.params import parse_params, pipeline_inputs
     from kubetrain.tooling.sources import load_pipeline
-    from kubetrain.tooling.submit import SubmitRequest, submit
+    from kubetrain.tooling.submit import SubmitRequest, follow_run, submit
 
     loaded = load_pipeline(args.pipeline, pipeline_func=args.pipeline_func)
     params = parse_params(args.param, pipeline_inputs(loaded.pipeline))
     token = args.token or (os.environ.get(TOKEN_ENV) if not args.token_file else None) or None
-    result = submit(
-        SubmitRequest(
-            pipeline=loaded,
-            host=args.host,
-            experiment=args.experiment,
-            params=params,
-            token=token,
-            token_file=args.token_file,
-            namespace=args.namespace,
-            run_name=args.run_name,
-            version_name=args.version_name,
-            ca_cert=args.ca_cert,
-        )
+    if args.wait is not None and not args.wait > 0:
+        raise InvalidInputError(f"--wait: got {args.wait:g}; expected a positive number of seconds")
+    request = SubmitRequest(
+        pipeline=loaded,
+        host=args.host,
+        experiment=args.experiment,
+        params=params,
+        token=token,
+        token_file=args.token_file,
+        namespace=args.namespace,
+        run_name=args.run_name,
+        version_name=args.version_name,
+        ca_cert=args.ca_cert,
     )
+    result = submit(request)
     what = "uploaded" if result.uploaded == "pipeline" else "uploaded a new version of"
     print(f"{what} pipeline {result.pipeline_name} ({result.pipeline_id}, version {result.version_id})")
-    print(f"run {result.run_id}: {result.run_url}")
+    print(f"run {result.run_id}: {result.run_url}", flush=True)
+    if args.wait is None:
+        if args.json:
+            print(json.dumps(result.to_json()))
+        return 0
+    end = follow_run(
+        request,
+        result.run_id,
+        timeout_seconds=args.wait,
+        poll_seconds=WAIT_POLL_SECONDS,
+        on_state=lambda state: print(f"run {result.run_id}: {state or 'state unknown'}", file=sys.stderr, flush=True),
+    )
+    said = f": {end.error}" if end.error else ""
+    print(f"run {result.run_id} ended {end.state}{said}", flush=True)
     if args.json:
-        print(json.dumps(result.to_json()))
-    return 0
+        print(json.dumps({**result.to_json(), "state": end.state, "error": end.error, "exit_code": end.exit_code}))
+    return end.exit_code

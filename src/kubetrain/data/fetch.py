@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from kubetrain.data.dataset_format import file_sha256
 from kubetrain.data.errors import CACHE_FIX, ChecksumError, DataError, write_error
@@ -111,19 +111,34 @@ def _entry_name(url: str) -> str:
     return f"{key}-{name}"
 
 
+def _open_lock(lock_path: Path) -> BinaryIO:
+    """The lock file, locked: the one at `lock_path` now, not one its holder removed while we waited."""
+    while True:
+        try:
+            lock = open(lock_path, "a+b")  # noqa: SIM115 - the caller closes it
+        except OSError as e:
+            raise write_error(lock_path, e, fix=CACHE_FIX) from e
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            current = os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(lock.fileno()).st_ino:
+            return lock
+        lock.close()  # its holder removed it when done: lock the file there now
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    # An advisory lock per cache entry: a second process waits, then finds the finished file.
+    # An advisory lock per cache entry: a second process waits, then finds the finished file. The
+    # holder removes the lock file before it lets go, so the cache keeps no `.lock` per URL.
     lock_path = path.with_name(path.name + ".lock")
-    try:
-        lock = open(lock_path, "a+b")  # noqa: SIM115 - closed by the with below
-    except OSError as e:
-        raise write_error(lock_path, e, fix=CACHE_FIX) from e
+    lock = _open_lock(lock_path)
     with lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:
+            lock_path.unlink(missing_ok=True)
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.errors import ExitCode, JobFailedError, KubetrainError
 from kubetrain.kfp_runtime.usage import usage_line
 from kubetrain.urls import redact_text
 
@@ -48,7 +48,13 @@ class StepFailure:
 
 
 def one_line(error: KubetrainError) -> str:
-    """`Type: message`, cut at the message's first line (job failures carry log tails below it)."""
+    """`Type: message`, cut at the message's first line (job failures carry log tails below it).
+
+    A failed job leads with its program's own error (`JobFailedError: rank 1: RuntimeError: boom; ...`).
+    Secrets in URLs are redacted.
+    """
+    if isinstance(error, JobFailedError):
+        return f"{type(error).__name__}: {redact_text(error.headline())}"
     message = redact_text(str(error)).strip().splitlines()
     return f"{type(error).__name__}: {message[0] if message else ''}".rstrip(": ")
 
@@ -107,7 +113,9 @@ def step(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except KubetrainError as e:
-            print(f"kubetrain: {type(e).__name__}: {redact_text(str(e))}", file=sys.stderr, flush=True)
+            # A failed job's log tails were printed as the launcher read them: not a second time here.
+            text = one_line(e) if isinstance(e, JobFailedError) and e.shown else f"{type(e).__name__}: {e}"
+            print(f"kubetrain: {redact_text(text)}", file=sys.stderr, flush=True)
             _record(StepFailure(one_line(e), int(e.exit_code)), os.environ, sys.argv)
             raise SystemExit(int(e.exit_code)) from e
         finally:

@@ -55,6 +55,21 @@ def format_value(value: object, spec: str = "") -> str:
     return str(value)
 
 
+# Counted quantities: a float that holds one (a metrics.json written by JSON) shows as an integer.
+_COUNTS = frozenset({"world_size", "world size", "epochs", "global_step", "steps", "workers"})
+
+
+def display_value(key: str, value: object) -> object:
+    """`value` as the table shows it under `key`: counts as integers, seconds to a tenth."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if key in _COUNTS and float(value).is_integer():
+        return int(value)
+    if isinstance(value, float) and (key.endswith(("seconds", "(s)")) or key.endswith(" s")):
+        return f"{value:,.1f}"
+    return value
+
+
 def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(step, loss) points and (epoch, test accuracy) points from a metrics.json history, every one of them."""
     # Programs that tag entries record per-step losses ("step") and epoch means ("epoch"); mixing
@@ -130,6 +145,12 @@ def curves_figure(history: Sequence[Mapping[str, Any]], *, title: str) -> Any:
     if accuracy:
         right.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", color="tab:green")
         right.set_ylim(min([0.5, *(p[1] for p in accuracy)]), 1.0)
+        if len(accuracy) == 1:
+            # One evaluation (a PS job evaluates at its end unless told otherwise): on an axis from 0,
+            # not one matplotlib centres on that single epoch.
+            right.set_xlim(-0.5, max(accuracy[0][0], 1.0) + 0.5)
+            right.annotate(f"{accuracy[0][1]:.4f} (one evaluation)", accuracy[0], textcoords="offset points",
+                           xytext=(-8, -14), ha="right")  # fmt: skip
     right.set_xlabel("epoch")
     integer_ticks(right)
     right.set_ylabel("test accuracy")
@@ -148,8 +169,11 @@ def table_html(rows: Sequence[tuple[str, object]], *, header: tuple[str, str] | 
     if header:
         parts.append(f"<tr><th>{html.escape(header[0])}</th><th>{html.escape(header[1])}</th></tr>")
     for key, value in rows:
-        cls = ' class="num"' if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
-        parts.append(f"<tr><th>{html.escape(key)}</th><td{cls}>{html.escape(format_value(value))}</td></tr>")
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        cls = ' class="num"' if number else ""
+        parts.append(
+            f"<tr><th>{html.escape(key)}</th><td{cls}>{html.escape(format_value(display_value(key, value)))}</td></tr>"
+        )
     parts.append("</table>")
     return "\n".join(parts)
 

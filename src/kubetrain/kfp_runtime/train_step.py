@@ -23,6 +23,7 @@ from kubetrain.backends import open_backend
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime import artifacts, report
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
+from kubetrain.kfp_runtime.local_notice import local_notice
 from kubetrain.kfp_runtime.passthrough import passthrough_warning
 from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest
 from kubetrain.kfp_runtime.workspace import WorkspaceView, backend_kind, local_root, open_workspace
@@ -207,6 +208,24 @@ def _fill_user_outputs(
     return logged
 
 
+# torch's c10d rendezvous: once the minimum of nodes has joined, it waits this long for more.
+RDZV_LAST_CALL_SECONDS = 30
+
+
+def elastic_notice(request: TrainingRequest) -> str | None:
+    """What an elastic job's torchrun waits for before rank 0 starts, when fewer than its maximum start."""
+    bounds = getattr(request, "elastic", None)
+    workers = int(getattr(request, "workers", 0))
+    if bounds is None or workers >= bounds[1]:
+        return None
+    low, high = bounds
+    return (
+        f"elastic job: {workers} worker{'s' if workers != 1 else ''} start, up to {high} may join; once {low} "
+        f"{'have' if low != 1 else 'has'} joined, torchrun's rendezvous waits about {RDZV_LAST_CALL_SECONDS} s "
+        f"for more before rank 0 starts (set workers={high} to start at once)"
+    )
+
+
 def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_config: object) -> tuple[str, str]:
     """Run one training job end to end and fill the step's outputs; returns (job name, final status)."""
     framework = request.framework
@@ -220,7 +239,11 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     params = plan.params
     request.preflight(kind)
     manifest = request.manifest(plan)  # patched and validated: checked before anything is submitted
+    if kind == "local" and (unused := local_notice(manifest)) is not None:
+        print(f"{framework}: {unused}", file=sys.stderr, flush=True)
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
+    if (waits := elastic_notice(request)) is not None:
+        print(f"{framework}: {waits}", flush=True)
     backend = open_backend(kind, namespace=request.job_namespace, local_root=local_root())
     # The report's plotting library loads while the job runs, not after it, when the step should end.
     threading.Thread(target=report.load_plotting, name="kubetrain-load-plotting", daemon=True).start()

@@ -36,8 +36,10 @@ from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, choose_pri
 from kubetrain.launcher.options import AwaitOptions, spread_window
 from kubetrain.launcher.pending import REJECTION_REASONS, PendingLook
 from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summary
+from kubetrain.launcher.program_error import program_error
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
 from kubetrain.launcher.signals import CancelGuard, Cancelled
+from kubetrain.launcher.silence import SilenceWatch
 from kubetrain.launcher.stopper import Stopper
 from kubetrain.manifests.kinds import kind_of
 from kubetrain.status import JobPhase, JobResult, JobStatus, parse_job_status
@@ -110,6 +112,7 @@ class _Await:
         self.job_done = threading.Event()
         self.stop_logs = threading.Event()
         self.follower: LogFollower | None = None
+        self.silence: SilenceWatch | None = None
         self.tracker: PodTracker | None = None
         self.final_pods: list[PodInfo] | None = None  # the look at the pods once the job ended
         self.replicas: tuple[str, ...] = ()  # the job's replica names, as far as it has said
@@ -125,10 +128,12 @@ class _Await:
             progress = ProgressReporter(self.ref, self.sink)
             listeners: list[PodListener] = [progress.pods]
             if self.opts.stream_logs:
+                silence = self.silence = SilenceWatch(self.sink, after_seconds=self.opts.tuning.silence_notice_seconds)
+                silence.start()
                 follower = self.follower = LogFollower(
                     self.backend,
                     self.ref,
-                    self.sink,
+                    silence.line,
                     poll_seconds=self.opts.tuning.pending_poll_seconds,
                     job_done=self.job_done,
                     stop=self.stop_logs,
@@ -263,9 +268,12 @@ class _Await:
         """Capture the failed replicas' log tails, then apply the delete policy; return the error."""
         pods = self._settle_pods()
         self._stop_follower(drain=self._primary_ended(pods))
-        tails, notes = self._failure_tails(pods)
+        tails, notes, tailed = self._failure_tails(pods)
         label = f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
         parts = [f"{label} failed: {status.reason or 'Failed'}" + (f": {status.message}" if status.message else "")]
+        program = program_error(tailed, kind=self.ref.kind.kind)
+        if program is not None:
+            parts.append(f"the program's error: {program}")
         for key, tail in tails.items():
             parts.append(f"--- last {self.opts.tuning.log_tail_lines} lines of {key}{notes.get(key, '')} ---\n{tail}")
         if not tails and status.reason not in REJECTION_REASONS:
@@ -275,8 +283,13 @@ class _Await:
         if self.opts.delete_after == "always":
             self._delete("it failed and --delete-after is always")
         else:
-            parts.append(f"the job was kept for debugging: {self.backend.debug_hint(self.ref)}")
-        return JobFailedError("\n".join(parts), reason=status.reason, log_tails=tails)
+            kept = f"the job was kept for debugging: {self.backend.debug_hint(self.ref)}"
+            self.sink(kept)
+            parts.append(kept)
+        # Every part went to the sink already: whoever prints the error next prints its first lines only.
+        return JobFailedError(
+            "\n".join(parts), reason=status.reason, log_tails=tails, program_error=program, shown=True
+        )
 
     def _timed_out(self, limit: _Deadline) -> JobTimeoutError:
         self.stopper.release()  # deleted or suspended here; a stop now must not undo a suspension
@@ -310,10 +323,12 @@ class _Await:
         self.backend.delete(self.ref)
         self.sink(f"deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}: {why}")
 
-    def _failure_tails(self, pods: list[PodInfo]) -> tuple[dict[str, str], dict[str, str]]:
+    def _failure_tails(self, pods: list[PodInfo]) -> tuple[dict[str, str], dict[str, str], list[tuple[PodInfo, str]]]:
         """The log tail of every pod that failed or crashed while the launcher watched, keyed
-        `pod/container`, and for pods gone by now a note saying where their tail comes from."""
+        `pod/container`, for pods gone by now a note saying where their tail comes from, and
+        (pod, tail) pairs."""
         tails: dict[str, str] = {}
+        tailed: list[tuple[PodInfo, str]] = []
         notes: dict[str, str] = {}
         lines = self.opts.tuning.log_tail_lines
         here = {pod.name for pod in pods}
@@ -322,13 +337,15 @@ class _Await:
             key = f"{pod.name}/{pod.container}"
             if pod.name in here:
                 tails[key] = read_tail(self.backend, self.ref, pod, lines)
+                tailed.append((pod, tails[key]))
                 continue
             # Its controller deleted it (a Job past its backoffLimit): the tail read at its crash.
             kept = book.tails.get(pod.name)
             tails[key] = kept.text if kept is not None else "<not read: the pod was deleted before it could be>"
             seen = kept.pod if kept is not None else pod
             notes[key] = f" (pod deleted since; read when it crashed: {crash_summary(seen)})"
-        return tails, notes
+            tailed.append((seen, tails[key]))
+        return tails, notes, tailed
 
     def _settle_pods(self) -> list[PodInfo]:
         """Stop following the pods and take one look at them, the same for the progress lines, the
@@ -358,6 +375,8 @@ class _Await:
 
     def _stop_follower(self, *, drain: bool) -> None:
         self.job_done.set()
+        if self.silence is not None:
+            self.silence.stop()  # the job has ended: its silence means nothing now
         follower = self.follower
         if follower is None:
             return

@@ -35,9 +35,11 @@ class Tuning:
     # A bound on the last read of the primary pod's log once it has ended (the launcher stops
     # following it and reads the rest; this only limits a read that hangs).
     log_drain_seconds: float = 10.0
+    # A notice after this long without a line of the followed log (then again each time as long).
+    silence_notice_seconds: float = 600.0
 
     def __post_init__(self) -> None:
-        for name in ("watch_window_seconds", "pending_poll_seconds", "log_drain_seconds"):
+        for name in ("watch_window_seconds", "pending_poll_seconds", "log_drain_seconds", "silence_notice_seconds"):
             if not getattr(self, name) > 0:
                 raise InvalidInputError(f"{name}: got {getattr(self, name)!r}; expected a positive number")
         if self.pending_poll_max_seconds < self.pending_poll_seconds:

@@ -212,13 +212,25 @@ def under_torchrun(command: tuple[str, ...], why: str) -> tuple[str, ...]:
     return ("python", "-m", "torch.distributed.run", *command[1:])
 
 
+def under_mpi4py(command: tuple[str, ...]) -> tuple[str, ...]:
+    """A Python program run by mpi4py's runner (`python -m mpi4py SCRIPT|-m MODULE ...`); others as they are.
+
+    A rank that exits non-zero (`sys.exit(3)`) would otherwise call MPI_Finalize at exit and wait
+    there for the ranks blocked in a collective on it: the job hung until its deadline. The runner
+    aborts the whole job instead, as CHAINERMN_FORCE_ABORT_ON_EXCEPTION does for an exception.
+    """
+    if len(command) >= 2 and command[0].rsplit("/", 1)[-1].startswith("python") and command[1:3] != ("-m", "mpi4py"):
+        return (command[0], "-m", "mpi4py", *command[1:])
+    return command
+
+
 def mpirun(ranks: int, forward: tuple[str, ...], command: tuple[str, ...]) -> tuple[str, ...]:
     """The launcher's mpirun over `ranks` ranks of `command`, forwarding the env names in `forward`."""
     # -x forwards the abort switch to every rank, so an exception on one rank ends the whole
     # job instead of leaving the others blocked in a collective (chainermn#236).
     return (
         "mpirun", "-n", str(ranks), "--bind-to", "none", "-x", "CHAINERMN_FORCE_ABORT_ON_EXCEPTION",
-        "-x", "PYTHONUNBUFFERED", *forward, *command,
+        "-x", "PYTHONUNBUFFERED", *forward, *under_mpi4py(command),
     )  # fmt: skip
 
 

@@ -24,7 +24,9 @@ import builtins
 import contextlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -38,6 +40,7 @@ from kubetrain.kfp_runtime.exits import RECORD_ENV
 from kubetrain.kfp_runtime.workspace import BACKEND_ENV, LOCAL_ROOT_ENV
 from kubetrain.tooling.cancel import RunCancelled, RunGuard
 from kubetrain.tooling.catalog import Entry
+from kubetrain.tooling.local_runs import mark_ended, mark_running
 from kubetrain.tooling.outcome import (
     RunOutcome,
     RunState,
@@ -65,6 +68,15 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+@contextlib.contextmanager
+def _removed(directory: Path) -> Iterator[None]:
+    """Remove `directory` and everything in it at the end, however the block ends."""
+    try:
+        yield
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -110,6 +122,7 @@ def run_locally(
     logs_to_stderr: bool = False,
     cancel: threading.Event | None = None,
     verbose: bool = False,
+    command: str = "run",
 ) -> RunOutcome:
     """Run one of kubetrain's pipelines on this machine; see :func:`run_pipeline_locally`."""
     return run_pipeline_locally(
@@ -120,6 +133,7 @@ def run_locally(
         logs_to_stderr=logs_to_stderr,
         cancel=cancel,
         verbose=verbose,
+        command=command,
     )
 
 
@@ -132,6 +146,8 @@ def run_pipeline_locally(
     logs_to_stderr: bool = False,
     cancel: threading.Event | None = None,
     verbose: bool = False,
+    command: str = "run",
+    python_path: tuple[str, ...] = (),
 ) -> RunOutcome:
     """Run any KFP pipeline of lightweight components here; returns its outcome (FAILED, no raise, on failure).
 
@@ -139,6 +155,9 @@ def run_pipeline_locally(
     (to the console too with `verbose`). A SIGTERM or SIGINT stops the running step (its job is
     deleted) and ends the run CANCELLED. `cancel` is the caller's event of signals that came before
     (`launcher.signals.hold_signals`): if it is set, no step starts and the run is CANCELLED.
+    `command`: the kubetrain command the user typed (`run`, `demo`), as the lines printed name it.
+    `python_path`: directories put first on the steps' and their pods' PYTHONPATH (the pipeline
+    file's own, so its modules, a `model_module` among them, import from any working directory).
     """
     from kfp import local
 
@@ -147,22 +166,29 @@ def run_pipeline_locally(
     kfp_root = run_dir / "kfp"
     local_root = run_dir / "local"
     kfp_root.mkdir(parents=True)
+    mark_running(run_dir)  # `kubetrain list` and `cancel` find the run by it
     env = {BACKEND_ENV: "local", LOCAL_ROOT_ENV: str(local_root), "PYTHONUNBUFFERED": "1", RECORD_ENV: "1"}
+    if python_path:
+        env["PYTHONPATH"] = os.pathsep.join([*python_path, *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.monotonic()
     console: TextIO = sys.stderr if logs_to_stderr else sys.stdout
     guard = RunGuard(cancel=cancel)
     log_file = run_dir / RUN_LOG
     print(f"running {name} in {run_dir} (full log: {log_file.name} there)", file=console, flush=True)
-    with log_file.open("w", encoding="utf-8") as log:
+    # kfp.local's steps write their code to `mktemp -d` and never remove it: the steps (and their
+    # pods) get a temporary directory of the run's own, removed when the run ends. Short, under the
+    # system's: Open MPI puts its session directory's sockets there.
+    scratch = Path(tempfile.mkdtemp(prefix="kubetrain-run-"))
+    with log_file.open("w", encoding="utf-8") as log, _removed(scratch):
         stream = RunLog(log, console, verbose=verbose)
-        with guard, _environment({**env, **guard.environment}), _captured(stream):
+        with guard, _environment({**env, **guard.environment, "TMPDIR": str(scratch)}), _captured(stream):
             local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_root), raise_on_error=False)
             try:
                 with guard.running_steps():
                     pipeline(**arguments)
             except RunCancelled as c:
                 done = "before any step started" if c.before_any_step else "the running step stopped its job"
-                print(f"kubetrain run: cancelled ({c.signal_name}); {done}", flush=True)
+                print(f"kubetrain {command}: cancelled ({c.signal_name}); {done}", flush=True)
             except (RuntimeError, ValueError) as e:
                 raise BackendError(f"kfp.local could not run {name}: {e}") from e
     wall = time.monotonic() - start
@@ -181,6 +207,7 @@ def run_pipeline_locally(
         started=progress.started,
         skipped_groups=progress.skipped_groups,
         pipeline_succeeded=progress.pipeline_status == "SUCCESS",
+        finished=progress.finished,
     )
     state: RunState = "SUCCEEDED" if tasks and all(t.state in ("SUCCEEDED", "SKIPPED") for t in tasks) else "FAILED"
     if guard.cancelled:
@@ -188,7 +215,7 @@ def run_pipeline_locally(
         tasks = tuple(cancelled(t, guard.signal_name or "SIGTERM") for t in tasks)
     from kubetrain.backends.local.backend import claim_directory
 
-    return RunOutcome(
+    outcome = RunOutcome(
         pipeline=name,
         state=state,
         run_dir=run_dir,
@@ -198,3 +225,5 @@ def run_pipeline_locally(
         tasks=tasks,
         log_file=log_file,
     )
+    mark_ended(run_dir, outcome.to_json())
+    return outcome

@@ -3,8 +3,9 @@
 A task directory with an `executor_output.json` succeeded; one without it failed, and its failure
 record (:mod:`kubetrain.kfp_runtime.exits`) says why and with which exit code; a step that left no
 record (a bug's traceback, a user's own component) is described by the last line it printed, exit
-code 1 (kfp.local keeps no step's own exit code); a task kfp.local never started (no directory, no
-start in its output) never ran: SKIPPED when control flow left it out (its `dsl.If` branch's
+code 1 (kfp.local keeps no step's own exit code); a task kfp.local ran in this process (a `dsl.importer`: no
+directory, no executor output) is SUCCEEDED when kfp.local said so; a task kfp.local never started
+(no directory, no start in its output) never ran: SKIPPED when control flow left it out (its `dsl.If` branch's
 condition was false, or its `dsl.ParallelFor` had no items), else NOT_RUN (an upstream step failed,
 or the run stopped first). In a cancelled run, a step that stopped because of the cancellation (exit
 5, or no record at all: killed) is CANCELLED, not FAILED.
@@ -47,6 +48,8 @@ class TaskOutcome:
     error: str | None = None  # one line, for a task that did not succeed
     exit_code: int | None = None  # the step's exit code (kubetrain.errors.ExitCode); None if it never ran
     recorded: bool = False  # the failed step left its failure record (else error/exit code are read from its log)
+    # What the step warned about (an empty model, unreadable metrics), from its artifacts' `warnings` metadata.
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -59,6 +62,7 @@ class TaskOutcome:
             "parameters": dict(self.parameters),
             "artifacts": dict(self.artifacts),
             "reports": dict(self.reports),
+            "warnings": list(self.warnings),
         }
 
 
@@ -84,13 +88,19 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        """The process's exit code: 0, 5 when cancelled, else the first failed step's code (1 if unknown)."""
+        """The process's exit code: 0, 5 when cancelled, else the failed step's code (1 if unknown).
+
+        A step that recorded its failure (its own exit code) comes before one judged by its log alone.
+        """
         if self.state == "SUCCEEDED":
             return int(ExitCode.SUCCESS)
         if self.state == "CANCELLED":
             return int(ExitCode.CANCELLED)
-        codes = [t.exit_code for t in self.tasks if t.state == "FAILED" and t.exit_code]
-        return codes[0] if codes else int(ExitCode.JOB_FAILED)
+        codes = sorted(
+            ((not t.recorded, t.exit_code) for t in self.tasks if t.state == "FAILED" and t.exit_code),
+            key=lambda pair: pair[0],
+        )
+        return codes[0][1] if codes else int(ExitCode.JOB_FAILED)
 
     def to_json(self) -> dict[str, Any]:
         """The one JSON object `kubetrain run --json` prints last."""
@@ -200,14 +210,16 @@ def collect_tasks(
     started: Collection[str],
     skipped_groups: Collection[str],
     pipeline_succeeded: bool,
+    finished: Mapping[str, str] | None = None,
 ) -> tuple[TaskOutcome, ...]:
     """Every step's outcome (one per loop iteration) from kfp.local's run directory `root`.
 
     `last_lines` and `started` are keyed by the name kfp.local logs a step by (:attr:`DagTask.directory`);
     `skipped_groups`: the dsl.If groups kfp.local skipped (their condition was false);
     `pipeline_succeeded`: kfp.local said the pipeline succeeded, so a step that did not run was left
-    out by control flow.
+    out by control flow; `finished`: kfp.local's verdict (SUCCESS, FAILURE) per step it logged one for.
     """
+    verdicts = finished or {}
     out: list[TaskOutcome] = []
     for task in tasks:
         skipped = pipeline_succeeded or any(group in skipped_groups for group in task.conditions)
@@ -222,6 +234,7 @@ def collect_tasks(
                     last_line=last_lines.get(task.directory, ""),
                     started=task.directory in started,
                     skipped=skipped,
+                    succeeded=verdicts.get(task.directory) == "SUCCESS",
                 )
             )
     return tuple(out)
@@ -237,16 +250,20 @@ def collect(
     last_line: str = "",
     started: bool = False,
     skipped: bool = False,
+    succeeded: bool = False,
 ) -> TaskOutcome:
     """One task's outcome from its directory under `root`.
 
     `last_line`: what the step printed last; `started`: kfp.local said it started the step (one
     without output artifacts that fails has no directory); `skipped`: control flow left the task
-    out if it did not run (its dsl.If group was skipped).
+    out if it did not run (its dsl.If group was skipped); `succeeded`: kfp.local said the step
+    succeeded (what an importer, which leaves no directory, is judged by).
     """
     # kfp.local names a task's directory after its component, without the "comp-" prefix.
     task_dir = root / component.removeprefix("comp-")
     if not task_dir.is_dir():
+        if succeeded:
+            return TaskOutcome(task_name, component, "SUCCEEDED", exit_code=int(ExitCode.SUCCESS))
         if skipped:
             return TaskOutcome(task_name, component, "SKIPPED")
         if not started:
@@ -264,10 +281,14 @@ def collect(
     artifacts: dict[str, str] = {}
     metrics: dict[str, float] = {}
     copies: dict[str, str] = {}
+    warned: list[str] = []
     for name, entry in (executor_output.get("artifacts") or {}).items():
         for artifact in entry.get("artifacts") or ():
             path = Path(artifact.get("uri", ""))
             kind = outputs.get(name, "")
+            said = (artifact.get("metadata") or {}).get("warnings") if kind != "system.Metrics" else None
+            if isinstance(said, list):
+                warned += [str(w) for w in said if str(w) not in warned]
             if kind == "system.Metrics":
                 metrics.update({k: float(v) for k, v in (artifact.get("metadata") or {}).items()})
             if path.exists():
@@ -286,6 +307,7 @@ def collect(
         metrics=metrics,
         reports=copies,
         exit_code=int(ExitCode.SUCCESS),
+        warnings=tuple(warned),
     )
 
 
@@ -313,6 +335,7 @@ def describe(outcome: RunOutcome) -> str:
         lines.append(f"  task {task.name}: {task.state}")
         if task.state in ("FAILED", "CANCELLED") and task.error:
             lines.append(f"    error: {task.error} (exit code {task.exit_code})")
+        lines += [f"    warning: {w}" for w in task.warnings]
         for key, value in task.parameters.items():
             lines.append(f"    {key}: {value}")
         for key, value in task.metrics.items():

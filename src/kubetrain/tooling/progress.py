@@ -47,6 +47,8 @@ class ProgressFilter:
         self._in_outputs = False
         self.tails: dict[str, deque[str]] = {}
         self.started: set[str] = set()  # steps kfp.local started (a step may fail before making its directory)
+        # kfp.local's verdict per step (SUCCESS, FAILURE): an importer, run in this process, makes no directory.
+        self.finished: dict[str, str] = {}
         self.skipped_groups: set[str] = set()  # dsl.If groups (their DAG tasks) kfp.local skipped
         self.pipeline_status: str | None = None  # kfp.local's verdict on the whole pipeline: SUCCESS, FAILURE
 
@@ -80,6 +82,7 @@ class ProgressFilter:
             self.started.add(self.task)
             return f"step {self.task}: running"
         if m := _FINISHED.match(message):
+            self.finished[m.group("task")] = m.group("status")
             return f"step {m.group('task')}: {'done' if m.group('status') == 'SUCCESS' else 'failed'}"
         if _OUTPUTS.match(message):
             self._in_outputs = True

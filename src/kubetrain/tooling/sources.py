@@ -42,6 +42,7 @@ class LoadedPipeline:
     pipeline: Any  # the KFP GraphComponent (from Python) or YamlComponent (from YAML)
     origin: str  # the shipped pipeline's name or the file's path, for messages
     compiled_yaml: str | None = None  # the file's own text when the user gave compiled YAML
+    source_dir: Path | None = None  # the .py file's directory (on sys.path while it loaded)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
@@ -185,4 +186,6 @@ def _from_source(path: Path, pipeline_func: str | None) -> LoadedPipeline:
             f"pipeline: {path} defines {len(found)} pipelines ({', '.join(found)}); "
             "choose one with --pipeline-func NAME"
         )
-    return LoadedPipeline(name=chosen, pipeline=found[chosen], origin=f"{path}:{chosen}")
+    return LoadedPipeline(
+        name=chosen, pipeline=found[chosen], origin=f"{path}:{chosen}", source_dir=path.resolve().parent
+    )

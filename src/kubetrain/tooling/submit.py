@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from kubetrain import __version__
 from kubetrain.errors import BackendError, InvalidInputError
+from kubetrain.tooling.run_wait import RunEnd, wait_for_run
 from kubetrain.tooling.sources import LoadedPipeline
 from kubetrain.urls import has_userinfo, redact_url
 
@@ -318,3 +319,22 @@ def submit(request: SubmitRequest, *, client_factory: ClientFactory | None = Non
         run_id=str(run.run_id),
         run_url=f"{redact_url(request.host).rstrip('/')}/#/runs/details/{run.run_id}",
     )
+
+
+def follow_run(
+    request: SubmitRequest,
+    run_id: str,
+    *,
+    timeout_seconds: float,
+    poll_seconds: float = 5.0,
+    on_state: Callable[[str], None] = lambda state: None,
+    client_factory: ClientFactory | None = None,
+) -> RunEnd:
+    """`submit --wait`: the run's end, read from the same host with the same credentials."""
+    client = _client(request, client_factory)
+    try:
+        return wait_for_run(
+            client, run_id, timeout_seconds=timeout_seconds, poll_seconds=poll_seconds, on_state=on_state
+        )
+    except _api_errors() as e:
+        raise _translate(e, request.host) from e

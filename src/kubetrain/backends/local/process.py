@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from kubetrain.backends.local import reaper
 from kubetrain.backends.local.logfile import LogStream
@@ -175,8 +175,11 @@ class ReplicaProcess:
             env={**env, CONTAINER_ENV: token, reaper.COMMAND_ENV: json.dumps(list(argv))},
             cwd=cwd,
             stdin=subprocess.DEVNULL,
+            # Two pipes, read line by line, as the kubelet reads a container's two streams: one
+            # pipe for both joins a line one process left unfinished on stdout to another's stderr
+            # (mpirun relays every rank's streams).
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
         )
@@ -188,25 +191,35 @@ class ReplicaProcess:
         self.started_at = time.time()
         self._returncode: int | None = None
         self._exited_at: float | None = None  # when poll() saw the main process exit
-        self._reader = threading.Thread(target=self._pump, name=f"kubetrain-log-{prefix}", daemon=True)
-        self._reader.start()
+        self._open_pipes = 2
+        self._pipes_lock = threading.Lock()
+        self._readers = [
+            threading.Thread(target=self._pump, args=(pipe,), name=f"kubetrain-log-{prefix}-{i}", daemon=True)
+            for i, pipe in enumerate((self._popen.stdout, self._popen.stderr))
+        ]
+        for reader in self._readers:
+            reader.start()
 
-    def _pump(self) -> None:
-        out = self._popen.stdout
-        if out is None:  # pragma: no cover - stdout is always a pipe here
+    def _pump(self, out: IO[bytes] | None) -> None:
+        if out is None:  # pragma: no cover - both streams are pipes here
             return
         try:
             for line in iter(out.readline, b""):
-                self._log.write(line)
+                # A last line without its newline gets one: the other stream's next line is its own.
+                self._log.write(line if line.endswith(b"\n") else line + b"\n")
                 if self._sink is not None:
                     self._sink(f"[{self._prefix}] {line.decode('utf-8', 'replace').rstrip()}")
         finally:
             out.close()
-            self._log.close()
-            if self._on_output_closed is not None:
-                # Output ends as the main process exits; reaped first, so the supervisor sees the code.
-                self._popen.wait()
-                self._on_output_closed()
+            with self._pipes_lock:
+                self._open_pipes -= 1
+                last = self._open_pipes == 0
+            if last:
+                self._log.close()
+                if self._on_output_closed is not None:
+                    # Output ends as the main process exits; reaped first, so the supervisor sees the code.
+                    self._popen.wait()
+                    self._on_output_closed()
 
     @property
     def log(self) -> LogStream:
@@ -255,5 +268,6 @@ class ReplicaProcess:
         self._returncode = self._popen.wait()
         self._unregister()
         # The pipe closes once every process of the session is gone; all of them were just killed.
-        self._reader.join(timeout=max(grace_seconds, 1.0))
+        for reader in self._readers:
+            reader.join(timeout=max(grace_seconds, 1.0))
         return container_exit_code(self._returncode)

@@ -12,7 +12,7 @@ import keyword
 
 __all__ = ["MODEL_NAMES", "USER_MODEL_PREFIX", "is_module_path", "user_model_ref", "user_module_of"]
 
-MODEL_NAMES = ("mlp", "wide_deep")
+MODEL_NAMES = ("mlp", "cnn", "wide_deep")
 USER_MODEL_PREFIX = "module:"
 
 

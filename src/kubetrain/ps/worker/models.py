@@ -7,6 +7,8 @@ gradients of the pulled rows are the sparse gradients pushed back.
 
 - `mlp`: the dense digits/MNIST classifier (no tables); by default the same layers as the
   `mlp` of `kubetrain.train.torch_ddp`, so PS and DDP runs compare like for like.
+- `cnn`: the image classifier of `kubetrain.train.torch_ddp --model cnn` (same layers), so
+  every training component takes the same `mlp`/`cnn`.
 - `wide_deep`: wide-and-deep for click prediction: a `wide` table of per-id weights (dim 1)
   summed into the logit, plus a `deep` table of embeddings fed through an MLP.
 """
@@ -25,9 +27,10 @@ from torch import nn
 from kubetrain.errors import SpecError
 from kubetrain.ps.common.embedding import TableConfig
 from kubetrain.ps.common.model_names import MODEL_NAMES
-from kubetrain.train.model_shapes import HIDDEN
+from kubetrain.train.model_shapes import HIDDEN, ModelShape
+from kubetrain.train.torch_models import build_model as build_ddp_model
 
-__all__ = ["MLP", "MODEL_NAMES", "PSModel", "WideDeep", "build_model"]
+__all__ = ["CNN", "MLP", "MODEL_NAMES", "PSModel", "WideDeep", "build_model"]
 
 
 class PSModel(nn.Module):  # type: ignore[misc]
@@ -78,6 +81,20 @@ class MLP(PSModel):
             width = h
         layers.append(nn.Linear(width, num_classes))
         self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor, rows: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Class logits."""
+        del rows
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+class CNN(PSModel):
+    """The DDP `cnn`'s layers (no tables): every framework trains the same architecture."""
+
+    def __init__(self, *, feature_shape: Sequence[int], num_classes: int) -> None:
+        super().__init__()
+        self.net = build_ddp_model("cnn", ModelShape(tuple(int(d) for d in feature_shape), int(num_classes)))
 
     def forward(self, x: torch.Tensor, rows: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Class logits."""
@@ -156,6 +173,8 @@ def build_model(
     try:
         if name == "mlp":
             return MLP(feature_shape=feature_shape, num_classes=num_classes, **kwargs)
+        if name == "cnn":
+            return CNN(feature_shape=feature_shape, num_classes=num_classes, **kwargs)
         if name == "wide_deep":
             return WideDeep(feature_shape=feature_shape, num_classes=num_classes, **kwargs)
     except TypeError as e:

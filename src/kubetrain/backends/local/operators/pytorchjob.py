@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from typing import Any
 
 from kubetrain.backends.local.conditions import condition_is_true, rfc3339, set_kubeflow_condition
@@ -85,6 +87,23 @@ def pytorch_operator_env(job: dict[str, Any], rtype: str, index: int) -> list[di
     if elastic is None or elastic.get("nProcPerNode") is None:
         pairs.append(("PET_NPROC_PER_NODE", nproc))
     return env_items(pairs)
+
+
+def port_held(address: str, port: int) -> bool:
+    """Whether another process holds `port` so that a server on `address` cannot listen there.
+
+    SO_REUSEADDR as torch's store sets it: a port left in TIME_WAIT by an earlier job is free.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+            s.listen(1)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
 
 
 class PyTorchJobController(Controller):
@@ -179,6 +198,10 @@ class PyTorchJobController(Controller):
                 f"Job {self.name} has failed because it was active longer than specified deadline",
                 now,
             )
+            return
+        if not self._pods and (held := self._held_rendezvous_port()) is not None:
+            # Every restart would meet the same process on the port: fail before the first start.
+            self._fail(f"{KIND}Failed", held, now)
             return
         for key, plan in self._plans.items():
             pod = self._pods.get(key)
@@ -283,6 +306,25 @@ class PyTorchJobController(Controller):
             counts["succeeded"] = counts.get("succeeded", 0) + counts.get("active", 0)
             counts["active"] = 0
         self._finished = True
+
+    def _held_rendezvous_port(self) -> str | None:
+        """Why the job cannot start here, if the port its rank 0 (or rendezvous host) listens on is held."""
+        spec = self.obj["spec"]
+        elastic = spec.get("elasticPolicy")
+        if "Master" in self._types and elastic is None:
+            rtype, port = "Master", _replica_port(spec, "Master")
+        elif "Worker" in self._types and elastic is not None and not elastic.get("rdzvHost"):
+            rtype, port = "Worker", int(elastic.get("rdzvPort") or _replica_port(spec, "Worker"))
+        else:
+            return None
+        plan = self._plans[(rtype, 0)]
+        if not port_held(plan.address, port):
+            return None
+        return (
+            f"port {port}, where {plan.name} hosts the job's rendezvous, is held by another process on this "
+            f"machine (see `ss -ltnp 'sport = :{port}'`): stop that process, or give the job another port "
+            f"(the {rtype} container's port named {PORT_NAME})"
+        )
 
     def _fail(self, reason: str, message: str, now: float) -> None:
         text = self.now_text(now)
