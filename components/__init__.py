@@ -10,8 +10,19 @@ kubetrain and calls one function of :mod:`kubetrain.kfp_runtime`. The YAML files
 with `kfp.components.load_component_from_file` / `load_component_from_url`; kfp ≤ 2.17 drops
 the training components' TaskConfig passthroughs on the way, which
 `kubetrain.components.load_component(path_or_url)` keeps.
+
+Import a component by name (``from kubetrain.components import pytorch_train``), as every KFP
+component library does; the module form (``from kubetrain.components.pytorch_train import
+pytorch_train``) works too. The package attribute of each name is the component, which hides the
+submodule of the same name from attribute access: reach a module through ``sys.modules`` or a
+``from kubetrain.components.<name> import ...`` statement, never as ``kubetrain.components.<name>``.
 """
 
+from kubetrain.components.chainermn_train import chainermn_train
+from kubetrain.components.compare_summary import compare_summary
+from kubetrain.components.download_dataset import download_dataset
+from kubetrain.components.ps_train import ps_train
+from kubetrain.components.pytorch_train import pytorch_train
 from kubetrain.kfp_runtime.reuse import load_component
 
-__all__ = ["load_component"]
+__all__ = ["chainermn_train", "compare_summary", "download_dataset", "load_component", "ps_train", "pytorch_train"]
