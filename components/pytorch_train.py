@@ -19,9 +19,9 @@ def pytorch_train(
     metrics: Output[Metrics],
     report: Output[HTML],
     task_config: TaskConfig,
-    run_id: str,
-    task_id: str,
-    task_name: str,
+    run_id: str = "",
+    task_id: str = "",
+    task_name: str = "",
     workspace_pvc: str = "kubetrain-workspace",
     workers: int = 1,
     elastic_min_workers: int = 0,
@@ -54,7 +54,7 @@ def pytorch_train(
 ) -> NamedTuple("TrainOutputs", [("job_name", str), ("status", str)]):  # type: ignore[valid-type]
     """Train with PyTorch DDP in a PyTorchJob (kubeflow.org/v1) and wait for it to finish.
 
-    The job is named from run_id, task_id and task_name, so a retried task re-attaches to its job.
+    The job is named from the KFP run and task execution, so a retried task re-attaches to its job.
     Resources, node selectors, tolerations, node affinity, env and volumes set on this task go to the
     training pods. The step fails when the job fails, times out or is cancelled (the job is then deleted).
 
@@ -62,9 +62,10 @@ def pytorch_train(
         dataset: Output of download_dataset: its metadata names the data directory on the workspace.
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
             kfp.kubernetes tolerations, node selectors, node affinity, env, volumes); not set by hand.
-        run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER (on the KFP backend: the enclosing DAG's id).
-        task_name: Pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER: tells tasks of one DAG apart.
+        run_id: Leave empty: the step reads its run from KFP (its output URI). An override.
+        task_id: Leave empty: the step reads its task execution from KFP (each ParallelFor iteration
+            its own, a retry the same). An override.
+        task_name: Leave empty: the step reads its task's name from KFP. An override.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
             mount it on this task at /workspace (the kubetrain pipelines do).
         workers: Worker replicas besides the master (0: a master-only job).

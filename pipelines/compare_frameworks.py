@@ -36,9 +36,6 @@ def compare_frameworks(
     data = launcher_task(download_dataset(source=dataset, workspace_pvc=workspace_pvc), workspace_pvc=workspace_pvc)
     shared = {
         "dataset": data.outputs["dataset"],
-        "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-        "task_name": dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
         "workspace_pvc": workspace_pvc,
         "architecture": architecture,
         "timeout_seconds": timeout_seconds,

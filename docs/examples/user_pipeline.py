@@ -125,9 +125,6 @@ def make_pipeline(program_dir: str) -> Any:
     def user_programs(claim: str = "kubetrain-workspace"):  # type: ignore[no-untyped-def]
         data = download(workspace_pvc=claim)
         ids = {
-            "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-            "task_name": dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
         }
         dataset = data.outputs["dataset"]
         look = inspect_dataset(dataset=dataset)

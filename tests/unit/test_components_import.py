@@ -67,13 +67,7 @@ def test_a_pipeline_of_components_imported_by_name_compiles(tmp_path: Path) -> N
     @dsl.pipeline(name="by-name")  # type: ignore[untyped-decorator]
     def by_name():  # no annotations: kfp reads them, and this file postpones them
         data = download_dataset(source="builtin:digits")
-        pytorch_train(
-            dataset=data.outputs["dataset"],
-            epochs=1,
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-        )
+        pytorch_train(dataset=data.outputs["dataset"], epochs=1)  # no run_id/task_id/task_name to wire
 
     out = tmp_path / "p.yaml"
     compiler.Compiler().compile(by_name, str(out))
