@@ -18,6 +18,8 @@ submodule of the same name from attribute access: reach a module through ``sys.m
 ``from kubetrain.components.<name> import ...`` statement, never as ``kubetrain.components.<name>``.
 """
 
+from pathlib import Path
+
 from kubetrain.components.chainermn_train import chainermn_train
 from kubetrain.components.compare_summary import compare_summary
 from kubetrain.components.download_dataset import download_dataset
@@ -25,4 +27,24 @@ from kubetrain.components.ps_train import ps_train
 from kubetrain.components.pytorch_train import pytorch_train
 from kubetrain.kfp_runtime.reuse import load_component
 
-__all__ = ["chainermn_train", "compare_summary", "download_dataset", "load_component", "ps_train", "pytorch_train"]
+__all__ = [
+    "chainermn_train",
+    "compare_summary",
+    "compiled_yaml",
+    "download_dataset",
+    "load_component",
+    "ps_train",
+    "pytorch_train",
+]
+
+PRE_2_15 = "kfp-pre-2.15"
+
+
+def compiled_yaml(*, kfp_pre_2_15: bool = False) -> dict[str, Path]:
+    """The compiled YAML of each component, by name, as installed with kubetrain (package data).
+
+    `kfp_pre_2_15` gives the copies for Kubeflow Pipelines backends before 2.15 (no TaskConfig).
+    Upload them, vendor them into your repository, or load them with :func:`load_component`.
+    """
+    folder = Path(__file__).parent / (PRE_2_15 if kfp_pre_2_15 else "")
+    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}

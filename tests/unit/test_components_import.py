@@ -73,3 +73,18 @@ def test_a_pipeline_of_components_imported_by_name_compiles(tmp_path: Path) -> N
     compiler.Compiler().compile(by_name, str(out))
     spec = next(iter(yaml.safe_load_all(out.read_text())))
     assert set(spec["root"]["dag"]["tasks"]) == {"download-dataset", "pytorch-train"}
+
+
+def test_compiled_yaml_names_every_components_and_pipelines_yaml() -> None:
+    import kubetrain.pipelines
+    from kubetrain.tooling.catalog import PIPELINES
+    from kubetrain.tooling.legacy import LEGACY_DIR, legacy_path
+
+    assert kubetrain.components.PRE_2_15 == LEGACY_DIR
+    for package, names, kind in ((kubetrain.components, COMPONENTS, "component"),
+                                 (kubetrain.pipelines, PIPELINES, "pipeline")):  # fmt: skip
+        current, old = package.compiled_yaml(), package.compiled_yaml(kfp_pre_2_15=True)
+        assert sorted(current) == sorted(old) == sorted(names)
+        for name in names:
+            assert current[name].resolve() == Entry(kind, name).yaml_path  # type: ignore[arg-type]
+            assert old[name].resolve() == legacy_path(Entry(kind, name).yaml_path)  # type: ignore[arg-type]
