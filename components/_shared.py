@@ -1,6 +1,10 @@
 """What the launcher components declare alike."""
 
+from typing import Any
+
 from kfp import dsl
+
+from kubetrain.presets import DEFAULT_REGISTRY, IMAGE_REGISTRY, REGISTRY_ENV
 
 # Settings made on a training task go to the training pods, not to the launcher pod (KFP ≥ 2.15):
 # resources (GPUs above all: the launcher must not reserve them), node selectors, tolerations and
@@ -15,3 +19,14 @@ TRAINING_PASSTHROUGHS = [
     dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.ENV, apply_to_task=True),
     dsl.TaskConfigPassthrough(field=dsl.TaskConfigField.KUBERNETES_VOLUMES, apply_to_task=True),
 ]
+
+
+def carry_registry(component: Any) -> None:
+    """Compiled for another registry (KUBETRAIN_REGISTRY), a training component takes it to its launcher pod.
+
+    Its base image already names that registry; the launcher pod reads KUBETRAIN_REGISTRY from the
+    container's env to pick the training images there too. Nothing is added for the default one.
+    """
+    if IMAGE_REGISTRY != DEFAULT_REGISTRY:
+        container = component.component_spec.implementation.container
+        container.env = {**(container.env or {}), REGISTRY_ENV: IMAGE_REGISTRY}

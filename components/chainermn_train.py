@@ -5,7 +5,7 @@ from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP rea
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
 
-from kubetrain.components._shared import TRAINING_PASSTHROUGHS
+from kubetrain.components._shared import TRAINING_PASSTHROUGHS, carry_registry
 from kubetrain.presets import LAUNCHER_IMAGE
 
 
@@ -136,3 +136,6 @@ def chainermn_train(
         priority_class=priority_class, manifest_patch=manifest_patch, job_api=job_api,
         runtime=runtime,
     )  # fmt: skip
+
+
+carry_registry(chainermn_train)

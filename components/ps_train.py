@@ -5,7 +5,7 @@ from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP rea
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
 
-from kubetrain.components._shared import TRAINING_PASSTHROUGHS
+from kubetrain.components._shared import TRAINING_PASSTHROUGHS, carry_registry
 from kubetrain.presets import LAUNCHER_IMAGE
 
 
@@ -132,3 +132,6 @@ def ps_train(
         service_account=service_account, image_pull_secrets=image_pull_secrets, labels=labels, annotations=annotations,
         priority_class=priority_class, manifest_patch=manifest_patch,
     )  # fmt: skip
+
+
+carry_registry(ps_train)

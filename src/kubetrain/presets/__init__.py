@@ -10,6 +10,7 @@ training-operator v1 / mpi-operator / PS JobSet presets and `trainjobs` the Trai
 from kubetrain.presets.defaults import (
     CHAINERMN_IMAGE,
     CHAINERMN_PROGRAM,
+    DEFAULT_REGISTRY,
     IMAGE_NAMES,
     IMAGE_REGISTRY,
     IMAGE_TAG,
@@ -18,6 +19,7 @@ from kubetrain.presets.defaults import (
     PS_MASTER_PORT,
     PS_SERVER_PORT,
     PYTORCH_IMAGE,
+    REGISTRY_ENV,
     TORCH_PROGRAM,
     WORKSPACE_ENV,
     WORKSPACE_MOUNT,
@@ -27,6 +29,7 @@ from kubetrain.presets.defaults import (
     UserProgram,
     image_ref,
     job_meta,
+    registry_from,
     resolve_program,
     workspace_for,
 )
@@ -45,6 +48,7 @@ from kubetrain.presets.trainjobs import (
 __all__ = [
     "CHAINERMN_IMAGE",
     "CHAINERMN_PROGRAM",
+    "DEFAULT_REGISTRY",
     "IMAGE_NAMES",
     "IMAGE_REGISTRY",
     "IMAGE_TAG",
@@ -54,6 +58,7 @@ __all__ = [
     "PS_MASTER_PORT",
     "PS_SERVER_PORT",
     "PYTORCH_IMAGE",
+    "REGISTRY_ENV",
     "TORCH_PROGRAM",
     "TORCH_RUNTIME",
     "WORKSPACE_ENV",
@@ -69,6 +74,7 @@ __all__ = [
     "ps_job_spec",
     "pytorch_job_spec",
     "pytorch_trainjob_spec",
+    "registry_from",
     "resolve_program",
     "workspace_for",
 ]
