@@ -19,13 +19,13 @@ submodule of the same name from attribute access: reach a module through ``sys.m
 """
 
 from pathlib import Path
+from typing import Any
 
 from kubetrain.components.chainermn_train import chainermn_train
 from kubetrain.components.compare_summary import compare_summary
 from kubetrain.components.download_dataset import download_dataset
 from kubetrain.components.ps_train import ps_train
 from kubetrain.components.pytorch_train import pytorch_train
-from kubetrain.kfp_runtime.reuse import load_component
 
 __all__ = [
     "chainermn_train",
@@ -48,3 +48,14 @@ def compiled_yaml(*, kfp_pre_2_15: bool = False) -> dict[str, Path]:
     """
     folder = Path(__file__).parent / (PRE_2_15 if kfp_pre_2_15 else "")
     return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
+
+
+def load_component(source: str) -> Any:
+    """A compiled kubetrain component from a file or URL, with its TaskConfig passthroughs (kfp's loader drops them).
+
+    See :func:`kubetrain.kfp_runtime.reuse.load_component`; imported on use, so importing the
+    components stays light (the hub's import guard).
+    """
+    from kubetrain.kfp_runtime.reuse import load_component as load
+
+    return load(source)

@@ -1,16 +1,22 @@
-"""What the launcher components declare alike."""
+"""What the launcher components declare alike: their image, the TaskConfig passthroughs, the registry.
+
+Imports only the standard library, kfp and kubetrain.images (itself standard library only), as
+the components do: the Kubeflow hub's import guard, so importing a component stays light.
+"""
 
 from typing import Any
 
 from kfp import dsl
 
-from kubetrain.presets import DEFAULT_REGISTRY, IMAGE_REGISTRY, REGISTRY_ENV
+from kubetrain.images import DEFAULT_REGISTRY, IMAGE_REGISTRY, LAUNCHER_IMAGE, REGISTRY_ENV
 
 # Settings made on a training task go to the training pods, not to the launcher pod (KFP ≥ 2.15):
 # resources (GPUs above all: the launcher must not reserve them), node selectors, tolerations and
 # node affinity (kfp.kubernetes.add_node_affinity: the launcher need not run on the GPU nodes).
 # Env and volumes are applied to the launcher pod as well: the launcher reads the workspace
 # volume, and env such as proxies is wanted on both.
+__all__ = ["LAUNCHER_IMAGE", "TRAINING_PASSTHROUGHS", "carry_registry"]
+
 TRAINING_PASSTHROUGHS = [
     dsl.TaskConfigField.RESOURCES,
     dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,

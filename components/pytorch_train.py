@@ -5,8 +5,7 @@ from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP rea
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
 
-from kubetrain.components._shared import TRAINING_PASSTHROUGHS, carry_registry
-from kubetrain.presets import LAUNCHER_IMAGE
+from kubetrain.components._shared import LAUNCHER_IMAGE, TRAINING_PASSTHROUGHS, carry_registry
 
 
 # KFP's decorator is untyped; the component body runs from its source in the launcher image.

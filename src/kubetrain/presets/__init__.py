@@ -7,19 +7,23 @@ is exactly what a component submits. Image tags are tied to the package version 
 training-operator v1 / mpi-operator / PS JobSet presets and `trainjobs` the Trainer v2 ones.
 """
 
-from kubetrain.presets.defaults import (
+from kubetrain.images import (
     CHAINERMN_IMAGE,
-    CHAINERMN_PROGRAM,
     DEFAULT_REGISTRY,
     IMAGE_NAMES,
     IMAGE_REGISTRY,
     IMAGE_TAG,
     LAUNCHER_IMAGE,
     PS_IMAGE,
-    PS_MASTER_PORT,
-    PS_SERVER_PORT,
     PYTORCH_IMAGE,
     REGISTRY_ENV,
+    image_ref,
+    registry_from,
+)
+from kubetrain.presets.defaults import (
+    CHAINERMN_PROGRAM,
+    PS_MASTER_PORT,
+    PS_SERVER_PORT,
     TORCH_PROGRAM,
     WORKSPACE_ENV,
     WORKSPACE_MOUNT,
@@ -27,9 +31,7 @@ from kubetrain.presets.defaults import (
     Program,
     TrainingParams,
     UserProgram,
-    image_ref,
     job_meta,
-    registry_from,
     resolve_program,
     workspace_for,
 )
