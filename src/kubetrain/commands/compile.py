@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from kubetrain.errors import InvalidInputError
     from kubetrain.presets import DEFAULT_REGISTRY, IMAGE_REGISTRY, REGISTRY_ENV, registry_from
     from kubetrain.tooling.compiling import check_all, compile_all
+    from kubetrain.tooling.hub import stale_hub, write_hub
 
     try:
         wanted = IMAGE_REGISTRY if args.registry is None else registry_from({REGISTRY_ENV: args.registry})
@@ -77,10 +78,17 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise InvalidInputError(f"unknown names {unknown}; expected some of {[e.name for e in selected]}")
         selected = [e for e in selected if e.name in args.names]
+    hub_names = [e.name for e in selected if e.kind == "component"]
     if not args.check:
         for path in compile_all(selected, out=args.out):
             print(f"wrote {path}")
+        if args.out is None:  # the hub's files describe the sources' YAML
+            for path in write_hub(hub_names):
+                print(f"wrote {path}")
         return 0
+    stale_files = stale_hub(hub_names)
+    for path in stale_files:
+        print(f"{path} is stale (generated from the component, its metadata and the pins)", file=sys.stderr)
     stale = check_all(selected)
     for item in stale:
         lines = item.diff.splitlines()
@@ -88,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(lines[:_DIFF_LINES]), file=sys.stderr)
         if len(lines) > _DIFF_LINES:
             print(f"... ({len(lines) - _DIFF_LINES} more diff lines)", file=sys.stderr)
-    if stale:
-        print(f"{len(stale)} stale file(s); run `kubetrain compile` (or `make compile`) and commit", file=sys.stderr)
+    if stale or stale_files:
+        count = len(stale) + len(stale_files)
+        print(f"{count} stale file(s); run `kubetrain compile` (or `make compile`) and commit", file=sys.stderr)
         return EXIT_STALE
     print(f"all {len(selected)} compiled YAML files are current")
     return 0
