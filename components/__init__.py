@@ -10,8 +10,52 @@ kubetrain and calls one function of :mod:`kubetrain.kfp_runtime`. The YAML files
 with `kfp.components.load_component_from_file` / `load_component_from_url`; kfp ≤ 2.17 drops
 the training components' TaskConfig passthroughs on the way, which
 `kubetrain.components.load_component(path_or_url)` keeps.
+
+Import a component by name (``from kubetrain.components import pytorch_train``), as every KFP
+component library does; the module form (``from kubetrain.components.pytorch_train import
+pytorch_train``) works too. The package attribute of each name is the component, which hides the
+submodule of the same name from attribute access: reach a module through ``sys.modules`` or a
+``from kubetrain.components.<name> import ...`` statement, never as ``kubetrain.components.<name>``.
 """
 
-from kubetrain.kfp_runtime.reuse import load_component
+from pathlib import Path
+from typing import Any
 
-__all__ = ["load_component"]
+from kubetrain.components.chainermn_train import chainermn_train
+from kubetrain.components.compare_summary import compare_summary
+from kubetrain.components.download_dataset import download_dataset
+from kubetrain.components.ps_train import ps_train
+from kubetrain.components.pytorch_train import pytorch_train
+
+__all__ = [
+    "chainermn_train",
+    "compare_summary",
+    "compiled_yaml",
+    "download_dataset",
+    "load_component",
+    "ps_train",
+    "pytorch_train",
+]
+
+PRE_2_15 = "kfp-pre-2.15"
+
+
+def compiled_yaml(*, kfp_pre_2_15: bool = False) -> dict[str, Path]:
+    """The compiled YAML of each component, by name, as installed with kubetrain (package data).
+
+    `kfp_pre_2_15` gives the copies for Kubeflow Pipelines backends before 2.15 (no TaskConfig).
+    Upload them, vendor them into your repository, or load them with :func:`load_component`.
+    """
+    folder = Path(__file__).parent / (PRE_2_15 if kfp_pre_2_15 else "")
+    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
+
+
+def load_component(source: str) -> Any:
+    """A compiled kubetrain component from a file or URL, with its TaskConfig passthroughs (kfp's loader drops them).
+
+    See :func:`kubetrain.kfp_runtime.reuse.load_component`; imported on use, so importing the
+    components stays light (the hub's import guard).
+    """
+    from kubetrain.kfp_runtime.reuse import load_component as load
+
+    return load(source)

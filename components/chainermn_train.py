@@ -5,8 +5,7 @@ from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP rea
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
 
-from kubetrain.components._shared import TRAINING_PASSTHROUGHS
-from kubetrain.presets import LAUNCHER_IMAGE
+from kubetrain.components._shared import LAUNCHER_IMAGE, TRAINING_PASSTHROUGHS, carry_registry
 
 
 # KFP's decorator is untyped; the component body runs from its source in the launcher image.
@@ -19,9 +18,9 @@ def chainermn_train(
     metrics: Output[Metrics],
     report: Output[HTML],
     task_config: TaskConfig,
-    run_id: str,
-    task_id: str,
-    task_name: str,
+    run_id: str = "",
+    task_id: str = "",
+    task_name: str = "",
     workspace_pvc: str = "kubetrain-workspace",
     workers: int = 2,
     slots_per_worker: int = 1,
@@ -53,7 +52,7 @@ def chainermn_train(
     """Train with ChainerMN in an MPIJob (kubeflow.org/v2beta1) and wait for it to finish.
 
     The launcher runs mpirun over workers x slots_per_worker ranks; the workers run sshd as a
-    non-root user. The job is named from run_id, task_id and task_name, so a retried task re-attaches to its
+    non-root user. The job is named from the KFP run and task execution, so a retried task re-attaches to its
     job. Resources, node selectors, tolerations, node affinity, env and volumes set on this task go
     to the training pods. The step fails when the job fails, times out or is cancelled.
 
@@ -61,9 +60,10 @@ def chainermn_train(
         dataset: Output of download_dataset: its metadata names the data directory on the workspace.
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
             kfp.kubernetes tolerations, node selectors, node affinity, env, volumes); not set by hand.
-        run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER (on the KFP backend: the enclosing DAG's id).
-        task_name: Pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER: tells tasks of one DAG apart.
+        run_id: Leave empty: the step reads its run from KFP (its output URI). An override.
+        task_id: Leave empty: the step reads its task execution from KFP (each ParallelFor iteration
+            its own, a retry the same). An override.
+        task_name: Leave empty: the step reads its task's name from KFP. An override.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
             mount it on this task at /workspace (the kubetrain pipelines do).
         workers: MPI worker pods.
@@ -139,3 +139,6 @@ def chainermn_train(
         priority_class=priority_class, manifest_patch=manifest_patch, job_api=job_api,
         runtime=runtime,
     )  # fmt: skip
+
+
+carry_registry(chainermn_train)

@@ -3,7 +3,7 @@
 from kfp import dsl
 from kfp.dsl import HTML, Input, Markdown, Metrics, Model, Output
 
-from kubetrain.presets import LAUNCHER_IMAGE
+from kubetrain.components._shared import LAUNCHER_IMAGE
 
 
 # KFP's decorator is untyped; the component body runs from its source in the launcher image.

@@ -5,8 +5,7 @@ from typing import Any, Dict, List, NamedTuple, Optional  # noqa: UP035 (KFP rea
 from kfp import dsl
 from kfp.dsl import HTML, Dataset, Input, Metrics, Model, Output, TaskConfig
 
-from kubetrain.components._shared import TRAINING_PASSTHROUGHS
-from kubetrain.presets import LAUNCHER_IMAGE
+from kubetrain.components._shared import LAUNCHER_IMAGE, TRAINING_PASSTHROUGHS, carry_registry
 
 
 # KFP's decorator is untyped; the component body runs from its source in the launcher image.
@@ -19,9 +18,9 @@ def ps_train(
     metrics: Output[Metrics],
     report: Output[HTML],
     task_config: TaskConfig,
-    run_id: str,
-    task_id: str,
-    task_name: str,
+    run_id: str = "",
+    task_id: str = "",
+    task_name: str = "",
     workspace_pvc: str = "kubetrain-workspace",
     ps_replicas: int = 2,
     workers: int = 3,
@@ -61,9 +60,10 @@ def ps_train(
         dataset: Output of download_dataset: its metadata names the data directory on the workspace.
         task_config: Filled by KFP from the task's settings (set_cpu_limit, set_accelerator_type,
             kfp.kubernetes tolerations, node selectors, node affinity, env, volumes); not set by hand.
-        run_id: Pass dsl.PIPELINE_JOB_ID_PLACEHOLDER.
-        task_id: Pass dsl.PIPELINE_TASK_ID_PLACEHOLDER (on the KFP backend: the enclosing DAG's id).
-        task_name: Pass dsl.PIPELINE_TASK_NAME_PLACEHOLDER: tells tasks of one DAG apart.
+        run_id: Leave empty: the step reads its run from KFP (its output URI). An override.
+        task_id: Leave empty: the step reads its task execution from KFP (each ParallelFor iteration
+            its own, a retry the same). An override.
+        task_name: Leave empty: the step reads its task's name from KFP. An override.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
             mount it on this task at /workspace (the kubetrain pipelines do).
         ps_replicas: Parameter servers (parameter shards).
@@ -136,3 +136,6 @@ def ps_train(
         service_account=service_account, image_pull_secrets=image_pull_secrets, labels=labels, annotations=annotations,
         priority_class=priority_class, manifest_patch=manifest_patch,
     )  # fmt: skip
+
+
+carry_registry(ps_train)

@@ -12,9 +12,9 @@
 #   images/build.sh --mirror HOST:PORT   also push to a plain-HTTP registry under the same paths
 #                                        (kubetrain/<name>:<version>), to serve as a mirror of REGISTRY
 #
-# REGISTRY (default ghcr.io/kubetrain) changes where they go; the compiled YAML and the presets
-# name ghcr.io/kubetrain, so with another registry either mirror the images under those names or
-# pass `image=` to the training components (the launcher image is the components' base_image).
+# REGISTRY (default ghcr.io/kubetrain) changes where they go; the committed YAML names
+# ghcr.io/kubetrain, so with another registry write YAML for it (`kubetrain compile --registry
+# REGISTRY --out DIR`, or KUBETRAIN_REGISTRY=REGISTRY when compiling your own pipelines).
 # BUILDER (docker, podman or buildah; default: docker when its daemon answers, else the first
 # of podman and buildah installed) is the build tool.
 # Without docker, podman and buildah build daemonless with runc (BUILDAH_STORAGE, default

@@ -40,9 +40,6 @@ def compare_frameworks(
     data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
     shared = {
         "dataset": data.outputs["dataset"],
-        "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-        "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-        "task_name": dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
         "workspace_pvc": workspace_pvc,
         "architecture": architecture,
         "timeout_seconds": timeout_seconds,

@@ -43,9 +43,6 @@ def mnist_chainermn(
     launcher_task(
         chainermn_train(
             dataset=data.outputs["dataset"],
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             workspace_pvc=workspace_pvc,
             workers=workers,
             slots_per_worker=slots_per_worker,

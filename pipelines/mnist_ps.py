@@ -43,9 +43,6 @@ def mnist_ps(
     launcher_task(
         ps_train(
             dataset=data.outputs["dataset"],
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             workspace_pvc=workspace_pvc,
             ps_replicas=ps_replicas,
             workers=workers,

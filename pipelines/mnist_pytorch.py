@@ -41,9 +41,6 @@ def mnist_pytorch(
     launcher_task(
         pytorch_train(
             dataset=data.outputs["dataset"],
-            run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-            task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
             workspace_pvc=workspace_pvc,
             workers=workers,
             epochs=epochs,

@@ -124,23 +124,18 @@ def make_pipeline(program_dir: str) -> Any:
     @dsl.pipeline(name="user-programs")
     def user_programs(claim: str = "kubetrain-workspace"):  # type: ignore[no-untyped-def]
         data = download(workspace_pvc=claim)
-        ids = {
-            "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,
-            "task_id": dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-            "task_name": dsl.PIPELINE_TASK_NAME_PLACEHOLDER,
-        }
         dataset = data.outputs["dataset"]
         look = inspect_dataset(dataset=dataset)
         torch_job = pytorch_train(
-            dataset=dataset, workspace_pvc=claim, workers=1, **ids,
+            dataset=dataset, workspace_pvc=claim, workers=1,
             command=["python", f"{program_dir}/ddp_train.py"], args=["--epochs", "4"],
         )  # fmt: skip
         chainer_job = chainermn_train(
-            dataset=dataset, workspace_pvc=claim, workers=2, **ids,
+            dataset=dataset, workspace_pvc=claim, workers=2,
             command=["python", f"{program_dir}/chainermn_train.py"], args=["--epochs", "4"],
         )  # fmt: skip
         ps_job = ps_train(
-            dataset=dataset, workspace_pvc=claim, workers=2, ps_replicas=1, **ids,
+            dataset=dataset, workspace_pvc=claim, workers=2, ps_replicas=1,
             model_module="digits_ps_model", optimizer="sgd", learning_rate=0.2, epochs=4,
         )  # fmt: skip
         scores = [

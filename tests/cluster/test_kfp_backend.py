@@ -153,6 +153,83 @@ def test_a_users_pipeline_of_loaded_components_runs_two_training_jobs(kfp_backen
         assert written["test_accuracy"] >= TARGET, written
 
 
+# A user's pipeline as the README writes it: the components imported by name, no run or task
+# placeholders; compiled here from kubetrain's sources (the same images as the committed YAML).
+_BY_NAME_PRELUDE = """
+from kfp import dsl, kubernetes
+from kubetrain.components import download_dataset, pytorch_train
+
+def claim(task):
+    kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
+    task.set_caching_options(False)
+    return task
+"""
+
+
+def _by_name_pipeline(tmp_path: Path, name: str, body: str) -> Path:
+    source = tmp_path / f"{name}.py"
+    source.write_text(_BY_NAME_PRELUDE + textwrap.dedent(body))
+    package = tmp_path / f"{name}.yaml"
+    compiler.Compiler().compile(runpy.run_path(str(source))["pipeline"], str(package))
+    assert "PIPELINE_JOB_ID" not in source.read_text() and "pipeline_job_uuid" not in package.read_text()
+    return package
+
+
+def _trained_jobs(kfp_backend: KfpBackend, run_id: str, count: int) -> set[str]:
+    """The run SUCCEEDED with `count` models, each from its own job, labelled with the run's id."""
+    run = kfp_backend.wait(run_id)
+    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
+    models = _by_type(kfp_backend.artifacts(run_id), "system.Model")
+    jobs = {m.properties["job_name"] for m in models}
+    assert len(models) == count and len(jobs) == count, [m.properties for m in models]
+    for model in models:
+        assert model.properties["status"] == "Succeeded", model.properties
+    # The run id read from the output URI is the run's own: the jobs carry it as their label.
+    labelled = {name.split("/")[-1] for name in _jobs(kfp_backend, run_id)}
+    assert labelled == jobs, (labelled, jobs)
+    return jobs
+
+
+def test_a_placeholder_free_pipeline_of_components_imported_by_name_runs_two_distinct_jobs(
+    kfp_backend: KfpBackend, tmp_path: Path
+) -> None:
+    package = _by_name_pipeline(
+        tmp_path,
+        "by_name",
+        """
+        @dsl.pipeline(name="by-name-two-trainings")
+        def pipeline() -> None:
+            data = claim(download_dataset(source="builtin:digits"))
+            claim(pytorch_train(dataset=data.outputs["dataset"], workers=0, epochs=5, delete_after="never"))
+            claim(pytorch_train(dataset=data.outputs["dataset"], workers=1, epochs=5, delete_after="never"))
+    """,
+    )
+    run_id = kfp_backend.start(package, {}, f"by-name-{uuid.uuid4().hex[:6]}")
+    for job in _trained_jobs(kfp_backend, run_id, 2):
+        kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
+def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(
+    kfp_backend: KfpBackend, tmp_path: Path
+) -> None:
+    # The iterations are one task of the DAG (one name, one enclosing DAG id per iteration): each
+    # has its own driver, hence its own output URI, hence its own job.
+    package = _by_name_pipeline(
+        tmp_path,
+        "loop",
+        """
+        @dsl.pipeline(name="parallel-for-training")
+        def pipeline() -> None:
+            data = claim(download_dataset(source="builtin:digits"))
+            with dsl.ParallelFor([3, 4]) as epochs:
+                claim(pytorch_train(dataset=data.outputs["dataset"], workers=0, epochs=epochs, delete_after="never"))
+    """,
+    )
+    run_id = kfp_backend.start(package, {}, f"loop-{uuid.uuid4().hex[:6]}")
+    for job in _trained_jobs(kfp_backend, run_id, 2):
+        kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
 def _wait_for(what: str, check: object, timeout: float) -> None:
     assert callable(check)
     end = time.monotonic() + timeout
@@ -366,6 +443,16 @@ def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_t
 def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
+    _retried_step_reattaches(kfp_backend, tmp_path, ids="**IDS, ")
+
+
+def test_a_retried_placeholder_free_step_reattaches_to_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
+    # No run_id/task_id/task_name: the step reads its identity from its output URI, which the
+    # driver drew once and the retried executor pod reuses, so the retry names the same job.
+    _retried_step_reattaches(kfp_backend, tmp_path, ids="")
+
+
+def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path, *, ids: str) -> None:
     # The launcher container dies mid-job (SIGKILLed, as a node loss or an OOM kill ends it: no
     # SIGTERM, so it cannot delete the job). Its step has ended, so kubetrain's reaper deletes the
     # job by its uid (issue 33: whatever kills the step, its job stops). KFP 2.17's own
@@ -381,10 +468,10 @@ def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_on
         @dsl.pipeline(name="retried-training")
         def pipeline() -> None:
             data = claim(download(source="builtin:digits"))
-            task = claim(train(dataset=data.outputs["dataset"], **IDS,
+            task = claim(train(dataset=data.outputs["dataset"], IDS_HERE
                                epochs=40, delete_after="never"))
             task.set_retry(num_retries=2)
-    """,
+    """.replace("IDS_HERE", ids),
     )
     run_id = kfp_backend.start(package, {}, f"retried-{uuid.uuid4().hex[:6]}")
     _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)

@@ -99,3 +99,31 @@ def test_a_step_without_outputs_that_fails_alone_is_reported_failed(
     assert outcome["tasks"]["check"]["state"] == "FAILED"
     assert outcome["tasks"]["check"]["error"] == "check: 1 is over the limit"
     assert "task check: FAILED\n    error: check: 1 is over the limit (exit code 1)" in summary
+
+
+LOOP_TRAINING = """
+from kfp import dsl
+
+from kubetrain.components import download_dataset, pytorch_train
+
+
+@dsl.pipeline(name="loop-training")
+def loop_training():
+    data = download_dataset(source="builtin:digits")
+    with dsl.ParallelFor([1, 1]) as epochs:
+        pytorch_train(dataset=data.outputs["dataset"], workers=0, epochs=epochs)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_parallel_for_over_pytorch_train_without_placeholders_runs_one_job_per_iteration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two iterations of one task, alike in every input: only the identity each step reads from its
+    # output URI (kfp.local's for-loop-N-iteration-I directory) tells their jobs apart.
+    code, outcome, summary = _run(tmp_path, LOOP_TRAINING, capsys)
+    assert (code, outcome["state"]) == (0, "SUCCEEDED"), summary
+    loop = sorted(name for name in outcome["tasks"] if name.startswith("pytorch-train"))
+    assert loop == ["pytorch-train[0]", "pytorch-train[1]"], sorted(outcome["tasks"])
+    jobs = {outcome["tasks"][name]["parameters"]["job_name"] for name in loop}
+    assert len(jobs) == 2, jobs

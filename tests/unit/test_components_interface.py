@@ -138,15 +138,13 @@ def test_component_inputs_are_exactly_what_the_library_takes(
             assert field.default == component[key].default, key
 
 
-def test_run_and_task_ids_are_required_inputs() -> None:
-    # No default: a reused component cannot silently fall back to a fixed job name.
+def test_run_and_task_ids_are_optional_overrides_defaulting_to_empty() -> None:
+    # Empty: the step reads its identity from KFP (kfp_runtime.task_identity). Not a placeholder:
+    # KFP's driver resolves one only when it is the task's argument, never an input's default.
     for name in TRAINING:
         params = inspect.signature(_component(name).python_func).parameters
-        assert params["run_id"].default is inspect.Parameter.empty
-        assert params["task_id"].default is inspect.Parameter.empty
-        # KFP's driver resolves a placeholder only when it is the task's argument: an optional input's
-        # default is left to the component, which would see '{{$.pipeline_task_name}}' literally.
-        assert params["task_name"].default is inspect.Parameter.empty
+        for identity in ("run_id", "task_id", "task_name"):
+            assert params[identity].default == "", (name, identity)
 
 
 def test_the_default_timeout_suits_real_training() -> None:

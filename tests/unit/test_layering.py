@@ -25,7 +25,7 @@ ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 # Low to high. A module of layer i may import the packages of layers < i and its own package.
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "names", "fileio", "urls"),
-    ("specs", "data"),
+    ("specs", "data", "images"),
     ("manifests", "train"),
     ("status", "ps"),
     ("presets",),

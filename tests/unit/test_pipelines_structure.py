@@ -48,16 +48,17 @@ def test_launcher_tasks_mount_the_workspace_and_only_the_download_is_cached(name
 
 
 @pytest.mark.parametrize("name", PIPELINES)
-def test_job_names_come_from_the_run_and_task_ids_at_run_time(name: str) -> None:
+def test_job_names_are_left_to_the_step_at_run_time(name: str) -> None:
     spec, _ = _docs(name)
     trainers = [t for n, t in spec["root"]["dag"]["tasks"].items() if n in TRAINERS]
     assert trainers
     for task in trainers:
         params = task["inputs"]["parameters"]
-        # Placeholders resolved by the backend per run and task, never a constant fixed at compile time.
-        assert params["run_id"] == {"runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}
-        assert params["task_id"] == {"runtimeValue": {"constant": "{{$.pipeline_task_uuid}}"}}
-        assert params["task_name"] == {"runtimeValue": {"constant": "{{$.pipeline_task_name}}"}}
+        # Nothing fixed at compile time: the step reads its run and task from its output URI.
+        assert not {"run_id", "task_id", "task_name"} & set(params), params
+        component = spec["components"][task["componentRef"]["name"]]["inputDefinitions"]["parameters"]
+        for identity in ("run_id", "task_id", "task_name"):
+            assert component[identity]["defaultValue"] == "" and component[identity]["isOptional"] is True
         assert task["inputs"]["artifacts"]["dataset"]["taskOutputArtifact"]["producerTask"] == "download-dataset"
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
 from kubetrain.kfp_runtime.exits import step
 from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
+from kubetrain.kfp_runtime.task_identity import IDENTITY_FIELDS, resolve_identity
 from kubetrain.kfp_runtime.train_step import StepArtifacts, launch_training
 
 
@@ -44,7 +45,13 @@ def _training_step(request_type: type[TrainingRequest], name: str, summary: str)
         **inputs: Any,
     ) -> tuple[str, str]:
         outputs = StepArtifacts(dataset=dataset, model=model, metrics=metrics, report=report)
-        return launch_training(request_type.from_inputs(inputs), outputs=outputs, task_config=task_config)
+        # Read only when an identity input is left out: a caller's own artifacts may have no URI.
+        given = all(inputs.get(name) for name in IDENTITY_FIELDS)
+        identity = resolve_identity(inputs, output_uri="" if given else str(getattr(model, "uri", "")))
+        if identity.source != "inputs":
+            print(f"{request_type.framework}: run {identity.run_id}, task {identity.task_id} ({identity.source})")
+        named = {**inputs, "run_id": identity.run_id, "task_id": identity.task_id, "task_name": identity.task_name}
+        return launch_training(request_type.from_inputs(named), outputs=outputs, task_config=task_config)
 
     train.__name__ = train.__qualname__ = name
     train.__doc__ = summary

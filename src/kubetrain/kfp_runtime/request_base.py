@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, cast
 
 from kubetrain.errors import InvalidInputError
+from kubetrain.kfp_runtime.task_identity import IDENTITY_FIELDS
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.launcher import DELETE_AFTER_CHOICES, AwaitOptions, DeleteAfter
 from kubetrain.manifests import build_manifest
@@ -29,7 +30,7 @@ from kubetrain.specs.scheduling import check_priority_class, check_user_metadata
 
 Framework = Literal["pytorch", "chainermn", "ps"]
 # The inputs that identify a task at run time; every training component takes them.
-IDENTITY_INPUTS = ("run_id", "task_id", "task_name")
+IDENTITY_INPUTS = IDENTITY_FIELDS
 DEFAULT_ARCHITECTURE = "mlp"
 # How long the pods of a job may take to start before the step gives up on it. A cold pull of a
 # multi-GB training image (CUDA builds of PyTorch are 5-10 GB) takes minutes on a node that has
@@ -149,10 +150,10 @@ class TrainingRequest(abc.ABC):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or value.startswith("{{$"):
                 raise InvalidInputError(
-                    f"{name}: got {value!r}; pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
+                    f"{name}: got {value!r}; leave run_id, task_id and task_name out (the step reads its run and "
+                    "task from KFP), or pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
                     "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id and dsl.PIPELINE_TASK_NAME_PLACEHOLDER as "
-                    "task_name, so each task's job name is derived at run time (the KFP backend resolves "
-                    "these only when passed as the task's arguments, not as input defaults)"
+                    "task_name (the KFP backend resolves these only as the task's arguments, not as input defaults)"
                 )
         for name, (minimum, meaning) in {**COUNT_INPUTS, **self.count_inputs}.items():
             check_positive_int(name, getattr(self, name), minimum, meaning)
@@ -226,10 +227,12 @@ class TrainingRequest(abc.ABC):
                 f"{cls.framework} training: unknown inputs {', '.join(unknown)}; "
                 f"expected some of {', '.join(sorted(known))}"
             )
-        missing = [name for name in IDENTITY_INPUTS if name not in inputs]
+        missing = [name for name in IDENTITY_INPUTS if not inputs.get(name)]
         if missing:
+            # The steps fill them in (kfp_runtime.task_identity) before they get here.
             raise InvalidInputError(
-                f"{', '.join(missing)}: missing; pass dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
+                f"{', '.join(missing)}: missing; the task's identity, read from KFP by the step "
+                "(kubetrain.kfp_runtime.task_identity), or dsl.PIPELINE_JOB_ID_PLACEHOLDER as run_id, "
                 "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id and dsl.PIPELINE_TASK_NAME_PLACEHOLDER as task_name"
             )
         return cls(**inputs)

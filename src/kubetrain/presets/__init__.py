@@ -7,17 +7,23 @@ is exactly what a component submits. Image tags are tied to the package version 
 training-operator v1 / mpi-operator / PS JobSet presets and `trainjobs` the Trainer v2 ones.
 """
 
-from kubetrain.presets.defaults import (
+from kubetrain.images import (
     CHAINERMN_IMAGE,
-    CHAINERMN_PROGRAM,
+    DEFAULT_REGISTRY,
     IMAGE_NAMES,
     IMAGE_REGISTRY,
     IMAGE_TAG,
     LAUNCHER_IMAGE,
     PS_IMAGE,
+    PYTORCH_IMAGE,
+    REGISTRY_ENV,
+    image_ref,
+    registry_from,
+)
+from kubetrain.presets.defaults import (
+    CHAINERMN_PROGRAM,
     PS_MASTER_PORT,
     PS_SERVER_PORT,
-    PYTORCH_IMAGE,
     TORCH_PROGRAM,
     WORKSPACE_ENV,
     WORKSPACE_MOUNT,
@@ -25,7 +31,6 @@ from kubetrain.presets.defaults import (
     Program,
     TrainingParams,
     UserProgram,
-    image_ref,
     job_meta,
     resolve_program,
     workspace_for,
@@ -45,6 +50,7 @@ from kubetrain.presets.trainjobs import (
 __all__ = [
     "CHAINERMN_IMAGE",
     "CHAINERMN_PROGRAM",
+    "DEFAULT_REGISTRY",
     "IMAGE_NAMES",
     "IMAGE_REGISTRY",
     "IMAGE_TAG",
@@ -54,6 +60,7 @@ __all__ = [
     "PS_MASTER_PORT",
     "PS_SERVER_PORT",
     "PYTORCH_IMAGE",
+    "REGISTRY_ENV",
     "TORCH_PROGRAM",
     "TORCH_RUNTIME",
     "WORKSPACE_ENV",
@@ -69,6 +76,7 @@ __all__ = [
     "ps_job_spec",
     "pytorch_job_spec",
     "pytorch_trainjob_spec",
+    "registry_from",
     "resolve_program",
     "workspace_for",
 ]

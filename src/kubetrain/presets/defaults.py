@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from kubetrain import __version__
 from kubetrain.errors import SpecError
 from kubetrain.names import LABEL_COMPONENT
 from kubetrain.specs import (
@@ -21,23 +20,6 @@ from kubetrain.specs import (
     VolumeMount,
     Workspace,
 )
-
-IMAGE_REGISTRY = "ghcr.io/kubetrain"
-IMAGE_TAG = __version__
-IMAGE_NAMES = ("launcher", "pytorch", "chainermn", "ps")
-
-
-def image_ref(name: str, *, registry: str = IMAGE_REGISTRY, tag: str = IMAGE_TAG) -> str:
-    """The reference of one of the project's images (`launcher`, `pytorch`, `chainermn`, `ps`)."""
-    if name not in IMAGE_NAMES:
-        raise SpecError("image", name, f"one of {', '.join(IMAGE_NAMES)}")
-    return f"{registry}/{name}:{tag}"
-
-
-LAUNCHER_IMAGE = image_ref("launcher")
-PYTORCH_IMAGE = image_ref("pytorch")
-CHAINERMN_IMAGE = image_ref("chainermn")
-PS_IMAGE = image_ref("ps")
 
 WORKSPACE_MOUNT = "/workspace"
 PS_MASTER_PORT = 50051

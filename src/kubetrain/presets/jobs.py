@@ -6,14 +6,16 @@ from collections.abc import Mapping
 from typing import Literal
 
 from kubetrain.errors import SpecError
+from kubetrain.images import (
+    CHAINERMN_IMAGE,
+    PS_IMAGE,
+    PYTORCH_IMAGE,
+)
 from kubetrain.manifests.jobset import master_address, ps_addresses
 from kubetrain.presets.defaults import (
-    CHAINERMN_IMAGE,
     CHAINERMN_PROGRAM,
-    PS_IMAGE,
     PS_MASTER_PORT,
     PS_SERVER_PORT,
-    PYTORCH_IMAGE,
     TORCH_PROGRAM,
     PodOptions,
     Program,

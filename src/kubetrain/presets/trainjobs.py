@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from kubetrain.presets.defaults import (
+from kubetrain.images import (
     CHAINERMN_IMAGE,
-    CHAINERMN_PROGRAM,
     PYTORCH_IMAGE,
+)
+from kubetrain.presets.defaults import (
+    CHAINERMN_PROGRAM,
     TORCH_PROGRAM,
     PodOptions,
     Program,

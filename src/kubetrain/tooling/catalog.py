@@ -6,6 +6,7 @@ imports are made on first use because kfp is slow to import and `--help` should 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -47,19 +48,20 @@ class Entry:
 
 
 def _modules() -> dict[str, ModuleType]:
-    """Every component and pipeline module by its dotted name."""
-    from kubetrain.components import (
-        chainermn_train,
-        compare_summary,
-        download_dataset,
-        ps_train,
-        pytorch_train,
-    )
-    from kubetrain.pipelines import compare_frameworks, mnist_chainermn, mnist_ps, mnist_pytorch
+    """Every component and pipeline module by its dotted name.
 
-    components = (download_dataset, pytorch_train, chainermn_train, ps_train, compare_summary)
-    pipelines = (mnist_pytorch, mnist_chainermn, mnist_ps, compare_frameworks)
-    return {m.__name__: m for m in (*components, *pipelines)}
+    Read from `sys.modules` after importing them: the package `kubetrain.components` exports each
+    component under its module's name, so the attribute `kubetrain.components.pytorch_train` is
+    the component, not the module.
+    """
+    import kubetrain.components
+    import kubetrain.pipelines.compare_frameworks
+    import kubetrain.pipelines.mnist_chainermn
+    import kubetrain.pipelines.mnist_ps
+    import kubetrain.pipelines.mnist_pytorch  # noqa: F401 (imported for sys.modules)
+
+    names = [f"kubetrain.components.{n}" for n in COMPONENTS] + [f"kubetrain.pipelines.{n}" for n in PIPELINES]
+    return {name: sys.modules[name] for name in names}
 
 
 def entries() -> list[Entry]:

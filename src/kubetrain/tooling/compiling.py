@@ -49,16 +49,25 @@ class Stale:
     path: Path | None = None  # the stale file, when not the entry's own YAML (the pre-2.15 copy)
 
 
-def compile_all(selected: list[Entry] | None = None) -> list[Path]:
-    """Write every entry's YAML beside its source; returns the paths written."""
+def output_path(entry: Entry, out: Path | None) -> Path:
+    """Where an entry's YAML goes: beside its source, or under `out` in components/ or pipelines/."""
+    if out is None:
+        return entry.yaml_path
+    return out / f"{entry.kind}s" / entry.yaml_path.name
+
+
+def compile_all(selected: list[Entry] | None = None, *, out: Path | None = None) -> list[Path]:
+    """Write every entry's YAML (and its pre-2.15 copy) beside its source or under `out`; returns the paths."""
     written = []
     for entry in selected or entries():
         text = compile_text(entry)
-        entry.yaml_path.write_text(text, encoding="utf-8")
-        legacy = legacy_path(entry.yaml_path)
+        path = output_path(entry, out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        legacy = legacy_path(path)
         legacy.parent.mkdir(exist_ok=True)
         legacy.write_text(without_task_config(text), encoding="utf-8")
-        written += [entry.yaml_path, legacy]
+        written += [path, legacy]
     return written
 
 

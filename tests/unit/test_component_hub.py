@@ -1,0 +1,141 @@
+"""The Kubeflow hub's conventions per component (components/hub/<name>/), kept true by these checks.
+
+metadata.yaml follows the hub's fields, with versions equal to the pins the e2e tier builds; the
+README is what a regeneration gives (hand-written text below the marker kept); every example
+pipeline compiles; the component modules import only the standard library and kfp at top level.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kfp import compiler
+
+from kubetrain.tooling import hub
+from kubetrain.tooling.catalog import COMPONENTS, Entry
+
+REPO = Path(__file__).resolve().parents[2]
+HUB = REPO / "components" / "hub"
+
+
+def _meta(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((HUB / name / "metadata.yaml").read_text())
+    return loaded
+
+
+def test_the_generated_files_are_current() -> None:
+    stale = hub.stale_hub(list(COMPONENTS), REPO)
+    assert not stale, f"{[str(p) for p in stale]}: run `kubetrain compile` (make golden) and commit"
+
+
+def test_every_component_has_its_folder_and_nothing_else_does() -> None:
+    assert sorted(p.name for p in HUB.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(COMPONENTS)
+    for name in COMPONENTS:
+        assert {"metadata.yaml", "README.md", "example_pipelines.py"} <= {p.name for p in (HUB / name).iterdir()}
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_metadata_has_the_hubs_fields(name: str) -> None:
+    meta = _meta(name)
+    assert meta["name"] == name and re.fullmatch(r"[a-z][a-z0-9_]*", name)
+    assert meta["tier"] in ("core", "third_party")
+    assert meta["stability"] in ("alpha", "beta", "stable")
+    assert "lastVerified" in meta  # the e2e tier's to set
+    kubeflow = meta["dependencies"]["kubeflow"]
+    assert kubeflow[0]["name"] == "Pipelines"
+    for dep in kubeflow + meta["dependencies"]["external_services"]:
+        assert set(dep) == {"name", "version"} and dep["version"], dep
+    assert meta["tags"] and all(isinstance(t, str) for t in meta["tags"])
+    assert meta["links"]["documentation"].endswith(f"components/hub/{name}/README.md")
+
+
+def test_versions_are_the_pins_not_typed_again() -> None:
+    kfp_pins = (REPO / "tools/kfp/pins.env").read_text()
+    versions = {d["name"]: d["version"] for d in _meta("pytorch_train")["dependencies"]["kubeflow"]}
+    assert f"KFP_VERSION={versions['Pipelines']}\n" in kfp_pins
+    go_mod = (REPO / "tools/controlplane/training-operator/go.mod").read_text()
+    assert f"github.com/kubeflow/training-operator {versions['Training Operator']}" in go_mod
+    mpi = {d["name"]: d["version"] for d in _meta("chainermn_train")["dependencies"]["kubeflow"]}
+    assert (
+        f"github.com/kubeflow/mpi-operator {mpi['MPI Operator']}"
+        in (REPO / "tools/controlplane/mpi-operator/go.mod").read_text()
+    )
+
+
+def test_a_regeneration_keeps_last_verified_and_the_hand_written_readme_part(tmp_path: Path) -> None:
+    (tmp_path / "components" / "hub").mkdir(parents=True)
+    for part in ("tools", "pyproject.toml"):
+        (tmp_path / part).symlink_to(REPO / part)
+    folder = tmp_path / "components" / "hub" / "pytorch_train"
+    folder.mkdir()
+    (folder / "example_pipelines.py").write_text((HUB / "pytorch_train" / "example_pipelines.py").read_text())
+    (folder / "metadata.yaml").write_text("name: pytorch_train\nlastVerified: 2026-11-20T10:00:00Z\n")
+    (folder / "README.md").write_text(f"old generated text\n{hub.CUSTOM_MARKER}\nNotes from the team.\n")
+    hub.write_hub(["pytorch_train"], tmp_path)
+    assert _last_verified(folder / "metadata.yaml") == "2026-11-20T10:00:00Z"
+    readme = (folder / "README.md").read_text()
+    assert readme.endswith(f"{hub.CUSTOM_MARKER}\nNotes from the team.\n") and "old generated text" not in readme
+    assert hub.stale_hub(["pytorch_train"], tmp_path) == []
+    (folder / "README.md").write_text(readme.replace("| `epochs` |", "| `epochz` |"))
+    assert hub.stale_hub(["pytorch_train"], tmp_path) == [folder / "README.md"]
+
+
+def _last_verified(path: Path) -> object:
+    raw = yaml.safe_load(path.read_text())["lastVerified"]
+    return raw.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(raw, "strftime") else raw
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_the_readme_lists_every_input_and_output(name: str) -> None:
+    readme = (HUB / name / "README.md").read_text()
+    spec = Entry("component", name).load().component_spec
+    for io in (*(spec.inputs or {}), *(spec.outputs or {})):
+        assert f"| `{io}` |" in readme, io
+    assert (HUB / name / "example_pipelines.py").read_text().rstrip() in readme
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_the_example_pipelines_compile(name: str, tmp_path: Path) -> None:
+    from kfp.dsl.graph_component import GraphComponent
+
+    defined = runpy.run_path(str(HUB / name / "example_pipelines.py"))
+    pipelines = [v for v in defined.values() if isinstance(v, GraphComponent)]
+    assert pipelines, f"{name}: example_pipelines.py defines no @dsl.pipeline"
+    for pipeline in pipelines:
+        out = tmp_path / f"{pipeline.name}.yaml"
+        compiler.Compiler().compile(pipeline, str(out))
+        tasks = next(iter(yaml.safe_load_all(out.read_text())))["components"]
+        assert any(name.replace("_", "-") in key for key in tasks), (name, list(tasks))
+
+
+# The hub's import guard: top-level imports of component modules are the standard library and kfp;
+# the sibling _shared (what they declare alike) adds kubetrain.images, itself standard library only.
+ALLOWED = {
+    "components/_shared.py": {"kubetrain.images"},
+    "src/kubetrain/images.py": {"kubetrain", "kubetrain.errors"},
+}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("module", [*(f"components/{n}.py" for n in COMPONENTS), *ALLOWED])
+def test_component_modules_import_only_the_standard_library_and_kfp(module: str) -> None:
+    allowed = ALLOWED.get(module, {"kubetrain.components._shared"})
+    for name in _top_level_imports(REPO / module):
+        top = name.split(".")[0]
+        assert top in sys.stdlib_module_names or top == "kfp" or name in allowed, f"{module}: imports {name}"
