@@ -108,7 +108,7 @@ def download_dataset_step(
 
         info = download(source, local_dir, sha256=sha256 or None, shards=shards)
         if not is_pinned(source, sha256):
-            print(UNPINNED_WARNING.format(source=source), file=sys.stderr, flush=True)
+            print(UNPINNED_WARNING.format(source=describe_source(parse_source(source))), file=sys.stderr, flush=True)
     print(
         f"dataset {info.name}: {'reused' if reused else 'downloaded'} at {pod_path} on claim {workspace_pvc}; "
         + ", ".join(f"{split} {info.num_records(split)} records" for split in info.splits),
