@@ -12,6 +12,7 @@ the API. With KUBETRAIN_UPDATE_GOLDEN=1 the screenshots land in docs/images/ui/ 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -231,3 +232,15 @@ def test_retry_on_a_failed_runs_page_reattaches_to_its_training_job(
     page.open_run(run_id)
     assert f"adopted existing PyTorchJob kubeflow/{job}" in page.logs("pytorch-train")
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
+def test_the_ui_server_was_never_forbidden(cluster: Cluster) -> None:
+    # It runs as ml-pipeline-ui with upstream's Role: a permission the pages above needed and the
+    # Role lacks shows up here, as on a cluster (the audit policy records that user's requests).
+    user = f"system:serviceaccount:kubeflow:{ui.ACCOUNT}"
+    events = [json.loads(line) for line in cluster.audit_log.read_text().splitlines()]
+    mine = [e for e in events if e.get("user", {}).get("username") == user and e.get("stage") == "ResponseComplete"]
+    assert mine, f"no request of {user} in {cluster.audit_log}: did the UI server read pod logs or Secrets?"
+    refused = [(e["verb"], e.get("objectRef", {}).get("resource"), e.get("objectRef", {}).get("subresource"))
+               for e in mine if e.get("responseStatus", {}).get("code") in (401, 403)]  # fmt: skip
+    assert not refused, refused
