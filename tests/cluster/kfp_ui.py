@@ -91,7 +91,8 @@ class KfpUI:
         raise AssertionError(f"run {run_id} not final after {timeout:.0f}s: {state}")
 
     def open_run(self, run_id: str) -> None:
-        """The run's page, its graph drawn."""
+        """The run's page, freshly loaded (nothing cached from an earlier look), its graph drawn."""
+        self.page.goto("about:blank")  # the same URL again would only be a hash change: no reload
         self.page.goto(f"{self.base}/#/runs/details/{run_id}")
         expect(self.page.locator(".react-flow__node").first).to_be_visible(timeout=60_000)
 
@@ -120,10 +121,14 @@ class KfpUI:
         self.page.get_by_role("button", name=name, exact=True).click()
 
     def logs(self, task: str) -> str:
-        """The Logs tab of a task: the text the UI server returned for it; the log window must show."""
-        self.select(f"task.{task}")
+        """The Logs tab of a task: the text the UI server returned for it; the log window must show.
+
+        The panel fetches the logs as soon as the node is selected (not when the tab opens), so the
+        response is awaited around the selection.
+        """
         with self.page.expect_response(lambda r: "/k8s/pod/logs" in r.url, timeout=60_000) as answer:
-            self.tab("Logs")
+            self.select(f"task.{task}")
+        self.tab("Logs")
         reply = answer.value
         assert reply.ok, f"the Logs tab of {task}: {reply.status} {reply.text()[:1000]}"
         expect(self.page.locator('[data-testid="logs-view-window"]')).to_be_visible()
