@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pytest
 import yaml
 
 from tests import ui_browser
-from tools.cluster.kfp import grpcweb, ui
+from tools.cluster.kfp import grpcweb, services_venv, ui
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 APP = ui.built()
@@ -55,15 +56,13 @@ def _context_types(request: bytes, context: Any) -> bytes:
     return b"\x0a\x00"  # one empty ContextType: any bytes do, the bridge does not parse them
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextmanager
+def _ui_server(run: Path, grpc_web_port: int) -> Iterator[str]:
+    """The built UI's server with the API on a closed port and MLMD's gRPC-web at `grpc_web_port`."""
     assert APP is not None
-    run = tmp_path_factory.mktemp("ui")
-    mlmd = grpcweb.server("127.0.0.1", 0, SERVICE, {"GetContextTypes": _context_types})
-    grpcweb.serve_in_background(mlmd, "test-mlmd")
     port = _free_port()
     at = ui.Addresses(api_host="127.0.0.1", api_port=_free_port(), grpc_web_host="127.0.0.1",
-                      grpc_web_port=int(mlmd.server_address[1]), s3_host="127.0.0.1", s3_port=_free_port())  # fmt: skip
+                      grpc_web_port=grpc_web_port, s3_host="127.0.0.1", s3_port=_free_port())  # fmt: skip
     # The server reads its kubeconfig at start and exits if the file is missing: one to a closed port.
     kubeconfig = run / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
@@ -88,6 +87,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    mlmd = grpcweb.server("127.0.0.1", 0, SERVICE, {"GetContextTypes": _context_types})
+    grpcweb.serve_in_background(mlmd, "test-mlmd")
+    try:
+        with _ui_server(tmp_path_factory.mktemp("ui"), int(mlmd.server_address[1])) as url:
+            yield url
+    finally:
         mlmd.shutdown()
 
 
@@ -123,3 +132,47 @@ def test_the_ui_server_forwards_grpc_web_to_the_mlmd_listener(served: str) -> No
         frames = grpcweb.unframe(reply.body())
         assert frames[0] == (grpcweb.DATA, b"\x0a\x00")
         assert b"grpc-status:0" in frames[-1][1]
+
+
+MLMD_SERVER = Path(__file__).resolve().parents[2] / "tools" / "cluster" / "kfp" / "mlmd_server.py"
+PUT_ARTIFACT = """
+import sys
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2 as pb
+store = metadata_store.MetadataStore(pb.MetadataStoreClientConfig(host="127.0.0.1", port=int(sys.argv[1])))
+kind = store.put_artifact_type(pb.ArtifactType(name="system.HTML"))
+artifact = pb.Artifact(type_id=kind, uri=sys.argv[2], state=pb.Artifact.LIVE)
+artifact.custom_properties["display_name"].string_value = "report"
+store.put_artifacts([artifact])
+"""
+
+
+def test_the_artifacts_page_lists_what_the_real_mlmd_server_holds_through_its_grpc_web(tmp_path: Path) -> None:
+    # The MLMD front the KFP tier runs (mlmd_server.py --grpc-web, the real MLMD library): the page's
+    # gRPC-web calls go through the UI server to it, and the artifact written by MLMD's own client shows.
+    from playwright.sync_api import expect
+
+    python = services_venv.python(services_venv.venv_dir())
+    if not python.exists():
+        pytest.skip("the KFP services venv (ml-metadata) is not built; cluster up builds it")
+    grpc_port, web_port = _free_port(), _free_port()
+    log = tmp_path / "mlmd.log"
+    argv = [str(python), str(MLMD_SERVER), "--host", "127.0.0.1", "--port", str(grpc_port),
+            "--sqlite", str(tmp_path / "mlmd.sqlite"), "--grpc-web", f"127.0.0.1:{web_port}"]  # fmt: skip
+    with log.open("wb") as out:
+        mlmd = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=services_venv.environment())
+    try:
+        deadline = time.monotonic() + 60
+        while "serving gRPC-web" not in log.read_text():
+            assert mlmd.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        uri = "minio://mlpipeline/v2/artifacts/smoke/report"
+        subprocess.run([str(python), "-c", PUT_ARTIFACT, str(grpc_port), uri], check=True, timeout=60,
+                       env=services_venv.environment())  # fmt: skip
+        with _ui_server(tmp_path, web_port) as url, ui_browser.page() as page:
+            page.goto(f"{url}/#/artifacts")
+            expect(page.get_by_text(uri, exact=True)).to_be_visible()
+            expect(page.get_by_text("system.HTML", exact=True)).to_be_visible()
+    finally:
+        mlmd.terminate()
+        mlmd.wait(timeout=20)
