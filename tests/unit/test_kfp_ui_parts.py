@@ -189,3 +189,10 @@ def test_the_s3_identity_holds_the_keys_with_every_action(tmp_path: Path) -> Non
     (identity,) = json.loads(config.read_text())["identities"]
     assert identity["credentials"] == [{"accessKey": "minio", "secretKey": "minio123"}]
     assert "Admin" in identity["actions"]
+
+
+def test_mlmd_answers_grpc_web_on_loopback_only_when_the_ui_runs(tmp_path: Path) -> None:
+    with_ui = backend.mlmd_argv(Path("/v/python"), tmp_path, with_ui=True)
+    assert with_ui[with_ui.index("--grpc-web") + 1] == f"127.0.0.1:{ui.GRPC_WEB_PORT}"
+    assert "--grpc-web" not in backend.mlmd_argv(Path("/v/python"), tmp_path, with_ui=False)
+    assert ui.GRPC_WEB_PORT in backend.ports() and ui.GRPC_WEB_PORT not in backend.ports(with_ui=False)

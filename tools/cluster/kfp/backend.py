@@ -123,9 +123,7 @@ def up(cluster: Control, state: Path) -> Backend:
     gateway = node_config.GATEWAY
     env = services_venv.environment()
     _start_store(run, venv, weed, env)
-    mlmd = [str(services_venv.python(venv)), str(Path(__file__).with_name("mlmd_server.py")),
-            "--host", gateway, "--port", str(MLMD_PORT), "--sqlite", str(run / "mlmd.sqlite"),
-            "--grpc-web", f"127.0.0.1:{ui.GRPC_WEB_PORT}"]  # fmt: skip
+    mlmd = mlmd_argv(services_venv.python(venv), run, with_ui=with_ui)
     processes.start(run, "mlmd", mlmd, env=env, log=run / "mlmd.log", cwd=run)
     operators.wait_for("ML Metadata", lambda: _tcp_open(gateway, MLMD_PORT), 60, run / "mlmd.log")
     _apply_objects(cluster, bins, state)
@@ -137,6 +135,15 @@ def up(cluster: Control, state: Path) -> Backend:
     if app is not None:
         _start_ui(cluster, bins, run, app, state)
     return Backend(host=f"http://127.0.0.1:{API_HTTP_PORT}", run_dir=run)
+
+
+def mlmd_argv(python: Path, run: Path, *, with_ui: bool) -> list[str]:
+    """The MLMD server on the gateway (for the steps), with the UI's gRPC-web listener on loopback when the UI runs."""
+    argv = [str(python), str(Path(__file__).with_name("mlmd_server.py")), "--host", node_config.GATEWAY,
+            "--port", str(MLMD_PORT), "--sqlite", str(run / "mlmd.sqlite")]  # fmt: skip
+    if with_ui:  # where Envoy answers them in a cluster
+        argv += ["--grpc-web", f"127.0.0.1:{ui.GRPC_WEB_PORT}"]
+    return argv
 
 
 def _start_store(run: Path, venv: Path, weed: Path | None, env: dict[str, str]) -> None:
