@@ -113,8 +113,16 @@ class KfpUI:
         return True
 
     def select(self, node: str) -> None:
-        """Open a node's side panel: `task.<task>` or `artifact.<task>.<output>` (a dispatched click)."""
-        self.page.locator(f'[data-testid="rf__node-{node}"]').dispatch_event("click")
+        """Open a node's side panel: `task.<task>` or `artifact.<task>.<output>` (a dispatched click).
+
+        The panel keeps the node's ML Metadata as it was at the click: selected before the page's
+        MLMD fetch has answered, it stays empty (no logs, no visualization). So the click waits for
+        the node's icon to say MLMD knows it (an execution for a task, a live artifact).
+        """
+        element = self.page.locator(f'[data-testid="rf__node-{node}"]')
+        known = "execution-icon-active" if node.startswith("task.") else "artifact-icon-live"
+        expect(element.locator(f'[data-testid="{known}"]')).to_be_visible(timeout=90_000)
+        element.dispatch_event("click")
 
     def tab(self, name: str) -> None:
         """A tab of the open side panel (or page)."""
