@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
 
-.PHONY: debian-packages setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages cluster-up cluster-down e2e lock
+.PHONY: debian-packages ui-packages setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages cluster-up cluster-down e2e lock
 
 setup: $(STAMP)
 
@@ -79,6 +79,7 @@ clean:
 # KUBETRAIN_REAL_NODE=0 leaves the real node out (kwok nodes only: no root, no Debian packages).
 REAL_NODE ?= $(if $(filter 0,$(KUBETRAIN_REAL_NODE)),,node)
 NODE_PACKAGES := runc buildah mmdebstrap iptables nftables
+UI_PACKAGES := chromium  # node and npm (20.19+) come with the machine: Debian 12 ships node 18
 
 controlplane: $(if $(REAL_NODE),node-packages)
 	bash tools/controlplane/build.sh $(REAL_NODE)
@@ -92,13 +93,21 @@ node-packages:
 debian-packages:
 	@bash tools/ci/apt_install_missing.sh $(SETUP_PACKAGES)
 	@bash tools/ci/apt_install_missing.sh --no-recommends $(NODE_PACKAGES)
+	@bash tools/ci/apt_install_missing.sh $(UI_PACKAGES)
 
 # The Kubeflow Pipelines 2.17 backend on the real node (tools/kfp/build.sh: KFP and Argo from their
 # pinned source archives, cached under ~/.cache/kubetrain/kfp). KUBETRAIN_KFP=0 leaves it out.
 KFP := $(if $(REAL_NODE),$(if $(filter 0,$(KUBETRAIN_KFP)),,kfp))
 
-kfp-backend:
+# With it, SeaweedFS (its S3 store, tools/seaweedfs) and KFP's web UI (tools/ui, npm; its browser
+# tests drive Debian's chromium), each cached by its own pins.
+kfp-backend: ui-packages
 	bash tools/kfp/build.sh
+	bash tools/seaweedfs/build.sh
+	bash tools/ui/build.sh
+
+ui-packages:
+	@bash tools/ci/apt_install_missing.sh $(UI_PACKAGES)
 
 cluster-up: setup controlplane $(if $(KFP),kfp-backend)
 	$(PY) -m tools.cluster up

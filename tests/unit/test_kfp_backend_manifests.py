@@ -52,8 +52,10 @@ def test_the_api_server_config_is_upstreams_without_the_mlflow_plugin(tmp_path: 
 
 
 def test_every_backend_port_is_distinct_and_named() -> None:
+    # Six servers' ports, SeaweedFS's eight and the UI's two: none overwrote another in the merge.
     ports = backend.ports()
-    assert len(ports) == 7 and all(ports.values())
+    assert len(ports) == 6 + 8 + 2 and all(ports.values())
+    assert len(backend.ports("moto", with_ui=False)) == 7
 
 
 def test_a_one_layer_image_holds_its_binary_and_a_sticky_tmp(tmp_path: Path) -> None:

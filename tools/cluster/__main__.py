@@ -7,7 +7,7 @@ import sys
 
 from kubetrain.presets import IMAGE_NAMES
 from tools.cluster import controlplane, images, node
-from tools.cluster.kfp import backend
+from tools.cluster.kfp import backend, ui
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"launcher kubeconfig: {cluster.launcher_kubeconfig}")
             if backend.running(controlplane.STATE):
                 print(f"KFP API (kfp.Client host): http://127.0.0.1:{backend.API_HTTP_PORT}")
+                page = ui.read_url(controlplane.STATE)
+                if page is not None:
+                    print(f"KFP UI:              {page}")
             if args.images:
                 if not node.running(controlplane.STATE):
                     raise images.ImageBuildError("--images: no real node runs in this cluster (KUBETRAIN_REAL_NODE=0?)")

@@ -48,6 +48,8 @@ kind: Policy
 rules:
   - level: Metadata
     userGroups: ["{LAUNCHER_GROUP}"]
+  - level: Metadata
+    users: ["system:serviceaccount:kubeflow:ml-pipeline-ui"]
   - level: None
 """
 

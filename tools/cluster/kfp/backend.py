@@ -1,9 +1,11 @@
 """The real Kubeflow Pipelines 2.17 backend on the e2e cluster's real node: `make cluster-up` with KUBETRAIN_KFP=1.
 
 Servers run as host processes, as the findings allowed: MariaDB (tools/cluster/kfp/mariadb.py),
-an S3 store (moto), ML Metadata (tools/cluster/kfp/mlmd_server.py over the real MLMD library),
+the S3 store (SeaweedFS as KFP ships it, or moto: tools/cluster/kfp/object_store.py), ML Metadata
+(tools/cluster/kfp/mlmd_server.py over the real MLMD library, also serving gRPC-web for the UI),
 KFP's API server and Argo's workflow-controller, built from the pinned sources by
-tools/kfp/build.sh. What runs in pods in a cluster runs in pods here, on the real node: the
+tools/kfp/build.sh, and KFP's web UI server (tools/cluster/kfp/ui.py; KUBETRAIN_KFP_UI=0 leaves it
+out). What runs in pods in a cluster runs in pods here, on the real node: the
 persistence agent (it needs its projected token), and every run's steps — Argo's executor, KFP's
 driver and launcher, kubetrain's launcher image — from one-layer images of the static binaries
 pushed to the node's registry under their upstream names. Pods reach the servers by their usual
@@ -33,7 +35,7 @@ import yaml
 
 from tools.cluster import manifests as cluster_manifests
 from tools.cluster import node_config, oci, operators, processes
-from tools.cluster.kfp import manifests, mariadb, services_venv
+from tools.cluster.kfp import manifests, mariadb, object_store, services_venv, ui
 from tools.cluster.kfp.manifests import NAMESPACE, HostService, ServicePort
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -43,6 +45,8 @@ API_HTTP_PORT = 18888
 API_WEBHOOK_PORT = 18443
 MLMD_PORT = 18080
 S3_PORT = 19000
+# SeaweedFS's other listeners (each with its gRPC port 10000 above): none of the defaults is free here.
+WEED_PORTS = object_store.WeedPorts(s3=S3_PORT, master=19333, volume=19080, filer=19888)
 ARGO_HEALTH_PORT = 6060  # hard-coded in workflow-controller v4.0.5
 WORKSPACE_CLAIM = "kubetrain-workspace"
 # How often the reaper sweeps: a terminated run's job is gone within about this (tests bound it).
@@ -77,14 +81,17 @@ class Backend:
         return self.run_dir
 
 
-def ports() -> dict[int, str]:
+def ports(store: str = object_store.DEFAULT, *, with_ui: bool = True) -> dict[int, str]:
     """Every host port the backend's processes bind, and which binds it."""
-    return {
+    bound = {
         API_GRPC_PORT: "the KFP API server (gRPC)", API_HTTP_PORT: "the KFP API server (HTTP)",
         API_WEBHOOK_PORT: "the KFP API server (webhook)", MLMD_PORT: "ML Metadata (gRPC)",
-        S3_PORT: "the S3 store (moto)", ARGO_HEALTH_PORT: "Argo's workflow-controller (health)",
-        mariadb.PORT: "MariaDB",
+        ARGO_HEALTH_PORT: "Argo's workflow-controller (health)", mariadb.PORT: "MariaDB",
     }  # fmt: skip
+    bound.update(WEED_PORTS.described() if store == object_store.SEAWEEDFS else {S3_PORT: "the S3 store (moto)"})
+    if with_ui:
+        bound.update({ui.UI_PORT: "the KFP UI server", ui.GRPC_WEB_PORT: "ML Metadata (gRPC-web, for the UI)"})
+    return bound
 
 
 def build(log: Path | None = None) -> Path:
@@ -107,20 +114,21 @@ def up(cluster: Control, state: Path) -> Backend:
     """Start every piece of the backend (on a cluster whose real node is up); wait until it serves."""
     run = state / "kfp"
     run.mkdir(parents=True, exist_ok=True)
-    bins = build(run / "build.log")
+    try:
+        store, with_ui = object_store.choice(), ui.enabled()
+        bins = build(run / "build.log")
+        weed = object_store.build_weed(run / "seaweedfs-build.log") if store == object_store.SEAWEEDFS else None
+        app = ui.build(run / "ui-build.log") if with_ui else None
+    except (object_store.ObjectStoreError, ui.UIError) as e:
+        raise BackendError(str(e)) from e
     venv = services_venv.ensure(run / "services-venv.log")
-    processes.require_free(ports())
+    processes.require_free(ports(store, with_ui=with_ui))
     mariadb.start(run)
     gateway = node_config.GATEWAY
-    # Every client here addresses buckets by path; without this moto would read "seaweedfs" in
-    # the Host header `seaweedfs.kubeflow.svc:9000` as a bucket name.
-    env = {**services_venv.environment(), "S3_IGNORE_SUBDOMAIN_BUCKETNAME": "true"}
-    processes.start(run, "s3", [str(services_venv.moto_server(venv)), "-H", gateway, "-p", str(S3_PORT)],
-                    env=env, log=run / "s3.log", cwd=run)  # fmt: skip
-    mlmd = [str(services_venv.python(venv)), str(Path(__file__).with_name("mlmd_server.py")),
-            "--host", gateway, "--port", str(MLMD_PORT), "--sqlite", str(run / "mlmd.sqlite")]  # fmt: skip
+    env = services_venv.environment()
+    _start_store(run, venv, weed, env)
+    mlmd = mlmd_argv(services_venv.python(venv), run, with_ui=with_ui)
     processes.start(run, "mlmd", mlmd, env=env, log=run / "mlmd.log", cwd=run)
-    operators.wait_for("the S3 store", lambda: _http_answers(f"http://{gateway}:{S3_PORT}/"), 60, run / "s3.log")
     operators.wait_for("ML Metadata", lambda: _tcp_open(gateway, MLMD_PORT), 60, run / "mlmd.log")
     _apply_objects(cluster, bins, state)
     _push_images(bins)
@@ -129,7 +137,52 @@ def up(cluster: Control, state: Path) -> Backend:
     _start_reaper(cluster, run)
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.persistence_agent())
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, "deployment/ml-pipeline-persistenceagent", "--timeout=180s")
+    if app is not None:
+        _start_ui(cluster, bins, run, app, state)
     return Backend(host=f"http://127.0.0.1:{API_HTTP_PORT}", run_dir=run)
+
+
+def mlmd_argv(python: Path, run: Path, *, with_ui: bool) -> list[str]:
+    """The MLMD server on the gateway (for the steps), with the UI's gRPC-web listener on loopback when the UI runs."""
+    argv = [str(python), str(Path(__file__).with_name("mlmd_server.py")), "--host", node_config.GATEWAY,
+            "--port", str(MLMD_PORT), "--sqlite", str(run / "mlmd.sqlite")]  # fmt: skip
+    if with_ui:  # where Envoy answers them in a cluster
+        argv += ["--grpc-web", f"127.0.0.1:{ui.GRPC_WEB_PORT}"]
+    return argv
+
+
+def _start_store(run: Path, venv: Path, weed: Path | None, env: dict[str, str]) -> None:
+    """SeaweedFS (`weed` given) or moto on the gateway's S3_PORT; wait until it serves S3."""
+    gateway = node_config.GATEWAY
+    if weed is not None:
+        keys = {"access_key": manifests.S3_ACCESS_KEY, "secret_key": manifests.S3_SECRET_KEY}
+        argv = object_store.prepare_seaweedfs(run, weed, ip=gateway, ports=WEED_PORTS, **keys)
+        processes.start(run, "s3", argv, env=env, log=run / "s3.log", cwd=run)
+        ready = object_store.wait_ready_url(gateway, WEED_PORTS)
+        operators.wait_for("the S3 store (SeaweedFS)", lambda: _http_answers(ready, ok_only=True), 120, run / "s3.log")
+        return
+    # Every client here addresses buckets by path; without this moto would read "seaweedfs" in
+    # the Host header `seaweedfs.kubeflow.svc:9000` as a bucket name.
+    moto_env = {**env, "S3_IGNORE_SUBDOMAIN_BUCKETNAME": "true"}
+    processes.start(run, "s3", [str(services_venv.moto_server(venv)), "-H", gateway, "-p", str(S3_PORT)],
+                    env=moto_env, log=run / "s3.log", cwd=run)  # fmt: skip
+    operators.wait_for("the S3 store (moto)", lambda: _http_answers(f"http://{gateway}:{S3_PORT}/"), 60, run / "s3.log")
+
+
+def _start_ui(cluster: Control, bins: Path, run: Path, app: Path, state: Path) -> None:
+    at = ui.Addresses(api_host="127.0.0.1", api_port=API_HTTP_PORT, grpc_web_host="127.0.0.1",
+                      grpc_web_port=ui.GRPC_WEB_PORT, s3_host=node_config.GATEWAY, s3_port=S3_PORT)  # fmt: skip
+
+    def apply(path: Path) -> None:
+        cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(path))
+
+    try:
+        ui.start(run, app, bins.parent / "src" / "pipelines", apply=apply,
+                 kubeconfig_for=lambda account: _service_account_kubeconfig(cluster, run, account), at=at,
+                 namespace=NAMESPACE, bucket=manifests.BUCKET, access_key=manifests.S3_ACCESS_KEY,
+                 secret_key=manifests.S3_SECRET_KEY, state=state)  # fmt: skip
+    except ui.UIError as e:
+        raise BackendError(str(e)) from e
 
 
 def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:

@@ -6,8 +6,11 @@ per RPC, serialized request in, serialized response and a canonical status code 
 hands gRPC's raw bytes to those functions untouched. The three RPCs the extension lacks
 (GetParentContextsByContexts, GetChildrenContextsByContexts, GetLineageGraph; KFP uses none) answer
 UNIMPLEMENTED. It runs on the services venv's python (services_venv.py): ml-metadata needs protobuf 4.
+With `--grpc-web HOST:PORT` it also answers the KFP UI's gRPC-web calls there (grpcweb.py), with the
+same handlers: what Envoy does in front of MLMD in a cluster.
 
-    python tools/cluster/kfp/mlmd_server.py --host 0.0.0.0 --port 8080 --sqlite /path/metadata.sqlite
+    python tools/cluster/kfp/mlmd_server.py --host 0.0.0.0 --port 8080 --sqlite /path/metadata.sqlite \
+        [--grpc-web 127.0.0.1:18081]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import grpcweb  # beside this file: run as a script, its folder is on sys.path
 from ml_metadata.metadata_store.pywrap.metadata_store_extension import metadata_store as _ext
 from ml_metadata.proto import metadata_store_pb2, metadata_store_service_pb2
 
@@ -106,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mysql-database", default="metadb")
     parser.add_argument("--mysql-user", default="root")
     parser.add_argument("--mysql-password-file", metavar="PATH")
+    parser.add_argument("--grpc-web", metavar="HOST:PORT", help="also serve gRPC-web (for the KFP UI) there")
     args = parser.parse_args(argv)
 
     try:
@@ -116,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     # grpc sets SO_REUSEPORT by default: a second server on the same port would start and share it.
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
-    rpcs = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in handlers(store).items()}
+    raw = handlers(store)
+    rpcs = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in raw.items()}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, rpcs),))
     try:
         port = server.add_insecure_port(f"{args.host}:{args.port}")
@@ -124,12 +130,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlmd_server: cannot listen on {args.host}:{args.port} (port taken?): {e}", file=sys.stderr)
         return 2
 
+    web = None
+    if args.grpc_web:
+        web_host, _, web_port = args.grpc_web.rpartition(":")
+        try:
+            web = grpcweb.server(web_host, int(web_port), SERVICE, raw)
+        except (OSError, ValueError) as e:
+            print(f"mlmd_server: cannot serve gRPC-web on {args.grpc_web} (port taken?): {e}", file=sys.stderr)
+            return 2
+
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     server.start()
     print(f"mlmd_server: serving {SERVICE} on {args.host}:{port} ({where})", file=sys.stderr, flush=True)
+    if web is not None:
+        grpcweb.serve_in_background(web, "mlmd_server")
     stop.wait()
+    if web is not None:
+        web.shutdown()
     server.stop(GRACE_S).wait()
     print("mlmd_server: stopped", file=sys.stderr, flush=True)
     return 0

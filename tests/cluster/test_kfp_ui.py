@@ -1,0 +1,246 @@
+"""The Kubeflow Pipelines 2.17 web UI on the e2e cluster, in a real browser, as a user works in it.
+
+The UI server runs beside the real backend (tools/cluster/kfp/ui.py) as KFP's `ml-pipeline-ui`
+service account; headless Chromium (Debian's) is driven by Playwright for Python
+(tests/ui_browser.py, tests/cluster/kfp_ui.py). Every shipped pipeline and a user's own pipeline
+are uploaded through the page, run from the page with one parameter changed, and read back on the
+page: the run's state, the launcher's lines in the training task's Logs tab, the HTML report with
+its curves (pixels of the chart, not only its text), the metrics and the Compare page. Failure,
+Terminate and Retry go through the page too; what they do to the training job is checked through
+the API. With KUBETRAIN_UPDATE_GOLDEN=1 the screenshots land in docs/images/ui/ (the README's).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("playwright", reason="playwright is not installed (pip install -e '.[dev]')")
+
+from kubetrain.names import LABEL_RUN_ID
+from tests import ui_browser
+from tests.cluster import kfp_runs, kfp_ui
+from tests.cluster.kfp_runs import KfpBackend
+from tests.cluster.kfp_ui import KfpUI
+from tests.cluster.test_kfp_backend import _jobs, _launcher_pods, _users_pipeline, _wait_for
+from tools.cluster.controlplane import STATE, Cluster
+from tools.cluster.kfp import ui
+
+pytestmark = pytest.mark.timeout(2400)
+JOB_LINE = re.compile(r"(PyTorchJob|MPIJob|JobSet|TrainJob) kubeflow/(\S+): .*→ (\w+)")
+POD_LINE = re.compile(r"pod \S+ \[")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One pipeline as the UI scenarios run it."""
+
+    name: str
+    tasks: tuple[str, ...]
+    training: tuple[str, ...]  # tasks whose Logs tab shows a launcher following its job
+    parameter: tuple[str, str]  # (name, the value typed into the form)
+    reports: tuple[str, ...] = ()  # tasks whose report must show curves and metrics (default: training)
+
+    def reported(self) -> tuple[str, ...]:
+        """The tasks whose report and metrics are checked."""
+        return self.reports or self.training
+
+
+CASES = [
+    Case("mnist_pytorch", ("download-dataset", "pytorch-train"), ("pytorch-train",), ("epochs", "4")),
+    Case("mnist_chainermn", ("chainermn-train", "download-dataset"), ("chainermn-train",), ("epochs", "4")),
+    Case("mnist_ps", ("download-dataset", "ps-train"), ("ps-train",), ("epochs", "8")),
+    Case("compare_frameworks", ("chainermn-train", "compare-summary", "download-dataset", "ps-train", "pytorch-train"),
+         ("pytorch-train", "chainermn-train", "ps-train"), ("pytorch_epochs", "4")),
+]  # fmt: skip
+USERS = Case("users_two_trainings", ("download-dataset", "pytorch-train", "pytorch-train-2"),
+             ("pytorch-train", "pytorch-train-2"), ("epochs", "4"), reports=("pytorch-train",))  # fmt: skip
+_SUCCEEDED: list[str] = []  # run ids, for the Compare page
+
+
+@pytest.fixture(scope="module")
+def kfp_backend(cluster: Cluster) -> KfpBackend:
+    """The backend, with every kubetrain image built and pushed."""
+    return kfp_runs.prepare(cluster, ["launcher", "pytorch", "chainermn", "ps"])
+
+
+@pytest.fixture(scope="module")
+def ui_url(kfp_backend: KfpBackend) -> str:
+    found = ui.read_url(STATE)
+    assert found is not None, f"no {STATE / ui.URL_FILE}: the KFP tier started without its UI (KUBETRAIN_KFP_UI=0?)"
+    return found
+
+
+@pytest.fixture
+def page(ui_url: str) -> Iterator[KfpUI]:
+    reason = ui_browser.skip_reason()
+    if reason:
+        pytest.fail(f"the browser scenarios need a browser: {reason}")
+    with ui_browser.page() as opened:
+        yield KfpUI(opened, ui_url)
+
+
+def _users_package(tmp_path: Path) -> Path:
+    # A user's own pipeline: kubetrain's components loaded from the compiled YAML, one training with
+    # kubetrain's program and one with the user's DDP script from docs/examples (on the workspace).
+    programs = STATE / "node" / "workspace-kubeflow" / "programs"
+    programs.mkdir(parents=True, exist_ok=True)
+    (programs / "ddp_train.py").write_text((kfp_runs.REPO_ROOT / "docs" / "examples" / "ddp_train.py").read_text())
+    return _users_pipeline(tmp_path, "users_two_trainings", """
+        @dsl.pipeline(name="users-two-trainings")
+        def pipeline(epochs: int = 5) -> None:
+            data = claim(download(source="builtin:digits"))
+            claim(train(dataset=data.outputs["dataset"], **IDS, workers=1, epochs=epochs))
+            claim(train(dataset=data.outputs["dataset"], **IDS, workers=1,
+                        command=["python", "/workspace/programs/ddp_train.py"], args=["--epochs", "20"]))
+    """)  # fmt: skip
+
+
+def _check_logs(text: str, task: str, *, outcome: str) -> str:
+    """The launcher's lines in a Logs tab: its job, the job's pods, the outcome; the job's name."""
+    jobs = JOB_LINE.findall(text)
+    assert jobs, f"{task}: no line of the launcher about its job in the Logs tab:\n{text[-3000:]}"
+    assert POD_LINE.search(text), f"{task}: no line about the job's pods in the Logs tab:\n{text[-3000:]}"
+    assert outcome in {state for _, _, state in jobs}, f"{task}: the job never reached {outcome}:\n{text[-3000:]}"
+    return str(jobs[0][1])
+
+
+@pytest.mark.parametrize("case", [*CASES, USERS], ids=lambda c: c.name)
+def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(
+    kfp_backend: KfpBackend, page: KfpUI, case: Case, tmp_path: Path
+) -> None:
+    package = _users_package(tmp_path) if case is USERS else kfp_runs.REPO_ROOT / "pipelines" / f"{case.name}.yaml"
+    shots = f"{case.name}"
+    started = time.monotonic()
+    page.upload(package, f"{case.name}-{uuid.uuid4().hex[:6]}")
+    assert page.task_nodes(len(case.tasks)) == sorted(case.tasks)
+    ui_browser.screenshot(page.page, f"{shots}-pipeline-graph", tmp_path)
+    key, value = case.parameter
+    run_id = page.start_run({key: value})
+    clicked = time.monotonic()
+    parameters = page.run(run_id).get("runtime_config", {}).get("parameters", {})
+    assert str(parameters.get(key)) in (value, f"{value}.0"), parameters  # the form's value reached the run
+
+    # While the first training job runs, its task's Logs tab already shows the launcher's lines.
+    first = case.training[0]
+    _wait_for("a training job of the run", lambda: _jobs(kfp_backend, run_id) or _any_job(kfp_backend, run_id), 900)
+    _wait_for(f"{first}'s Logs tab saying its job runs", lambda: _job_states(page, run_id, first) & {"Running"}, 600)
+    job_running = time.monotonic()
+
+    state = page.wait_state(run_id)
+    assert state == "SUCCEEDED", f"{case.name}: {state}\n{kfp_backend.workflow_tail(run_id)}"
+    page.open_run(run_id)
+    page.expect_status("Succeeded")
+    ui_browser.screenshot(page.page, f"{shots}-run", tmp_path)
+    models = {m.properties["job_name"] for m in kfp_backend.artifacts(run_id) if m.type == "system.Model"}
+    page.open_run(run_id)
+    for task in case.training:
+        job = _check_logs(page.logs(task), task, outcome="Succeeded")  # the training pods are gone by now
+        assert job in models, (task, job, models)
+    for task in case.reported():
+        frame = page.html_visualization(task)
+        chart = frame.locator(kfp_ui.CHART).screenshot()
+        assert ui_browser.colored_fraction(chart, ui_browser.LOSS_BLUE) > 0.001, f"{task}: no loss curve drawn"
+        assert ui_browser.colored_fraction(chart, ui_browser.ACCURACY_GREEN) > 0.001, f"{task}: no accuracy curve"
+        if task == first:
+            ui_browser.screenshot(page.page, f"{shots}-html-report", tmp_path)
+        assert "test_accuracy" in page.metrics_visualization(task)
+        if task == first:
+            ui_browser.screenshot(page.page, f"{shots}-metrics", tmp_path)
+    _SUCCEEDED.append(run_id)
+    print(f"\nui {case.name}: Start → training job Running {job_running - clicked:.0f}s, "
+          f"whole scenario {time.monotonic() - started:.0f}s")  # fmt: skip
+
+
+def _any_job(kfp_backend: KfpBackend, run_id: str) -> list[str]:
+    # MPIJobs and JobSets carry the same run label as PyTorchJobs.
+    out = []
+    for kind in ("mpijobs", "jobsets"):
+        out += kfp_backend.kubectl("get", kind, "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name").split()
+    return out
+
+
+def _job_states(page: KfpUI, run_id: str, task: str) -> set[str]:
+    """The job states the launcher has logged so far, read afresh from the task's Logs tab."""
+    page.open_run(run_id)
+    return {state for _, _, state in JOB_LINE.findall(page.logs(task))}
+
+
+def test_the_compare_page_shows_two_runs_metrics_side_by_side(page: KfpUI, tmp_path: Path) -> None:
+    if len(_SUCCEEDED) < 2:
+        pytest.fail(f"needs two succeeded runs from the scenarios above; got {_SUCCEEDED}")
+    names = [page.run(r)["display_name"] for r in _SUCCEEDED[:2]]
+    text = page.compare(_SUCCEEDED[:2])
+    for name in names:
+        assert name in text, (name, text[:2000])
+    assert text.count("test_accuracy") >= 1
+    ui_browser.screenshot(page.page, "compare", tmp_path)
+
+
+def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(page: KfpUI, tmp_path: Path) -> None:
+    package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
+    page.upload(package, f"bad-input-{uuid.uuid4().hex[:6]}")
+    run_id = page.start_run({"dataset": "builtin:no-such-dataset"})
+    assert page.wait_state(run_id) == "FAILED"
+    page.open_run(run_id)
+    assert page.task_failed_on_graph("download-dataset")
+    text = page.logs("download-dataset")
+    reasons = [line for line in text.splitlines() if "no-such-dataset" in line]
+    assert reasons, f"the failed step's log in the UI does not name the bad input:\n{text[-3000:]}"
+    ui_browser.screenshot(page.page, "failed-step", tmp_path)
+
+
+def test_terminate_on_the_run_page_deletes_the_training_job(kfp_backend: KfpBackend, page: KfpUI) -> None:
+    package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
+    page.upload(package, f"terminate-{uuid.uuid4().hex[:6]}")
+    run_id = page.start_run({"epochs": "400"})
+    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
+    page.open_run(run_id)
+    page.run_action("Terminate")
+    _wait_for("the job deleted", lambda: not _jobs(kfp_backend, run_id), 180)
+    assert page.wait_state(run_id, timeout=300) in ("CANCELED", "FAILED")
+
+
+def test_retry_on_a_failed_runs_page_reattaches_to_its_training_job(
+    kfp_backend: KfpBackend, page: KfpUI, tmp_path: Path
+) -> None:
+    # As in test_kfp_backend: the launcher dies mid-job (SIGKILL: it cannot delete the job), the run
+    # fails; Retry on the page starts a new launcher, which adopts the job instead of creating one.
+    package = _users_pipeline(tmp_path, "ui_retried", """
+        @dsl.pipeline(name="ui-retried-training")
+        def pipeline(epochs: int = 40) -> None:
+            data = claim(download(source="builtin:digits"))
+            claim(train(dataset=data.outputs["dataset"], **IDS, epochs=epochs, delete_after="never"))
+    """)  # fmt: skip
+    page.upload(package, f"retried-{uuid.uuid4().hex[:6]}")
+    run_id = page.start_run({"epochs": "30"})
+    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
+    job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
+    kfp_backend.kill_main_container(_launcher_pods(kfp_backend, run_id, "pytorch_train")[0])
+    assert page.wait_state(run_id) == "FAILED"
+    page.open_run(run_id)
+    page.run_action("Retry")
+    assert page.wait_state(run_id) == "SUCCEEDED", kfp_backend.workflow_tail(run_id)
+    assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
+    page.open_run(run_id)
+    assert f"adopted existing PyTorchJob kubeflow/{job}" in page.logs("pytorch-train")
+    kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
+def test_the_ui_server_was_never_forbidden(cluster: Cluster) -> None:
+    # It runs as ml-pipeline-ui with upstream's Role: a permission the pages above needed and the
+    # Role lacks shows up here, as on a cluster (the audit policy records that user's requests).
+    user = f"system:serviceaccount:kubeflow:{ui.ACCOUNT}"
+    events = [json.loads(line) for line in cluster.audit_log.read_text().splitlines()]
+    mine = [e for e in events if e.get("user", {}).get("username") == user and e.get("stage") == "ResponseComplete"]
+    assert mine, f"no request of {user} in {cluster.audit_log}: did the UI server read pod logs or Secrets?"
+    refused = [(e["verb"], e.get("objectRef", {}).get("resource"), e.get("objectRef", {}).get("subresource"))
+               for e in mine if e.get("responseStatus", {}).get("code") in (401, 403)]  # fmt: skip
+    assert not refused, refused

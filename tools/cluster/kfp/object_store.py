@@ -1,0 +1,143 @@
+"""The KFP tier's S3 store, a host process: SeaweedFS (what KFP 2.17's manifests ship), or moto to go back.
+
+`KUBETRAIN_KFP_S3` picks it: `seaweedfs` (the default) runs `weed server -s3`, built from the pinned
+wrapper module by tools/seaweedfs/build.sh; `moto` runs moto's S3 server from the services venv, the
+store the tier used before. Either answers S3 on the same address (the pod bridge's gateway,
+port backend.S3_PORT), path-style, with KFP's test keys, so nothing else changes with the choice:
+the steps reach it as `seaweedfs.kubeflow:9000` through a host Service, the API server, Argo's
+log archive and the UI server by its address. The bucket is made by the API server at its start
+(KFP's ensureBucketExists), as in a cluster.
+
+SeaweedFS is one `weed server` process running a master, a volume server, a filer and the S3
+gateway. Each of their ports is set here (the defaults, 8080/18080 and 8888/18888, collide with
+the tier's own), and the extras it would otherwise open (Iceberg and Lance catalogs, telemetry to
+seaweedfs.com) are off. Its S3 identities come from a config file (`-s3.config`), the file form of
+the `s3.configure` upstream's postStart hook runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BUILD_SCRIPT = REPO_ROOT / "tools" / "seaweedfs" / "build.sh"
+CHOICE_ENV = "KUBETRAIN_KFP_S3"
+SEAWEEDFS = "seaweedfs"
+MOTO = "moto"
+DEFAULT = SEAWEEDFS
+ADMIN_IDENTITY = "kubeflow-admin"  # the name upstream's postStart hook gives the keys' identity
+
+
+class ObjectStoreError(RuntimeError):
+    """The store could not be chosen, built or started; the message says which and how to fix it."""
+
+
+def choice(env: Mapping[str, str] | None = None) -> str:
+    """The store `KUBETRAIN_KFP_S3` names (`seaweedfs` when unset)."""
+    value = (os.environ if env is None else env).get(CHOICE_ENV, "") or DEFAULT
+    if value not in (SEAWEEDFS, MOTO):
+        raise ObjectStoreError(f"{CHOICE_ENV}={value!r} is not a store this tier runs: "
+                               f"use {SEAWEEDFS!r} (the default) or {MOTO!r}")  # fmt: skip
+    return value
+
+
+@dataclass(frozen=True)
+class WeedPorts:
+    """Every port one `weed server` binds: HTTP and gRPC of its master, volume server and filer, and S3."""
+
+    s3: int
+    master: int
+    volume: int
+    filer: int
+    grpc_offset: int = 10000
+
+    def __post_init__(self) -> None:
+        bound = self.all()
+        if len(set(bound)) != len(bound):
+            raise ObjectStoreError(f"WeedPorts: two of SeaweedFS's ports are the same: {self}; give each its own")
+        for port in bound:
+            if not 0 < port < 65536:
+                raise ObjectStoreError(f"WeedPorts: port {port} is outside 1..65535 ({self}); "
+                                       "lower the ports or the grpc_offset")  # fmt: skip
+
+    def grpc(self, port: int) -> int:
+        """The gRPC port beside an HTTP one."""
+        return port + self.grpc_offset
+
+    def all(self) -> list[int]:
+        """Every port, HTTP then gRPC."""
+        http = [self.s3, self.master, self.volume, self.filer]
+        return http + [self.grpc(p) for p in http]
+
+    def described(self) -> dict[int, str]:
+        """{port: what binds it}, for processes.require_free."""
+        names = {self.s3: "S3", self.master: "master", self.volume: "volume server", self.filer: "filer"}
+        out = {port: f"SeaweedFS ({name} HTTP)" for port, name in names.items()}
+        out.update({self.grpc(port): f"SeaweedFS ({name} gRPC)" for port, name in names.items()})
+        return out
+
+
+def s3_config(access_key: str, secret_key: str) -> str:
+    """The `-s3.config` file: one identity with the keys, allowed everything (upstream's `-actions Admin`)."""
+    identity = {"name": ADMIN_IDENTITY, "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+                "actions": ["Admin", "Read", "List", "Tagging", "Write"]}  # fmt: skip
+    return json.dumps({"identities": [identity]}, indent=2)
+
+
+def weed_argv(weed: Path, *, ip: str, data_dir: Path, config: Path, ports: WeedPorts) -> list[str]:
+    """`weed server` with its filer and S3 gateway on `ip`, data under `data_dir`, identities from `config`."""
+    return [
+        str(weed), "server", f"-ip={ip}", f"-ip.bind={ip}", f"-dir={data_dir}", f"-master.dir={data_dir}",
+        "-filer", "-s3", f"-s3.config={config}",
+        f"-s3.port={ports.s3}", f"-s3.port.grpc={ports.grpc(ports.s3)}",
+        f"-master.port={ports.master}", f"-master.port.grpc={ports.grpc(ports.master)}",
+        f"-volume.port={ports.volume}", f"-volume.port.grpc={ports.grpc(ports.volume)}",
+        f"-filer.port={ports.filer}", f"-filer.port.grpc={ports.grpc(ports.filer)}",
+        # Sockets beside the data rather than in /tmp, where two stores would share the names.
+        f"-filer.localSocket={data_dir / 'filer.sock'}", f"-s3.localSocket={data_dir / 's3.sock'}",
+        "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
+        # Volumes are sparse files; 1 GiB each and as many as the disk holds keeps a small disk usable.
+        "-master.volumeSizeLimitMB=1024", "-volume.max=0", "-master.volumePreallocate=false",
+    ]  # fmt: skip
+
+
+def build_weed(log: Path | None = None) -> Path:
+    """The `weed` binary, built first if missing (tools/seaweedfs/build.sh, minutes cold)."""
+    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        failed = [line for line in done.stdout.splitlines() if line.startswith("seaweedfs: FAILED")]
+        raise ObjectStoreError(f"{BUILD_SCRIPT} failed: {failed[-1] if failed else ''}\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1]) / "weed"
+
+
+def built_weed() -> Path | None:
+    """The cached `weed` if it is built (for tests that must not build it), else None."""
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-bin"], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return None
+    weed = Path(done.stdout.strip()) / "weed"
+    return weed if os.access(weed, os.X_OK) else None
+
+
+def wait_ready_url(host: str, ports: WeedPorts) -> str:
+    """The URL that answers 200 once the S3 gateway serves (upstream's readiness probe)."""
+    return f"http://{host}:{ports.s3}/status"
+
+
+def prepare_seaweedfs(run: Path, weed: Path, *, ip: str, ports: WeedPorts, access_key: str,
+                      secret_key: str) -> list[str]:  # fmt: skip
+    """Write the identities file and the data folder under `run`; the argv that serves them."""
+    data = run / "seaweedfs"
+    data.mkdir(parents=True, exist_ok=True)
+    config = run / "seaweedfs-s3.json"
+    config.write_text(s3_config(access_key, secret_key))
+    config.chmod(0o600)  # it holds the secret key
+    return weed_argv(weed, ip=ip, data_dir=data, config=config, ports=ports)
