@@ -89,5 +89,8 @@ def test_a_failed_jobs_tails_already_printed_by_the_launcher_are_not_printed_aga
         _failed_and_shown()
     err = capsys.readouterr().err
     expected = "JobFailedError: rank 1: RuntimeError: boom; PyTorchJob default/p failed: BackoffLimitExceeded"
-    assert err == f"kubetrain: {expected}\n"
+    lines = err.splitlines()
+    # The one line, then the step's own CPU line (kfp_runtime.usage): no tails a second time.
+    assert lines[0] == f"kubetrain: {expected}"
+    assert len(lines) == 2 and lines[1].startswith("launcher: cpu ")
     assert read_failure(tmp_path / "task") == StepFailure(error=expected, exit_code=1)

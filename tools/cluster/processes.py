@@ -215,7 +215,13 @@ def stop_all(state: Path, *, keep: set[int] | None = None, grace_seconds: float 
         deadline = time.monotonic() + grace_seconds
         while _still_running(targets) and time.monotonic() < deadline:
             time.sleep(0.1)
-        _signal_all(_still_running(targets), signal.SIGKILL)
+        left = _still_running(targets)
+        _signal_all(left, signal.SIGKILL)
+        # A SIGKILLed process is gone only once the kernel has torn it down (seconds on a loaded
+        # machine): return when it has, as the full stop below does.
+        deadline = time.monotonic() + grace_seconds
+        while _still_running(left) and time.monotonic() < deadline:
+            time.sleep(0.1)
         for path in mine:
             path.unlink(missing_ok=True)
         return sorted(targets)
