@@ -196,3 +196,18 @@ def test_mlmd_answers_grpc_web_on_loopback_only_when_the_ui_runs(tmp_path: Path)
     assert with_ui[with_ui.index("--grpc-web") + 1] == f"127.0.0.1:{ui.GRPC_WEB_PORT}"
     assert "--grpc-web" not in backend.mlmd_argv(Path("/v/python"), tmp_path, with_ui=False)
     assert ui.GRPC_WEB_PORT in backend.ports() and ui.GRPC_WEB_PORT not in backend.ports(with_ui=False)
+
+
+def test_the_kfp_tiers_ports_are_none_of_the_clusters_other_ports() -> None:
+    """A port the UI's gRPC-web listener shared with the training-operator's health probe stopped `up`."""
+    from tools.cluster import node_config, operators, webhooks
+    from tools.cluster.kfp import backend
+
+    others = {
+        node_config.KUBELET_PORT, node_config.KUBE_PROXY_METRICS, node_config.REGISTRY_PORT, node_config.COREDNS_HEALTH,
+        operators.TRAINING_OPERATOR_HEALTH, operators.JOBSET_HEALTH, operators.TRAINER_HEALTH,
+        operators.MPI_OPERATOR_HEALTH, webhooks.TRAINING_OPERATOR_WEBHOOK_PORT, webhooks.JOBSET_WEBHOOK_PORT,
+        webhooks.TRAINER_WEBHOOK_PORT,
+    }  # fmt: skip
+    for store in ("seaweedfs", "moto"):
+        assert not set(backend.ports(store, with_ui=True)) & others, store

@@ -10,7 +10,7 @@ With `--grpc-web HOST:PORT` it also answers the KFP UI's gRPC-web calls there (g
 same handlers: what Envoy does in front of MLMD in a cluster.
 
     python tools/cluster/kfp/mlmd_server.py --host 0.0.0.0 --port 8080 --sqlite /path/metadata.sqlite \
-        [--grpc-web 127.0.0.1:18081]
+        [--grpc-web 127.0.0.1:18391]
 """
 
 from __future__ import annotations

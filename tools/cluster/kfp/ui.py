@@ -33,7 +33,7 @@ from tools.cluster import operators, processes
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "ui" / "build.sh"
 UI_PORT = 18390
-GRPC_WEB_PORT = 18081  # MLMD's gRPC-web listener, on loopback: only the UI server calls it
+GRPC_WEB_PORT = 18391  # MLMD's gRPC-web listener, on loopback: only the UI server calls it
 ACCOUNT = "ml-pipeline-ui"
 URL_FILE = "kfp-ui"
 PROCESS = "kfp-ui"
