@@ -147,8 +147,10 @@ def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(
     for task in case.reported():
         frame = page.html_visualization(task)
         chart = frame.locator(kfp_ui.CHART).screenshot()
-        assert ui_browser.colored_fraction(chart, ui_browser.LOSS_BLUE) > 0.001, f"{task}: no loss curve drawn"
-        assert ui_browser.colored_fraction(chart, ui_browser.ACCURACY_GREEN) > 0.001, f"{task}: no accuracy curve"
+        # The UI shows the report in a narrow frame (about 400 px of chart): a curve is some hundred
+        # pixels of its colour, a missing one none (anti-aliased text and axes have neither colour).
+        assert ui_browser.colored_fraction(chart, ui_browser.LOSS_BLUE) > 0.0005, f"{task}: no loss curve drawn"
+        assert ui_browser.colored_fraction(chart, ui_browser.ACCURACY_GREEN) > 0.0005, f"{task}: no accuracy curve"
         if task == first:
             ui_browser.screenshot(page.page, f"{shots}-html-report", tmp_path)
         assert "test_accuracy" in page.metrics_visualization(task)

@@ -136,14 +136,14 @@ def curves_figure(history: Sequence[Mapping[str, Any]], *, title: str) -> Any:
     FigureCanvasAgg(fig)
     left, right = fig.subplots(1, 2)
     if loss:
-        left.plot([p[0] for p in loss], [p[1] for p in loss], color="tab:blue")
+        left.plot([p[0] for p in loss], [p[1] for p in loss], color="tab:blue", linewidth=2.5)
     left.set_xlabel("step")
     integer_ticks(left)
     left.set_ylabel("training loss")
     left.set_title("loss")
     left.grid(alpha=0.3)
     if accuracy:
-        right.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", color="tab:green")
+        right.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", color="tab:green", linewidth=2.5)
         right.set_ylim(min([0.5, *(p[1] for p in accuracy)]), 1.0)
         if len(accuracy) == 1:
             # One evaluation (a PS job evaluates at its end unless told otherwise): on an axis from 0,
