@@ -267,9 +267,10 @@ def _job_phase(kfp_backend: KfpBackend, run_id: str) -> str:
 
 
 # When to terminate, as the run's own state tells it: the step's launcher starting (nothing
-# submitted yet), the job just created, its pods pending, training, and the job ended while the
-# step uploads its artifacts. The delete must not depend on winning a race.
-MOMENTS = ("before-submission", "job-created", "pods-pending", "training", "artifact-upload")
+# submitted yet), the job just created, its pods pending, and training. The delete must not depend
+# on winning a race. "The job ended, the step uploads its artifacts" is not among them: the step
+# deletes a succeeded job within a second, too soon for a poll of the job's phase to catch.
+MOMENTS = ("before-submission", "job-created", "pods-pending", "training")
 # Once each in CI (time); KUBETRAIN_TERMINATE_REPEATS=N repeats them to look for a flake.
 REPEATS = int(os.environ.get("KUBETRAIN_TERMINATE_REPEATS", "1"))
 # The reaper sweeps every 2 s and waits out its 30 s grace (tools/cluster/kfp/backend.py); KFP and
