@@ -225,6 +225,11 @@ class KubernetesBackend(Backend):
         what = f"record the step pod on {kind.kind} {ref.namespace}/{ref.name}"
         # metadata.uid in a patch is a precondition: the API server refuses it for another object.
         patch = {"metadata": {"uid": ref.uid, "annotations": step}}
+        return self._patch(ref, patch, what)
+
+    def _patch(self, ref: JobRef, patch: Mapping[str, Any], what: str) -> JobObject:
+        """A merge patch of the job `ref` names, with the API's retries; the patched object."""
+        kind = ref.kind
         try:
             result = self._retry.call(
                 what, self._custom.patch_namespaced_custom_object,
@@ -400,14 +405,7 @@ class KubernetesBackend(Backend):
         top_level = kind in (JOBSET, TRAINJOB)
         patch = {"spec": {"suspend": True}} if top_level else {"spec": {"runPolicy": {"suspend": True}}}
         what = f"suspend {kind.kind} {ref.namespace}/{ref.name}"
-        try:
-            self._retry.call(
-                what, self._custom.patch_namespaced_custom_object,
-                kind.group, kind.version, ref.namespace, kind.plural, ref.name, patch,
-                _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
-        except ApiException as e:
-            raise api_error(what, e) from e
+        self._patch(ref, patch, what)
 
     def step_jobs(self) -> StepJobs:
         """The reaper's reads in this backend's namespace (kubetrain.reaper): jobs that answer to a
