@@ -7,7 +7,8 @@ process; a component that exited, and its log), instead of the same error under 
 
 Each group of scenarios (a test module), the cluster's start and its stop print one
 `phase NAME: start … end … N s` line at the end of the session, as .ci/run's own phases do, so a
-CI log shows where the e2e time went.
+CI log shows where the e2e time went. The components whose runs on the real backend all passed
+get `lastVerified` in their hub metadata (tests/cluster/verified.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.cluster import verified
 from tools.cluster.controlplane import Cluster, down, start_errors, up
 
 
@@ -52,6 +54,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     start = time.time()
     yield
     _record(f"e2e:{item.path.stem}", start, time.time())
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" or report.failed:
+        verified.note_outcome(report.nodeid, report.passed or report.skipped)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # lastVerified of the components the real-backend runs verified (tests/cluster/verified.py).
+    for path in verified.record():
+        print(f"\nlastVerified: {path.relative_to(path.parents[3])}")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import kfp
 import yaml
 
+from tests.cluster import verified
 from tools.cluster import images, node_config
 from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.kfp import backend, manifests, services_venv
@@ -57,6 +58,7 @@ class KfpBackend:
         run = self.client.create_run_from_pipeline_package(
             str(package), arguments=arguments, run_name=name, experiment_name=EXPERIMENT
         )
+        verified.note_run(package)
         return str(run.run_id)
 
     def wait(self, run_id: str, timeout: float = 1500) -> Any:

@@ -17,6 +17,8 @@ from typing import Any
 
 from playwright.sync_api import expect
 
+from tests.cluster import verified
+
 FINAL = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
 CHART = 'img[alt="loss and test accuracy curves"]'  # kubetrain.kfp_runtime.report.training_report
 
@@ -27,6 +29,7 @@ class KfpUI:
     def __init__(self, page: Any, base: str) -> None:
         self.page = page
         self.base = base.rstrip("/")
+        self.uploaded: Path | None = None  # the last package uploaded: what start_run runs
 
     def api(self, path: str) -> dict[str, Any]:
         """GET through the UI server's proxy (what the page's own fetches do)."""
@@ -48,6 +51,7 @@ class KfpUI:
         expect(p).to_have_url(pattern, timeout=60_000)
         found = pattern.search(p.url)
         assert found is not None, p.url
+        self.uploaded = package
         return found.group(1), found.group(2)
 
     def task_nodes(self, count: int) -> list[str]:
@@ -69,6 +73,8 @@ class KfpUI:
             field.fill(value)
         expect(start).to_be_enabled()
         start.click()
+        if self.uploaded is not None:
+            verified.note_run(self.uploaded)
         pattern = re.compile(r"#/runs/details/([0-9a-f-]{36})")
         expect(p).to_have_url(pattern, timeout=60_000)
         found = pattern.search(p.url)

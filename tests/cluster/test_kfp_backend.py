@@ -13,22 +13,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import runpy
 import shutil
 import subprocess
 import sys
-import textwrap
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kfp import compiler
 from kfp_server_api.exceptions import ApiException
 
 from kubetrain.names import LABEL_RUN_ID
 from tests.cluster import kfp_runs
+from tests.cluster.kfp_pipelines import (
+    GONE_WITHIN_SECONDS,
+    by_name_pipeline,
+    launcher_pods,
+    run_jobs,
+    users_pipeline,
+    wait_for,
+)
 from tests.cluster.kfp_runs import Artifact, KfpBackend
 from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.node_config import NODE_NAME
@@ -95,41 +99,13 @@ def test_a_shipped_pipeline_runs_to_succeeded_with_its_model_metrics_and_report(
         assert f"test_accuracy {metric.properties['test_accuracy']:.4f}" in printed, printed[-3000:]
 
 
-# What every user pipeline below starts with, as a user writes it: kubetrain's components loaded
-# from the compiled YAML, the workspace claim mounted on a task, the run and task placeholders.
-_USER_PRELUDE = """
-from kfp import dsl, kubernetes
-from kubetrain.components import load_component
-
-download = load_component({download!r})
-train = load_component({train!r})
-IDS = dict(run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, task_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER,
-           task_name=dsl.PIPELINE_TASK_NAME_PLACEHOLDER)
-
-def claim(task):
-    kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
-    return task
-"""
-
-
-def _users_pipeline(tmp_path: Path, name: str, body: str) -> Path:
-    """Write a user's pipeline file (the prelude, then `body` defining `pipeline`), compile it; the YAML."""
-    source = tmp_path / f"{name}.py"
-    prelude = _USER_PRELUDE.format(download=str(COMPONENTS / "download_dataset.yaml"),
-                                   train=str(COMPONENTS / "pytorch_train.yaml"))  # fmt: skip
-    source.write_text(prelude + textwrap.dedent(body))
-    package = tmp_path / f"{name}.yaml"
-    compiler.Compiler().compile(runpy.run_path(str(source))["pipeline"], str(package))
-    return package
-
-
 def test_a_users_pipeline_of_loaded_components_runs_two_training_jobs(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # As the user guide writes it: components loaded from the compiled YAML, two pytorch_train
     # tasks side by side, one running the user's own DDP script from the workspace claim.
     programs = STATE / "node" / "workspace-kubeflow" / "programs"
     programs.mkdir(exist_ok=True)
     shutil.copy(EXAMPLES / "ddp_train.py", programs / "ddp_train.py")
-    package = _users_pipeline(
+    package = users_pipeline(
         tmp_path,
         "two_trainings",
         """
@@ -154,28 +130,6 @@ def test_a_users_pipeline_of_loaded_components_runs_two_training_jobs(kfp_backen
         assert written["test_accuracy"] >= TARGET, written
 
 
-# A user's pipeline as the README writes it: the components imported by name, no run or task
-# placeholders; compiled here from kubetrain's sources (the same images as the committed YAML).
-_BY_NAME_PRELUDE = """
-from kfp import dsl, kubernetes
-from kubetrain.components import download_dataset, pytorch_train
-
-def claim(task):
-    kubernetes.mount_pvc(task, pvc_name="kubetrain-workspace", mount_path="/workspace")
-    task.set_caching_options(False)
-    return task
-"""
-
-
-def _by_name_pipeline(tmp_path: Path, name: str, body: str) -> Path:
-    source = tmp_path / f"{name}.py"
-    source.write_text(_BY_NAME_PRELUDE + textwrap.dedent(body))
-    package = tmp_path / f"{name}.yaml"
-    compiler.Compiler().compile(runpy.run_path(str(source))["pipeline"], str(package))
-    assert "PIPELINE_JOB_ID" not in source.read_text() and "pipeline_job_uuid" not in package.read_text()
-    return package
-
-
 def _trained_jobs(kfp_backend: KfpBackend, run_id: str, count: int) -> set[str]:
     """The run SUCCEEDED with `count` models, each from its own job, labelled with the run's id."""
     run = kfp_backend.wait(run_id)
@@ -186,7 +140,7 @@ def _trained_jobs(kfp_backend: KfpBackend, run_id: str, count: int) -> set[str]:
     for model in models:
         assert model.properties["status"] == "Succeeded", model.properties
     # The run id read from the output URI is the run's own: the jobs carry it as their label.
-    labelled = {name.split("/")[-1] for name in _jobs(kfp_backend, run_id)}
+    labelled = {name.split("/")[-1] for name in run_jobs(kfp_backend, run_id)}
     assert labelled == jobs, (labelled, jobs)
     return jobs
 
@@ -194,7 +148,7 @@ def _trained_jobs(kfp_backend: KfpBackend, run_id: str, count: int) -> set[str]:
 def test_a_placeholder_free_pipeline_of_components_imported_by_name_runs_two_distinct_jobs(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
-    package = _by_name_pipeline(
+    package = by_name_pipeline(
         tmp_path,
         "by_name",
         """
@@ -215,7 +169,7 @@ def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(
 ) -> None:
     # The iterations are one task of the DAG (one name, one enclosing DAG id per iteration): each
     # has its own driver, hence its own output URI, hence its own job.
-    package = _by_name_pipeline(
+    package = by_name_pipeline(
         tmp_path,
         "loop",
         """
@@ -231,29 +185,13 @@ def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(
         kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def _wait_for(what: str, check: object, timeout: float) -> None:
-    assert callable(check)
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(2)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s")
-
-
-def _jobs(kfp_backend: KfpBackend, run_id: str) -> list[str]:
-    # The launcher labels every job with the run it belongs to.
-    out = kfp_backend.kubectl("get", "pytorchjobs", "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name")
-    return out.split()
-
-
 def _job_pods(kfp_backend: KfpBackend, job: str, field: str = "{.items[*].status.phase}") -> str:
     return kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", f"jsonpath={field}")
 
 
 def _main_running(kfp_backend: KfpBackend, run_id: str) -> bool:
     """Whether the training step's pod runs its `main` container (kubetrain's launcher is starting)."""
-    for pod in _launcher_pods(kfp_backend, run_id, "pytorch_train"):
+    for pod in launcher_pods(kfp_backend, run_id, "pytorch_train"):
         status = json.loads(kfp_backend.kubectl("get", "pod", pod, "-o", "json"))["status"]
         if any(c["name"] == "main" and "running" in c["state"] for c in status.get("containerStatuses") or []):
             return True
@@ -273,9 +211,6 @@ def _job_phase(kfp_backend: KfpBackend, run_id: str) -> str:
 MOMENTS = ("before-submission", "job-created", "pods-pending", "training")
 # Once each in CI (time); KUBETRAIN_TERMINATE_REPEATS=N repeats them to look for a flake.
 REPEATS = int(os.environ.get("KUBETRAIN_TERMINATE_REPEATS", "1"))
-# The reaper sweeps every 2 s and waits out its 30 s grace (tools/cluster/kfp/backend.py); KFP and
-# Argo take some seconds to end the step. Far longer than either, far shorter than the job's own training (epochs=400).
-GONE_WITHIN_SECONDS = 120
 
 
 @pytest.mark.parametrize("attempt", range(REPEATS))
@@ -290,16 +225,16 @@ def test_terminating_a_run_deletes_its_training_job_at_every_moment_of_the_step(
     epochs = 2 if moment == "artifact-upload" else 400
     run_id = kfp_backend.start(package, {"epochs": epochs}, f"terminate-{moment}-{attempt}-{uuid.uuid4().hex[:6]}")
     if moment == "before-submission":
-        _wait_for("the training step's launcher running", lambda: _main_running(kfp_backend, run_id), 600)
+        wait_for("the training step's launcher running", lambda: _main_running(kfp_backend, run_id), 600)
     else:
-        _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
-    job = _jobs(kfp_backend, run_id)[0].split("/")[-1] if _jobs(kfp_backend, run_id) else ""
+        wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
+    job = run_jobs(kfp_backend, run_id)[0].split("/")[-1] if run_jobs(kfp_backend, run_id) else ""
     if moment == "pods-pending":
-        _wait_for("a pod of the job", lambda: bool(_job_pods(kfp_backend, job).strip()), 300)
+        wait_for("a pod of the job", lambda: bool(_job_pods(kfp_backend, job).strip()), 300)
     elif moment == "training":
-        _wait_for("its master pod running", lambda: "Running" in _job_pods(kfp_backend, job), 300)
+        wait_for("its master pod running", lambda: "Running" in _job_pods(kfp_backend, job), 300)
     elif moment == "artifact-upload":
-        _wait_for("the job succeeded", lambda: _job_phase(kfp_backend, run_id) == "Succeeded", 900)
+        wait_for("the job succeeded", lambda: _job_phase(kfp_backend, run_id) == "Succeeded", 900)
     try:
         kfp_backend.client.terminate_run(run_id)
     except ApiException:
@@ -310,26 +245,26 @@ def test_terminating_a_run_deletes_its_training_job_at_every_moment_of_the_step(
     if moment == "before-submission":
         # A create sent just before the signal may land a moment after it: once the step's container
         # has ended nothing more can come, and the job (if any) must then go.
-        _wait_for("the training step's launcher ended", lambda: not _main_running(kfp_backend, run_id),
+        wait_for("the training step's launcher ended", lambda: not _main_running(kfp_backend, run_id),
                   GONE_WITHIN_SECONDS)  # fmt: skip
-        job = _jobs(kfp_backend, run_id)[0].split("/")[-1] if _jobs(kfp_backend, run_id) else ""
+        job = run_jobs(kfp_backend, run_id)[0].split("/")[-1] if run_jobs(kfp_backend, run_id) else ""
     if moment == "artifact-upload":
         # The job had ended: nothing of it may run on (the step deletes it on success, and the
         # reaper leaves a finished job alone).
-        _wait_for("no pod of the job running",
+        wait_for("no pod of the job running",
                   lambda: "Running" not in _job_pods(kfp_backend, job) and "Pending" not in _job_pods(kfp_backend, job),
                   GONE_WITHIN_SECONDS)  # fmt: skip
     else:
-        _wait_for("the run's job deleted", lambda: not _jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
+        wait_for("the run's job deleted", lambda: not run_jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
     if job:
-        _wait_for("its pods gone",
+        wait_for("its pods gone",
                   lambda: not _job_pods(kfp_backend, job, "{.items[?(@.status.phase!='Succeeded')].metadata.name}")
                   .strip(), GONE_WITHIN_SECONDS)  # fmt: skip
     run = kfp_backend.wait(run_id, timeout=300)
     ended = {"CANCELED", "FAILED"} | ({"SUCCEEDED"} if moment == "artifact-upload" else set())
     assert run.state in ended, run.state
     if moment != "artifact-upload":
-        assert _jobs(kfp_backend, run_id) == []  # nothing was created after the step ended
+        assert run_jobs(kfp_backend, run_id) == []  # nothing was created after the step ended
     reaper_log = (STATE / "kfp" / "reaper.log").read_text()
     # The real authorizer let it do all it did as its ServiceAccount (deploy/reaper.yaml's Role).
     assert "HTTP 403" not in reaper_log, reaper_log[-3000:]
@@ -341,7 +276,7 @@ def test_terminating_a_run_deletes_its_training_job_at_every_moment_of_the_step(
 def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
-    package = _users_pipeline(
+    package = users_pipeline(
         tmp_path,
         "failing",
         """
@@ -399,7 +334,7 @@ def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_t
 ) -> None:
     # TaskConfig passthrough through the real driver: the settings a user makes on the training
     # task land on the job's pods. The selector and toleration match the real node, so it trains.
-    package = _users_pipeline(
+    package = users_pipeline(
         tmp_path,
         "placed",
         """
@@ -441,64 +376,3 @@ def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_t
         assert GPU not in main.get("resources", {}).get("limits", {}), main.get("resources")
     assert checked, "no launcher pod of the training task was found"
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
-
-
-def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(
-    kfp_backend: KfpBackend, tmp_path: Path
-) -> None:
-    _retried_step_reattaches(kfp_backend, tmp_path, ids="**IDS, ")
-
-
-def test_a_retried_placeholder_free_step_reattaches_to_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
-    # No run_id/task_id/task_name: the step reads its identity from its output URI, which the
-    # driver drew once and the retried executor pod reuses, so the retry names the same job.
-    _retried_step_reattaches(kfp_backend, tmp_path, ids="")
-
-
-def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path, *, ids: str) -> None:
-    # The launcher container dies mid-job (SIGKILLed, as a node loss or an OOM kill ends it: no
-    # SIGTERM, so it cannot delete the job). Its step has ended, so kubetrain's reaper deletes the
-    # job by its uid (issue 33: whatever kills the step, its job stops). KFP 2.17's own
-    # workflow-controller defaults (templateDefaults retryPolicy OnError) keep `set_retry` from
-    # retrying a step that *failed*: the run fails. Retrying the run (the UI's Retry, RetryRun)
-    # starts a new launcher, which submits one job and trains: never two at once. (Adoption of a
-    # job that still exists, with the retried step's pod re-recorded on it, is proven against the
-    # stand-in API server: tests/integration/test_reaper.py, test_k8s_launcher.py.)
-    package = _users_pipeline(
-        tmp_path,
-        "retried",
-        """
-        @dsl.pipeline(name="retried-training")
-        def pipeline() -> None:
-            data = claim(download(source="builtin:digits"))
-            task = claim(train(dataset=data.outputs["dataset"], IDS_HERE
-                               epochs=40, delete_after="never"))
-            task.set_retry(num_retries=2)
-    """.replace("IDS_HERE", ids),
-    )
-    run_id = kfp_backend.start(package, {}, f"retried-{uuid.uuid4().hex[:6]}")
-    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
-    job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
-    uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")
-    kfp_backend.kill_main_container(_launcher_pods(kfp_backend, run_id, "pytorch_train")[0])
-    _wait_for("the killed step's job reaped", lambda: not _jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
-    assert f"deleted PyTorchJob kubeflow/{job} (uid {uid})" in (STATE / "kfp" / "reaper.log").read_text()
-    run = kfp_backend.wait(run_id)
-    assert run.state == "FAILED", run.state  # set_retry did not retry it (see above)
-    assert len(_launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
-    # Argo's retry replaces the failed pod by a new one of the same name.
-    kfp_backend.client._run_api.run_service_retry_run(run_id=run_id)
-    run = kfp_backend.wait(run_id)
-    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
-    assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job (delete_after never)
-    assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") != uid
-    kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
-
-
-def _launcher_pods(kfp_backend: KfpBackend, run_id: str, function: str) -> list[str]:
-    pods = json.loads(kfp_backend.kubectl("get", "pods", "-l", f"pipeline/runid={run_id}", "-o", "json"))["items"]
-    return sorted(
-        (p["metadata"]["name"] for p in pods
-         if function in next(c for c in p["spec"]["containers"] if c["name"] == "main").get("args", [])),
-        key=lambda name: next(p for p in pods if p["metadata"]["name"] == name)["metadata"]["creationTimestamp"],
-    )  # fmt: skip

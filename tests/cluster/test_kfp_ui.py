@@ -33,9 +33,9 @@ pytest.importorskip("playwright", reason="playwright is not installed (pip insta
 from kubetrain.names import LABEL_RUN_ID
 from tests import ui_browser
 from tests.cluster import kfp_runs, kfp_ui
+from tests.cluster.kfp_pipelines import GONE_WITHIN_SECONDS, launcher_pods, run_jobs, users_pipeline, wait_for
 from tests.cluster.kfp_runs import KfpBackend
 from tests.cluster.kfp_ui import KfpUI
-from tests.cluster.test_kfp_backend import _jobs, _launcher_pods, _users_pipeline, _wait_for
 from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.kfp import ui
 
@@ -104,7 +104,7 @@ def _users_package(tmp_path: Path) -> Path:
     programs = STATE / "node" / "workspace-kubeflow" / "programs"
     programs.mkdir(parents=True, exist_ok=True)
     (programs / "ddp_train.py").write_text((kfp_runs.REPO_ROOT / "docs" / "examples" / "ddp_train.py").read_text())
-    return _users_pipeline(tmp_path, "users_two_trainings", """
+    return users_pipeline(tmp_path, "users_two_trainings", """
         @dsl.pipeline(name="users-two-trainings")
         def pipeline(epochs: int = 5) -> None:
             data = claim(download(source="builtin:digits"))
@@ -141,8 +141,8 @@ def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(
 
     # While the first training job runs, its task's Logs tab already shows the launcher's lines.
     first = case.training[0]
-    _wait_for("a training job of the run", lambda: _jobs(kfp_backend, run_id) or _any_job(kfp_backend, run_id), 900)
-    _wait_for(f"{first}'s Logs tab saying its job runs", lambda: _job_states(page, run_id, first) & {"Running"}, 600)
+    wait_for("a training job of the run", lambda: run_jobs(kfp_backend, run_id) or _any_job(kfp_backend, run_id), 900)
+    wait_for(f"{first}'s Logs tab saying its job runs", lambda: _job_states(page, run_id, first) & {"Running"}, 600)
     job_running = time.monotonic()
 
     state = page.wait_state(run_id)
@@ -214,19 +214,20 @@ def test_terminate_on_the_run_page_deletes_the_training_job(kfp_backend: KfpBack
     package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
     page.upload(package, f"terminate-{uuid.uuid4().hex[:6]}")
     run_id = page.start_run({"epochs": "400"})
-    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
+    wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
     page.open_run(run_id)
     page.run_action("Terminate")
-    _wait_for("the job deleted", lambda: not _jobs(kfp_backend, run_id), 180)
+    wait_for("the job deleted", lambda: not run_jobs(kfp_backend, run_id), 180)
     assert page.wait_state(run_id, timeout=300) in ("CANCELED", "FAILED")
 
 
-def test_retry_on_a_failed_runs_page_reattaches_to_its_training_job(
+def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(
     kfp_backend: KfpBackend, page: KfpUI, tmp_path: Path
 ) -> None:
-    # As in test_kfp_backend: the launcher dies mid-job (SIGKILL: it cannot delete the job), the run
-    # fails; Retry on the page starts a new launcher, which adopts the job instead of creating one.
-    package = _users_pipeline(tmp_path, "ui_retried", """
+    # As docs/cluster.md says: the launcher dies mid-job (SIGKILL: it cannot delete the job), its
+    # step has *failed*, which KFP 2.17's Argo does not retry; the reaper deletes the job and the
+    # run fails. Retry on the page starts a new launcher, which trains one new job of the same name.
+    package = users_pipeline(tmp_path, "ui_retried", """
         @dsl.pipeline(name="ui-retried-training")
         def pipeline(epochs: int = 40) -> None:
             data = claim(download(source="builtin:digits"))
@@ -234,16 +235,19 @@ def test_retry_on_a_failed_runs_page_reattaches_to_its_training_job(
     """)  # fmt: skip
     page.upload(package, f"retried-{uuid.uuid4().hex[:6]}")
     run_id = page.start_run({"epochs": "30"})
-    _wait_for("the PyTorchJob of the run", lambda: _jobs(kfp_backend, run_id), 600)
-    job = _jobs(kfp_backend, run_id)[0].split("/")[-1]
-    kfp_backend.kill_main_container(_launcher_pods(kfp_backend, run_id, "pytorch_train")[0])
+    wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
+    job = run_jobs(kfp_backend, run_id)[0].split("/")[-1]
+    uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")
+    kfp_backend.kill_main_container(launcher_pods(kfp_backend, run_id, "pytorch_train")[0])
     assert page.wait_state(run_id) == "FAILED"
+    wait_for("the killed step's job reaped", lambda: not run_jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
     page.open_run(run_id)
     page.run_action("Retry")
     assert page.wait_state(run_id) == "SUCCEEDED", kfp_backend.workflow_tail(run_id)
-    assert _jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
+    assert run_jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
+    assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") != uid
     page.open_run(run_id)
-    assert f"adopted existing PyTorchJob kubeflow/{job}" in page.logs("pytorch-train")
+    assert _check_logs(page.logs("pytorch-train"), "pytorch-train", outcome="Succeeded") == job
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 

@@ -139,3 +139,36 @@ def test_component_modules_import_only_the_standard_library_and_kfp(module: str)
     for name in _top_level_imports(REPO / module):
         top = name.split(".")[0]
         assert top in sys.stdlib_module_names or top == "kfp" or name in allowed, f"{module}: imports {name}"
+
+
+def test_the_components_a_compiled_pipeline_runs_are_named_as_the_catalog_names_them() -> None:
+    assert hub.components_of_package(REPO / "pipelines" / "mnist_pytorch.yaml") == {"download_dataset", "pytorch_train"}
+    assert hub.components_of_package(REPO / "pipelines" / "compare_frameworks.yaml") == set(COMPONENTS)
+
+
+def test_the_e2e_tier_records_last_verified_only_for_components_no_failing_scenario_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.cluster import verified
+
+    monkeypatch.setattr(verified, "_RAN", {}, raising=True)
+    monkeypatch.setattr(verified, "_OUTCOME", {}, raising=True)
+    for scenario, package, passed in [
+        ("t.py::pytorch", "mnist_pytorch.yaml", True),
+        ("t.py::ps", "mnist_ps.yaml", False),
+    ]:
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"{scenario} (call)")
+        verified.note_run(REPO / "pipelines" / package)
+        verified.note_outcome(scenario, passed)
+    # download_dataset ran in a failing scenario too: not verified until every run of it passes.
+    assert verified.verified() == {"pytorch_train"}
+
+    folder = tmp_path / "components" / "hub" / "pytorch_train"
+    folder.mkdir(parents=True)
+    (folder / "example_pipelines.py").write_text((HUB / "pytorch_train" / "example_pipelines.py").read_text())
+    for part in ("tools", "pyproject.toml"):
+        (tmp_path / part).symlink_to(REPO / part)
+    (written,) = hub.record_verified({"pytorch_train"}, "2026-11-27T03:00:00Z", tmp_path)
+    assert _last_verified(written) == "2026-11-27T03:00:00Z"
+    hub.write_hub(["pytorch_train"], tmp_path)  # a regeneration keeps it
+    assert _last_verified(written) == "2026-11-27T03:00:00Z"

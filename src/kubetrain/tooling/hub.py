@@ -226,3 +226,28 @@ def stale_hub(names: list[str], root: Path | None = None) -> list[Path]:
     """The generated files of these components that differ from what a regeneration gives."""
     files = [item for name in names for item in expected(name, root or repo_root()).items()]
     return [path for path, text in files if not path.is_file() or path.read_text(encoding="utf-8") != text]
+
+
+def components_of_package(package: Path) -> set[str]:
+    """kubetrain's components a compiled pipeline runs (its `comp-<name>[-N]` entries), by catalog name."""
+    # A package is the pipeline spec, then (with Kubernetes settings) the platform spec.
+    documents = [d for d in yaml.safe_load_all(package.read_text(encoding="utf-8")) if isinstance(d, dict)]
+    found = set()
+    for key in (k for d in documents for k in d.get("components") or {}):
+        name = re.sub(r"-\d+$", "", str(key).removeprefix("comp-")).replace("-", "_")
+        if name in COMPONENTS:
+            found.add(name)
+    return found
+
+
+def record_verified(names: set[str], when: str, root: Path | None = None) -> list[Path]:
+    """Set lastVerified to `when` (an ISO 8601 UTC time) in these components' metadata.yaml; the paths written.
+
+    The e2e tier calls it for the components whose runs on the real backend all passed.
+    """
+    written = []
+    for name in sorted(names):
+        path = (root or repo_root()) / "components" / HUB_DIR / name / "metadata.yaml"
+        path.write_text(metadata_text(name, root or repo_root(), last_verified=when), encoding="utf-8")
+        written.append(path)
+    return written
