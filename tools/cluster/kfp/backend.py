@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -295,16 +297,32 @@ def _start_reaper(cluster: Control, run: Path) -> None:
     operators.wait_for("kubetrain's reaper", sweeping, 60, log)
 
 
-def _start_workflow_controller(cluster: Control, bins: Path, run: Path) -> None:
+def _start_workflow_controller(cluster: Control, bins: Path, run: Path, knobs: Mapping[str, str] | None = None) -> None:
     kubeconfig = _service_account_kubeconfig(cluster, run, "argo")
     argv = [str(bins / "workflow-controller"), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
             "--namespaced", "--executor-image", manifests.EXECUTOR_IMAGE, "--executor-image-pull-policy",
             "IfNotPresent", "--loglevel", "info"]  # fmt: skip
-    env = {**os.environ, "LEADER_ELECTION_DISABLE": "true"}
+    env = {**os.environ, **(knobs or {}), "LEADER_ELECTION_DISABLE": "true"}
     processes.start(run, "workflow-controller", argv, env=env, log=run / "workflow-controller.log", cwd=run)
     health = f"http://127.0.0.1:{ARGO_HEALTH_PORT}/healthz"
     operators.wait_for("Argo's workflow-controller", lambda: _http_answers(health, ok_only=True), 120,
                        run / "workflow-controller.log")  # fmt: skip
+
+
+def set_argo_knobs(cluster: Control, state: Path, controller: Mapping[str, str], executor: Mapping[str, str]) -> None:
+    """Restart the workflow-controller with `controller` in its environment and give the executor
+    `executor` (both empty: KFP's shipped settings). For bench/platform_knobs.py: runs in flight carry on."""
+    run = state / "kfp"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                    stdin=manifests.workflow_controller_config(dict(executor)))  # fmt: skip
+    for record in processes.records(run):
+        if record.name == "workflow-controller" and processes.running(record):
+            # v4.0.5 keeps running after SIGTERM while its informers drain: it holds nothing a
+            # SIGKILL could lose (the workflows' state is in their objects).
+            os.killpg(record.pgid, signal.SIGKILL)
+            operators.wait_for("the old workflow-controller to stop", lambda r=record: not processes.running(r), 30,
+                               run / "workflow-controller.log")  # fmt: skip
+    _start_workflow_controller(cluster, build(run / "build.log"), run, controller)
 
 
 def api_server_config(upstream: Path) -> str:

@@ -107,11 +107,12 @@ def launcher_config() -> str:
                            "data": {"defaultPipelineRoot": PIPELINE_ROOT}})  # fmt: skip
 
 
-def workflow_controller_config() -> str:
+def workflow_controller_config(executor_env: dict[str, str] | None = None) -> str:
     """`workflow-controller-configmap` as KFP's patch of Argo's sets it, with the store's Service.
 
     Metrics are off: their default port (9090) is the workflow-controller's only other listener and
-    is often taken on a developer's machine; nothing here reads them.
+    is often taken on a developer's machine; nothing here reads them. `executor_env` is for
+    measuring a platform knob (docs/platform-knobs.md): the harness sets none by default.
     """
     repository = {
         "archiveLogs": True,
@@ -127,6 +128,8 @@ def workflow_controller_config() -> str:
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
     }  # fmt: skip
+    if executor_env:
+        executor["env"] = [{"name": k, "value": v} for k, v in sorted(executor_env.items())]
     defaults = {"spec": {"ttlStrategy": {"secondsAfterCompletion": 3600},
                          "templateDefaults": {"retryStrategy": {"limit": "2", "retryPolicy": "OnError"}}}}  # fmt: skip
     data = {
