@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kubetrain.kfp_runtime import report
 from kubetrain.kfp_runtime.svg_chart import (
     BLUE,
+    GREEN,
     Series,
     bar_chart,
     line_chart,
@@ -60,6 +62,18 @@ def test_a_line_chart_is_xml_with_every_point_and_round_whole_ticks() -> None:
     assert {"loss", "step", "training loss"} <= set(texts(root))
 
 
+def test_the_loss_line_keeps_the_colour_the_browser_test_looks_for() -> None:
+    history = [{"step": s, "loss": 1.0 / s} for s in range(1, 10)] + [{"epoch": 0, "test_accuracy": 0.9}]
+    figure = report.curves_svg(history)
+    assert figure is not None
+    root = parse(figure)
+    assert root.attrib["aria-label"] == report.CURVES_LABEL
+    (loss,) = root.iter(f"{SVG}polyline")
+    assert loss.attrib["stroke"] == BLUE == "#1f77b4"  # tests/ui_browser.py LOSS_BLUE
+    assert float(loss.attrib["stroke-width"]) >= 2
+    assert {c.attrib["fill"] for c in root.iter(f"{SVG}circle")} == {GREEN}  # the accuracy point
+
+
 def test_text_from_user_input_is_escaped() -> None:
     evil = "<script>alert('x')</script> & \"q\""
     chart = line_chart([Series(evil, [(0.0, 1.0), (1.0, 0.5)])], title=evil, x_label=evil, y_label="y")
@@ -97,11 +111,14 @@ def test_one_point_is_marked_on_a_widened_axis() -> None:
     assert len(tick_texts(root, axis="y")) >= 3
 
 
-def test_no_points_draw_empty_axes() -> None:
+def test_no_points_draw_empty_axes_and_no_history_no_figure() -> None:
     root = parse(line_chart([Series("loss", [])], title="t", x_label="x", y_label="y"))
     assert "no data" in texts(root)
     assert polyline_points(root) == [] and list(root.iter(f"{SVG}circle")) == []
     assert "no data" in texts(parse(bar_chart([], [], title="t", y_label="y", value_format=".1f")))
+    assert report.curves_svg([]) is None
+    page = report.training_report(title="t", metrics={"history": []}, details=[])
+    assert "no curves" in page and "<svg" not in page
 
 
 @given(
