@@ -1,8 +1,9 @@
 """What a training step spends on its HTML report after the job: one `report.training_report`.
 
-A fresh interpreter per sample (the step renders once, so the first render counts, fonts and all),
-matplotlib imported beforehand as the step does while its job runs; CPU and wall seconds of the
-call, median of N, one or several kubetrain trees measured alternately:
+A fresh interpreter per sample (the step renders once, so the first render counts), the report
+module imported beforehand as the step has it; CPU and wall seconds of the call, median of N, one
+or several kubetrain trees measured alternately (a tree from before the SVG charts drew with
+matplotlib, which its report module imports when it draws):
 
     .venv/bin/python bench/report_render.py
     .venv/bin/python bench/report_render.py --runs 5 --tree before=/tmp/old/src --tree after=src
@@ -21,7 +22,8 @@ import sys
 CHILD = r"""
 import json, time
 from kubetrain.kfp_runtime import report
-report.load_plotting()
+if hasattr(report, "load_plotting"):  # a tree that still drew with matplotlib, loaded during the job
+    report.load_plotting()
 history = [{"step": i, "epoch": i // 60, "loss": 1 / (i + 1)} for i in range(300)]
 for h in history[::60]:
     h["test_accuracy"] = 0.5 + h["step"] / 1000

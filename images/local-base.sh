@@ -23,8 +23,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "local-base: making $name with mmdebstrap" >&2
 # Debian's python3 without its recommends; ca-certificates for TLS; a venv at /usr/local gives the
-# python image's layout (its own site-packages, pip in /usr/local/bin).
+# python image's layout (its own site-packages, pip in /usr/local/bin). As debian:bookworm-slim
+# (the python image's base): no documentation, manual pages or translations, now or from later apt
+# installs (the dpkg options stay in the image), copyright files kept; /usr merged by mmdebstrap's
+# hook rather than the usrmerge package, which brought perl. About 100 MB the images never use.
 mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
+    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+    --dpkgopt='path-exclude=/usr/share/lintian/*' \
     --customize-hook='chroot "$1" python3 -m venv /usr/local' \
     --customize-hook='chroot "$1" ln -sf python3 /usr/local/bin/python' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \

@@ -90,6 +90,6 @@ def near(color: int, tolerance: int = 40) -> Callable[[tuple[int, int, int]], bo
     return lambda rgb: all(abs(a - b) <= tolerance for a, b in zip(rgb, want, strict=True))
 
 
-# The report's curves (kubetrain.kfp_runtime.report.curves_figure): loss in tab:blue, accuracy in tab:green.
+# The report's curves (kubetrain.kfp_runtime.report.curves_svg): loss in tab:blue, accuracy in tab:green.
 LOSS_BLUE = near(0x1F77B4)
 ACCURACY_GREEN = near(0x2CA02C)

@@ -20,7 +20,8 @@ from playwright.sync_api import expect
 from tests.cluster import verified
 
 FINAL = {"SUCCEEDED", "FAILED", "SKIPPED", "CANCELED"}
-CHART = 'img[alt="loss and test accuracy curves"]'  # kubetrain.kfp_runtime.report.training_report
+# kubetrain.kfp_runtime.report.curves_svg: the two inline SVG charts in one figure.
+CHART = 'figure[aria-label="loss and test accuracy curves"]'
 
 
 class KfpUI:
@@ -155,8 +156,8 @@ class KfpUI:
         frame = self.page.frame_locator("iframe[sandbox]").first
         chart = frame.locator(CHART)
         expect(chart).to_be_visible(timeout=60_000)
-        loaded = chart.evaluate("img => img.complete && img.naturalWidth > 0")
-        assert loaded, "the report's chart image did not load inside the UI's iframe"
+        drawn = chart.evaluate("f => f.querySelectorAll('svg polyline, svg circle').length > 0 && f.clientWidth > 0")
+        assert drawn, "the report's charts were not drawn inside the UI's iframe"
         return frame
 
     def metrics_visualization(self, task: str, output: str = "metrics") -> str:

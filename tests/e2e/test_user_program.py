@@ -91,7 +91,7 @@ def test_a_third_party_pipeline_with_the_users_own_programs(tmp_path: Path) -> N
     model = Path(theirs.artifacts["model"])
     assert (model / "weights.txt").read_text() == "--my-flag 7"  # its args, and no kubetrain flags
     report = Path(theirs.artifacts["report"]).read_text()
-    assert "rank_sum" in report and "data:image/png;base64" in report  # its metrics and its curves
+    assert "rank_sum" in report and "<svg " in report  # its metrics and its curves
 
     mpi = outcome.task("chainermn-train")
     files = sorted(p.name for p in Path(mpi.artifacts["model"]).iterdir())

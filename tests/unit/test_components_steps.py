@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -233,18 +233,28 @@ def test_model_metrics_and_report_artifacts(tmp_path: Path) -> None:
         artifacts.copy_model(empty, FakeArtifact(tmp_path / "m2"), metadata={})
 
 
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _x_tick_labels(chart: ET.Element) -> list[str]:
+    """An SVG chart's x tick labels: the texts just below its plot area (svg_chart draws them 16 px below)."""
+    frame = next(r for r in chart.iter(f"{SVG}rect") if r.attrib.get("stroke") == "#444")
+    bottom = float(frame.attrib["y"]) + float(frame.attrib["height"])
+    return [t.text or "" for t in chart.iter(f"{SVG}text") if float(t.attrib.get("y", 0)) == bottom + 16]
+
+
 def test_report_has_curves_and_tables() -> None:
     loss, accuracy = report.curves(METRICS["history"])
     assert loss == [(10.0, 1.5), (50.0, 0.2)]  # per-step losses only, not the epoch means
     assert accuracy == [(0.0, 0.9), (1.0, 0.97)]  # epochs as the history and the log count them
     page = report.training_report(title="t <1>", metrics=METRICS, details=[("job", "PyTorchJob a/b")])
     assert "t &lt;1&gt;" in page
-    encoded = page.split("data:image/png;base64,", 1)[1].split('"', 1)[0]
-    assert base64.b64decode(encoded).startswith(b"\x89PNG\r\n\x1a\n")
+    figure = page.split("<h2>Curves</h2>\n", 1)[1].split("</figure>", 1)[0] + "</figure>"
+    assert len(list(ET.fromstring(figure).iter(f"{SVG}svg"))) == 2  # inline: nothing for the UI's iframe to fetch
     assert "0.9700" in page
     no_history = report.training_report(title="t", metrics={**METRICS, "history": []}, details=[])
     assert "no curves" in no_history
-    assert "data:image/png" not in no_history
+    assert "<svg" not in no_history
 
 
 def test_report_curves_draw_every_logged_point_at_whole_epochs_and_steps() -> None:
@@ -253,14 +263,21 @@ def test_report_curves_draw_every_logged_point_at_whole_epochs_and_steps() -> No
         {"step": 15 * (e + 1), "epoch": e, "loss": 0.5, "kind": "epoch", "test_accuracy": 0.8 + e / 20}
         for e in range(3)
     ]
-    fig = report.curves_figure(history, title="t")
-    left, right = fig.axes
-    assert len(left.lines[0].get_xdata()) == 45  # one point per logged step
-    assert list(right.lines[0].get_xdata()) == [0.0, 1.0, 2.0]  # epoch 0 is the log's "epoch 0"
-    fig.canvas.draw()
-    for axes in (left, right):
-        ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
-        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    figure = report.curves_svg(history)
+    assert figure is not None
+    left, right = ET.fromstring(figure).iter(f"{SVG}svg")
+    (loss,) = left.iter(f"{SVG}polyline")
+    assert len(loss.attrib["points"].split()) == 45  # one point per logged step
+    (accuracy,) = right.iter(f"{SVG}polyline")
+    assert accuracy.attrib["stroke"] == "#2ca02c"  # tab:green, as tests/ui_browser.py looks for it
+    marks = [float(c.attrib["cx"]) for c in right.iter(f"{SVG}circle")]
+    assert len(marks) == 3 and marks == sorted(marks)
+    for chart, last in ((left, "40"), (right, "2")):
+        ticks = _x_tick_labels(chart)
+        assert ticks and all(t.isdigit() for t in ticks) and ticks[-1] == last, ticks
+    # Epoch 0 is the log's "epoch 0": the first mark stands on the "0" tick.
+    zero = next(t for t in right.iter(f"{SVG}text") if t.text == "0" and t.attrib.get("text-anchor") == "middle")
+    assert float(zero.attrib["x"]) == marks[0]
 
 
 def test_report_shows_the_inputs_that_made_the_run() -> None:
@@ -317,9 +334,13 @@ def test_comparison_page_draws_curves_on_shared_axes_and_bars(tmp_path: Path) ->
     page = FakeArtifact(tmp_path / "summary.html")
     summary.compare_step(runs=runs, summary_markdown=FakeArtifact(tmp_path / "s.md"), summary_html=page)
     text = Path(page.path).read_text()
-    assert "<table>" in text and 'src="data:image/png;base64,' in text
-    png = charts.comparison_png([(n, charts.history_of(m), dict(x.metadata)) for n, m, x in runs])
-    assert png.startswith(b"\x89PNG")
+    assert "<table>" in text and f'<figure class="charts" aria-label="{charts.COMPARISON_LABEL}">' in text
+    figure = charts.comparison_svg([(n, charts.history_of(m), dict(x.metadata)) for n, m, x in runs])
+    loss, accuracy, accuracy_bars, speed_bars = ET.fromstring(figure).iter(f"{SVG}svg")
+    assert [len(p.attrib["points"].split()) for p in loss.iter(f"{SVG}polyline")] == [40, 20]  # shared axes
+    assert [t.text for t in loss.iter(f"{SVG}text") if t.text in ("pytorch", "chainermn")] == ["pytorch", "chainermn"]
+    assert len(list(accuracy.iter(f"{SVG}circle"))) == 6
+    assert {"0.9000", "100"} <= {t.text for t in (*accuracy_bars.iter(f"{SVG}text"), *speed_bars.iter(f"{SVG}text"))}
 
 
 # -- parameters ---------------------------------------------------------------------------------
@@ -399,15 +420,19 @@ def test_charts_are_honest_about_what_they_show() -> None:
     world size 64.0 and 9.2000 seconds."""
     from kubetrain.kfp_runtime import charts
 
-    fig = charts.comparison_figure(
+    figure = charts.comparison_svg(
         [("pytorch", [], {"test_accuracy": 0.972, "samples_per_second": 100.0}),
          ("ps", [], {"test_accuracy": 0.969, "samples_per_second": 50.0})]
     )  # fmt: skip
-    accuracy_bars = fig.axes[2]
-    assert accuracy_bars.get_ylim()[0] == 0.0
-    assert [t.get_text() for t in accuracy_bars.texts] == ["0.9720", "0.9690"]
-    one = report.curves_figure([{"step": 450, "epoch": 9, "test_accuracy": 0.93, "loss": 0.2}], title="ps")
-    low, high = one.axes[1].get_xlim()
-    assert low <= 0 and high >= 9
+    accuracy_bars = list(ET.fromstring(figure).iter(f"{SVG}svg"))[2]
+    labels = [t.text for t in accuracy_bars.iter(f"{SVG}text")]
+    assert "0.00" in labels  # the axis starts at 0
+    assert [t for t in labels if t in ("0.9720", "0.9690")] == ["0.9720", "0.9690"]
+    one = report.curves_svg([{"step": 450, "epoch": 9, "test_accuracy": 0.93, "loss": 0.2}])
+    assert one is not None
+    right = list(ET.fromstring(one).iter(f"{SVG}svg"))[1]
+    assert _x_tick_labels(right)[0] == "0"  # from epoch 0, the one evaluation at 9 inside the axis
+    assert "0.9300 (one evaluation)" in [t.text for t in right.iter(f"{SVG}text")]
     page = report.training_report(title="t", metrics={**METRICS, "world_size": 64.0, "wall_seconds": 9.2}, details=[])
-    assert ">64<" in page and ">9.2<" in page and "64.0" not in page and "9.2000" not in page
+    table = page.split("<h2>Curves</h2>", 1)[0]  # the table's cells; the charts' SVG coordinates are not values
+    assert ">64<" in table and ">9.2<" in table and "64.0" not in table and "9.2000" not in table

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 # Libraries no step needs at import time: numpy for reading shards or writing a download, matplotlib
-# for drawing a report after the job, the object-store filesystems for s3:// and gs:// sources only.
+# (no step draws with it now: the reports' charts are kubetrain's SVG), the object-store filesystems
+# for s3:// and gs:// sources only.
 HEAVY = ("numpy", "matplotlib", "sklearn", "scipy", "torch", "chainer", "grpc", "fsspec", "s3fs", "gcsfs")
 
 STEP_MODULES = {

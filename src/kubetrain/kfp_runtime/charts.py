@@ -1,4 +1,4 @@
-"""The comparison page's charts: the runs' loss and accuracy curves on shared axes, and bars.
+"""The comparison page's charts (inline SVG): the runs' loss and accuracy curves on shared axes, and bars.
 
 Each run's history comes from the metrics.json its training step copied into its Model artifact.
 Runs take different numbers of steps (world sizes and batch sizes differ), so the loss curves are
@@ -7,14 +7,14 @@ drawn against the fraction of training done; accuracy is drawn against epochs.
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kubetrain.kfp_runtime.artifacts import METRICS_JSON, ArtifactLike
-from kubetrain.kfp_runtime.report import FAST_PNG, curves, integer_ticks
+from kubetrain.kfp_runtime.report import curves
+from kubetrain.kfp_runtime.svg_chart import BLUE, GREEN, TAB10, Series, bar_chart, line_chart
 
 History = Sequence[Mapping[str, Any]]
 
@@ -32,48 +32,46 @@ def history_of(model: ArtifactLike) -> list[Mapping[str, Any]]:
     return [h for h in history if isinstance(h, dict)]
 
 
-def comparison_png(runs: Sequence[tuple[str, History, Mapping[str, Any]]]) -> bytes:
-    """One PNG: loss and accuracy curves of every run (shared axes), bars of accuracy and samples/s.
+# The accessible name of the comparison's charts.
+COMPARISON_LABEL = "loss and accuracy curves, accuracy and samples/s"
+
+
+def comparison_svg(runs: Sequence[tuple[str, History, Mapping[str, Any]]]) -> str:
+    """Inline SVG: loss and accuracy curves of every run (shared axes), bars of accuracy and samples/s.
 
     `runs` holds (framework, history, logged metrics) per run.
     """
-    buf = io.BytesIO()
-    comparison_figure(runs).savefig(buf, format="png", pil_kwargs=FAST_PNG)
-    return buf.getvalue()
-
-
-def comparison_figure(runs: Sequence[tuple[str, History, Mapping[str, Any]]]) -> Any:
-    """The matplotlib Figure behind :func:`comparison_png` (loss, accuracy, accuracy bars, speed bars)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 7), dpi=100)
-    FigureCanvasAgg(fig)
-    (loss_ax, acc_ax), (acc_bar, speed_bar) = fig.subplots(2, 2)
-    for framework, history, _ in runs:
+    losses: list[Series] = []
+    accuracies: list[Series] = []
+    for i, (framework, history, _) in enumerate(runs):
+        color = TAB10[i % len(TAB10)]
         loss, accuracy = curves(history)
         if loss:
             last = max(p[0] for p in loss) or 1.0
-            loss_ax.plot([p[0] / last for p in loss], [p[1] for p in loss], label=framework)
+            losses.append(Series(framework, [(x / last, y) for x, y in loss], color))
         if accuracy:
-            acc_ax.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", label=framework)
-    loss_ax.set(xlabel="fraction of training", ylabel="training loss", title="loss")
-    acc_ax.set(xlabel="epoch", ylabel="test accuracy", title="accuracy")
-    integer_ticks(acc_ax)
-    for ax in (loss_ax, acc_ax):
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend()
+            accuracies.append(Series(framework, accuracy, color, markers=True))
     names = [framework for framework, _, _ in runs]
-    accuracies = [float(m.get("test_accuracy", 0.0)) for _, _, m in runs]
-    speeds = [float(m.get("samples_per_second", 0.0)) for _, _, m in runs]
-    # From 0: an axis starting near the values made a 0.003 difference look like a gap; the
-    # values themselves are written on the bars.
-    bars = acc_bar.bar(names, accuracies, color="tab:green")
-    acc_bar.bar_label(bars, fmt="%.4f")
-    acc_bar.set(ylabel="test accuracy", title="final test accuracy", ylim=(0.0, 1.1))
-    speed_bars = speed_bar.bar(names, speeds, color="tab:blue")
-    speed_bar.bar_label(speed_bars, fmt="%.0f")
-    speed_bar.set(ylabel="samples/s", title="training throughput")
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.07, top=0.95, wspace=0.22, hspace=0.3)  # see report.py
-    return fig
+    charts = [
+        line_chart(losses, title="loss", x_label="fraction of training", y_label="training loss"),
+        line_chart(accuracies, title="accuracy", x_label="epoch", y_label="test accuracy", x_integer=True),
+        # From 0 (bar_chart's bars always are): an axis starting near the values made a 0.003
+        # difference look like a gap; the values themselves are written on the bars.
+        bar_chart(
+            names,
+            [float(m.get("test_accuracy", 0.0)) for _, _, m in runs],
+            title="final test accuracy",
+            y_label="test accuracy",
+            value_format=".4f",
+            color=GREEN,
+        ),
+        bar_chart(
+            names,
+            [float(m.get("samples_per_second", 0.0)) for _, _, m in runs],
+            title="training throughput",
+            y_label="samples/s",
+            value_format=",.0f",
+            color=BLUE,
+        ),
+    ]
+    return f'<figure class="charts" aria-label="{COMPARISON_LABEL}">\n' + "\n".join(charts) + "\n</figure>"

@@ -1,19 +1,18 @@
 """The HTML report of a training step: final metrics, job details, loss and accuracy curves.
 
-The curves are drawn with matplotlib's Agg canvas (no display, no pyplot global state) and
-embedded as an inline base64 PNG, so the report is one self-contained file that the KFP UI
-shows as it is and that opens from disk just the same.
+The curves are inline SVG (kfp_runtime/svg_chart.py), so the report is one self-contained file
+that the KFP UI shows as it is, in its sandboxed iframe, and that opens from disk just the same.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from kubetrain.kfp_runtime.svg_chart import BLUE, GREEN, Series, line_chart
 
 # Final metrics shown in the table, in this order, with their labels.
 METRIC_LABELS = (
@@ -33,13 +32,12 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: left; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-img { max-width: 100%; }
+figure.charts { display: flex; flex-wrap: wrap; gap: 0.8em; margin: 0; }
+figure.charts svg { max-width: 100%; height: auto; }
 """
 
-
-# The report is written once and read by the UI: zlib's fastest level saves a third of the
-# encoding time for a PNG about 15% larger (tens of kB).
-FAST_PNG = {"compress_level": 1}
+# The accessible name of the training report's charts (the browser tests find them by it).
+CURVES_LABEL = "loss and test accuracy curves"
 
 
 def format_value(value: object, spec: str = "") -> str:
@@ -86,13 +84,6 @@ def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, floa
     return loss, accuracy
 
 
-def integer_ticks(axes: Any) -> None:
-    """Whole-number ticks on the x axis (epochs and steps are counted, never fractional)."""
-    from matplotlib.ticker import MaxNLocator
-
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
 def input_rows(inputs: Mapping[str, object]) -> list[tuple[str, object]]:
     """The inputs that made the run, for the report: those given, in order; lists as a command line, dicts as JSON."""
     rows: list[tuple[str, object]] = []
@@ -108,59 +99,34 @@ def input_rows(inputs: Mapping[str, object]) -> list[tuple[str, object]]:
     return rows
 
 
-def load_plotting() -> None:
-    """Import the plotting library now (about half a second), so that a report later does not wait for it."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-    from matplotlib.figure import Figure  # noqa: F401
-
-
-def curves_png(history: Sequence[Mapping[str, Any]], *, title: str) -> bytes | None:
-    """A PNG with the loss curve (left) and the test-accuracy curve (right); None without data."""
-    fig = curves_figure(history, title=title)
-    if fig is None:
-        return None
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", pil_kwargs=FAST_PNG)
-    return buf.getvalue()
-
-
-def curves_figure(history: Sequence[Mapping[str, Any]], *, title: str) -> Any:
-    """The matplotlib Figure behind :func:`curves_png` (a loss and an accuracy axes); None without data."""
+def curves_svg(history: Sequence[Mapping[str, Any]]) -> str | None:
+    """The loss curve (per step) and the test-accuracy curve (per epoch) as inline SVG; None without data."""
     loss, accuracy = curves(history)
     if not loss and not accuracy:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 3.6), dpi=100)
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    if loss:
-        left.plot([p[0] for p in loss], [p[1] for p in loss], color="tab:blue", linewidth=2.5)
-    left.set_xlabel("step")
-    integer_ticks(left)
-    left.set_ylabel("training loss")
-    left.set_title("loss")
-    left.grid(alpha=0.3)
-    if accuracy:
-        right.plot([p[0] for p in accuracy], [p[1] for p in accuracy], marker="o", color="tab:green", linewidth=2.5)
-        right.set_ylim(min([0.5, *(p[1] for p in accuracy)]), 1.0)
-        if len(accuracy) == 1:
-            # One evaluation (a PS job evaluates at its end unless told otherwise): on an axis from 0,
-            # not one matplotlib centres on that single epoch.
-            right.set_xlim(-0.5, max(accuracy[0][0], 1.0) + 0.5)
-            right.annotate(f"{accuracy[0][1]:.4f} (one evaluation)", accuracy[0], textcoords="offset points",
-                           xytext=(-8, -14), ha="right")  # fmt: skip
-    right.set_xlabel("epoch")
-    integer_ticks(right)
-    right.set_ylabel("test accuracy")
-    right.set_title("accuracy")
-    right.grid(alpha=0.3)
-    fig.suptitle(title)
-    # Fixed margins, not tight_layout(): that draws the whole figure once more just to measure its
-    # labels, most of a second of the step's time after the job has ended.
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.86, wspace=0.25)
-    return fig
+    left = line_chart(
+        [Series("loss", loss, BLUE)], title="loss", x_label="step", y_label="training loss", x_integer=True,
+        legend=False,
+    )  # fmt: skip
+    x_range: tuple[float, float] | None = None
+    note = ""
+    if len(accuracy) == 1:
+        # One evaluation (a PS job evaluates at its end unless told otherwise): on an axis from
+        # epoch 0, not one centred on that single epoch, and said in words.
+        x_range, note = (-0.5, max(accuracy[0][0], 1.0) + 0.5), f"{accuracy[0][1]:.4f} (one evaluation)"
+    low = min([0.5, *(p[1] for p in accuracy)])
+    right = line_chart(
+        [Series("test accuracy", accuracy, GREEN, markers=True)],
+        title="accuracy",
+        x_label="epoch",
+        y_label="test accuracy",
+        x_integer=True,
+        y_range=(low, 1.0),
+        x_range=x_range,
+        legend=False,
+        note=note,
+    )
+    return f'<figure class="charts" aria-label="{CURVES_LABEL}">\n{left}\n{right}\n</figure>'
 
 
 def table_html(rows: Sequence[tuple[str, object]], *, header: tuple[str, str] | None = None) -> str:
@@ -201,10 +167,9 @@ def training_report(
     body = ["<h2>Final metrics</h2>", table_html(rows) if rows else "<p>The program wrote no metrics.</p>"]
     if inputs:
         body += ["<h2>Inputs</h2>", table_html(inputs)]
-    png = curves_png(metrics.get("history") or (), title=title)
-    if png is not None:
-        data = base64.b64encode(png).decode("ascii")
-        body += ["<h2>Curves</h2>", f'<img alt="loss and test accuracy curves" src="data:image/png;base64,{data}">']
+    charts = curves_svg(metrics.get("history") or ())
+    if charts is not None:
+        body += ["<h2>Curves</h2>", charts]
     else:
         body.append("<p>The training program recorded no history, so there are no curves.</p>")
     body += ["<h2>Job</h2>", table_html(details)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +9,7 @@ from typing import Any
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
-from kubetrain.kfp_runtime.charts import comparison_png, history_of
+from kubetrain.kfp_runtime.charts import comparison_svg, history_of
 from kubetrain.kfp_runtime.exits import step
 from kubetrain.kfp_runtime.report import format_value, page
 
@@ -105,9 +104,8 @@ def compare_step(
     title = "kubetrain: frameworks compared"
     markdown = f"# {title}\n\n{markdown_table(rows)}\nMost accurate: **{winner}**.\n"
     write_text(summary_markdown, markdown)
-    png = comparison_png([(fw, history_of(model), row.values) for (fw, model, _), row in zip(runs, rows, strict=True)])
-    data = base64.b64encode(png).decode("ascii")
-    chart = f'<img alt="loss and accuracy curves, accuracy and samples/s" src="data:image/png;base64,{data}">'
+    charted = [(fw, history_of(model), row.values) for (fw, model, _), row in zip(runs, rows, strict=True)]
+    chart = comparison_svg(charted)
     body = f"{html_table(rows)}\n<p>Most accurate: <b>{html.escape(winner)}</b>.</p>\n<h2>Curves and bars</h2>\n{chart}"
     write_text(summary_html, page(title, body))
     print(markdown, flush=True)

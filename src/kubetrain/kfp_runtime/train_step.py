@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import posixpath
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -245,8 +244,6 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     if (waits := elastic_notice(request)) is not None:
         print(f"{framework}: {waits}", flush=True)
     backend = open_backend(kind, namespace=request.job_namespace, local_root=local_root())
-    # The report's plotting library loads while the job runs, not after it, when the step should end.
-    threading.Thread(target=report.load_plotting, name="kubetrain-load-plotting", daemon=True).start()
     started = time.monotonic()
     try:
         result = run_job(

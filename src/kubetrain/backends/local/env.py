@@ -48,7 +48,7 @@ MACHINE_ENV_PREFIXES = ("LC_",)
 # stays this machine's. The names are the images' repository names, whatever the registry and tag.
 _COMMON_IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 IMAGE_ENV: Mapping[str, Mapping[str, str]] = {
-    "launcher": {**_COMMON_IMAGE_ENV, "MPLBACKEND": "Agg"},
+    "launcher": dict(_COMMON_IMAGE_ENV),
     "pytorch": dict(_COMMON_IMAGE_ENV),
     # Chainer 7.8.1 imports numpy.distutils, which setuptools' own distutils breaks.
     "chainermn": {**_COMMON_IMAGE_ENV, "SETUPTOOLS_USE_DISTUTILS": "stdlib"},
