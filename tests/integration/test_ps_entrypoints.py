@@ -8,14 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
 
 from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.errors import ExitCode
-from kubetrain.ps.common.jobtoken import token_metadata
-from kubetrain.ps.common.rpc import wait_serving
+from kubetrain.ps.common.rpc import make_channel, wait_serving
 from kubetrain.ps.harness.localrun import LocalPSJob, free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
@@ -56,12 +54,11 @@ def test_shard_index_comes_from_the_jobset_env(tmp_path: Path, env: dict[str, st
     proc, addr = _server(tmp_path, env)
     try:
         wait_serving(addr, deadline_s=60, service="kubetrain.ps.ParameterServer")
-        with grpc.insecure_channel(addr) as ch:
+        with make_channel(addr, token=(tmp_path / "job-token").read_text()) as ch:
             stub = pb_grpc.ParameterServerStub(ch)
             state = stub.GetState(pb.GetStateRequest(), timeout=10)
             assert (state.shard_index, state.num_shards, state.generation) == (index, 3, 1)
-            token = (tmp_path / "job-token").read_text()
-            stub.Shutdown(pb.ShutdownRequest(reason="test"), timeout=10, metadata=token_metadata(token))
+            stub.Shutdown(pb.ShutdownRequest(reason="test"), timeout=10)
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()

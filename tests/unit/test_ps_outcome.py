@@ -63,7 +63,7 @@ def test_the_hook_ends_the_job_with_the_recorded_phase(tmp_path: Path, phase: st
 
 
 def _get_job_info(addr: str) -> pb.JobInfo:
-    with make_channel(addr) as channel:
+    with make_channel(addr, token=None) as channel:
         return pb_grpc.MasterStub(channel).GetJobInfo(pb.WorkerRef(worker_id="w"), timeout=2)
 
 

@@ -36,6 +36,7 @@ from kubetrain.ps.common.errors import (
     PSConfigError,
     PSUnavailableError,
 )
+from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.model_names import user_module_of
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.outcome import state_dir_from, stop_if_ended
@@ -62,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ps-addrs", required=True, help="host:port,... of the PS shards, in order")
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--worker-id", default=None, help="default: pod host name / completion index")
+    p.add_argument(
+        "--job-token-file",
+        type=Path,
+        required=True,
+        help="the job's token on its volume (created if absent), sent on every call to the master and servers",
+    )
     p.add_argument(
         "--slowdown",
         type=float,
@@ -171,7 +178,8 @@ class Worker:
         self._deadline = float(args.retry_deadline)
         state_dir = state_dir_from(args.state_dir)
         self._on_retry = None if state_dir is None else stop_if_ended(state_dir)
-        self._channel = make_channel(self._master_addr)
+        token = ensure_token(args.job_token_file)
+        self._channel = make_channel(self._master_addr, token=token)
         self._master = pb_grpc.MasterStub(self._channel)
         self.job: pb.JobInfo = self._ask("GetJobInfo", lambda: self._master.GetJobInfo(self.ref, timeout=10))
         if self.job.num_ps != len(ps_addrs):
@@ -182,6 +190,7 @@ class Worker:
             ps_addrs,
             dense_names=[n for n, _ in model.named_parameters()],
             deadline_s=self._deadline,
+            token=token,
             stop=stop,
             on_retry=self._on_retry,
         )
