@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(MasterConfig.from_args(args))
     except KubetrainError as e:
-        log.error("%s", e)
+        # Unprefixed, as Python ends a traceback: the launcher reads this last line of a failed
+        # pod's log as the program's error and puts it first in the job's one-line failure.
+        print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return int(e.exit_code)
 
 

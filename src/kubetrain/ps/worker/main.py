@@ -9,7 +9,8 @@ call to the master or a shard is retried with backoff through their restarts, up
 as the JobSet sets it) says the job has already ended: the master is then gone for good, and the
 worker exits as if it had told it (ps.outcome). A heartbeat thread reports the current lease and
 progress; the master can answer that the lease was taken back (the worker drops it) or that the
-job has ended. Exit 0 when the master says the job is done, JOB_FAILED when it failed.
+job has ended. Exit 0 when the master says the job has ended, done or failed (the master's own
+exit carries a failure: see ps.common.errors.JobEndedError).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import torch
 from kubetrain.errors import ExitCode, KubetrainError
 from kubetrain.ps.common.errors import (
     DivergedError,
-    JobAbortedError,
     JobEndedError,
     PSConfigError,
     PSUnavailableError,
@@ -240,7 +240,8 @@ class Worker:
                 log.info("the master says the job is done")
                 return 0
             if resp.directive == pb.JOB_FAILED:
-                raise JobAbortedError(f"the master says the job failed: {resp.message}")
+                log.error("the master says the job failed: %s", resp.message)
+                return 0  # the master's exit fails the job (JobEndedError says why not this one's)
             if resp.directive == pb.WAIT:
                 self._stop.wait(resp.retry_after_s or 0.2)
                 continue
