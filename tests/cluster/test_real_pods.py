@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.manifests.jobset import master_address, ps_addresses
 from kubetrain.presets import image_ref
+from kubetrain.presets.defaults import PS_MASTER_PORT, PS_SERVER_PORT
 from tests.cluster import jobs, real_pods
 from tests.cluster.real_pods import RealNode
 from tools.cluster import node
@@ -188,6 +190,78 @@ def test_a_ps_worker_pod_deleted_mid_training_loses_no_record(real_ps: RealNode,
     assert code == 0, err[-4000:]
     written = real_pods.metrics(real_ps, "ps-fault")
     assert written["records_untrained"] == 0, written
+    assert written["test_accuracy"] >= TARGET, written
+
+
+# A pod of the namespace that is not the job's: no claim, so no job token. It tries to report a
+# task done with no records, and to push a huge gradient, and prints the status of each call.
+_INTRUDER = """
+import json, sys
+import grpc, numpy as np
+from kubetrain.ps.common.tensors import to_tensor
+from kubetrain.ps.proto import kubetrain_ps_pb2 as pb, kubetrain_ps_pb2_grpc as pb_grpc
+master, server, codes = sys.argv[1], sys.argv[2], {}
+def call(name, fn):
+    try:
+        fn()
+        codes[name] = ["OK", ""]
+    except grpc.RpcError as e:
+        codes[name] = [e.code().name, e.details()]
+ref = pb.WorkerRef(worker_id="intruder", incarnation="x")
+with grpc.insecure_channel(master) as ch:
+    report = pb.ReportTaskRequest(worker=ref, task_id="train/e0/train/s0/0-64", lease=1, success=True, records=0)
+    call("ReportTask", lambda: pb_grpc.MasterStub(ch).ReportTask(report, timeout=30))
+with grpc.insecure_channel(server) as ch:
+    push = pb.PushRequest(worker_id="intruder", version=0, generation=1, batch_size=1,
+                          dense_grads=[to_tensor("x", np.full(4, 1e30, np.float32))])
+    call("Push", lambda: pb_grpc.ParameterServerStub(ch).Push(push, timeout=30))
+print(json.dumps(codes))
+"""
+
+
+def test_a_pod_outside_the_ps_job_is_refused_by_its_master_and_servers_and_the_job_succeeds(
+    real_ps: RealNode, tmp_path: Path
+) -> None:
+    # The node's bridge CNI enforces no NetworkPolicy: the per-job token is what keeps other pods out.
+    name = "ps-intruded"
+    real_ps.fresh_run(name)
+    real_ps.kubectl("delete", "pod", "ps-intruder", "--ignore-not-found", "--wait=true")
+    proc = jobs.launch(real_ps.cluster, _ps_job(name, 12), tmp_path, "--start-timeout", "600")
+    label = f"jobset.sigs.k8s.io/jobset-name={name}"
+
+    def serving() -> bool:
+        pods = json.loads(real_ps.kubectl("get", "pods", "-l", label, "-o", "json"))["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return len(running) == 6 and (real_ps.workspace / "runs" / name / "output" / "ps-state").exists()
+
+    jobs.until("the master, two servers and three workers running", serving, 600)
+    master = master_address(name=name, port=PS_MASTER_PORT)
+    server = ps_addresses(name=name, port=PS_SERVER_PORT, count=2)[0]
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ps-intruder"},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "intruder", "image": image_ref("ps"), "securityContext": real_pods.RESTRICTED_CONTAINER,
+                "command": ["python", "-c", _INTRUDER, master, server],
+            }],
+        },
+    }  # fmt: skip
+    real_ps.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod))
+    real_ps.wait_pod("ps-intruder", "Succeeded", 300)
+    codes = json.loads(real_ps.kubectl("logs", "ps-intruder").strip().splitlines()[-1])
+    assert {call: code for call, (code, _) in codes.items()} == {
+        "ReportTask": "UNAUTHENTICATED",
+        "Push": "UNAUTHENTICATED",
+    }, codes
+    assert all("missing or wrong job token" in details for _, details in codes.values()), codes
+    code, _, err = jobs.finish(proc, timeout=1200)
+    assert code == 0, err[-4000:]
+    written = real_pods.metrics(real_ps, name)
+    assert written["records_untrained"] == 0, written
+    assert written["world_size"] == 3, written  # the intruder is not counted as a worker
     assert written["test_accuracy"] >= TARGET, written
 
 

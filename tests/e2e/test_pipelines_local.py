@@ -97,6 +97,21 @@ def test_single_framework_pipeline(tmp_path: Path, pipeline: str) -> None:
     check_clean(result)
 
 
+def test_a_diverging_ps_run_fails_at_once_with_one_line_naming_the_non_finite_loss(tmp_path: Path) -> None:
+    # issue 33: learning_rate=1e38 used to end SUCCEEDED with an all-NaN model, then failed only after
+    # every worker had crash-looped through the JobSet's restarts, with a generic line.
+    proc, result = kubetrain(tmp_path, "run", "mnist_ps", "--param", "learning_rate=1e38")
+    assert proc.returncode == ExitCode.JOB_FAILED, proc.stderr[-4000:]
+    task = result["tasks"]["ps-train"]
+    assert (result["state"], task["state"], task["exit_code"]) == ("FAILED", "FAILED", ExitCode.JOB_FAILED)
+    error = task["error"]
+    assert "\n" not in error and "Traceback" not in error, error
+    # The reason comes first, from the master; the JobSet was failed by its master, not restarted.
+    assert re.match(r"JobFailedError: master-0: JobAbortedError: the model diverged: .*is not finite", error), error
+    assert "at model version" in error and "ReachedMaxRestarts" not in error, error
+    check_clean(result)
+
+
 @pytest.mark.parametrize("pipeline", ["mnist_pytorch", "mnist_chainermn"])
 def test_pipelines_train_through_kubeflow_trainer_v2(tmp_path: Path, pipeline: str) -> None:
     """job_api=trainjob: a TrainJob on torch-distributed / kubetrain-mpi, resolved as the Trainer does."""

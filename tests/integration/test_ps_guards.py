@@ -2,7 +2,8 @@
 
 A shard and a master are served in this process; clients call them as a pod of the namespace
 could. Malformed requests get INVALID_ARGUMENT (NOT_FOUND for an unknown task) with a message,
-never UNKNOWN; Shutdown and Flush need the job's token; a report counts only from the process
+never UNKNOWN; every call but a health check needs the job's token (UNAUTHENTICATED without
+it, whatever the call); a report counts only from the process
 holding the lease with the task's exact record count; a diverging model fails the job.
 """
 
@@ -18,12 +19,13 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kubetrain.data.download import download
 from kubetrain.errors import ExitCode
 from kubetrain.ps.common.jobtoken import ensure_token, token_metadata
 from kubetrain.ps.common.optimizers import OptimizerSpec
-from kubetrain.ps.common.rpc import bind, make_server
+from kubetrain.ps.common.rpc import HealthReporter, bind, make_channel, make_server
 from kubetrain.ps.common.tasks import BookConfig
 from kubetrain.ps.common.tensors import to_tensor
 from kubetrain.ps.harness.localrun import LocalPSJob, free_port
@@ -32,7 +34,7 @@ from kubetrain.ps.master.state import StateStore
 from kubetrain.ps.master.taskbook import FAILED, TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.server.main import ParameterServerServicer, _Checkpointer
+from kubetrain.ps.server.main import SERVICE, ParameterServerServicer, _Checkpointer
 from kubetrain.ps.server.store import ParameterShard, ShardConfig
 
 HOST = "127.0.0.1"
@@ -45,15 +47,15 @@ class Shard:
         self.token = ensure_token(tmp / "job-token")
         self.stop = threading.Event()
         shard = ParameterShard(ShardConfig(0, 1, optimizer=OptimizerSpec("sgd", lr=0.1)))
-        self.servicer = ParameterServerServicer(
-            shard, stop=self.stop, checkpointer=_Checkpointer(tmp / "ckpt", keep=2), token=self.token
-        )
-        self.server = make_server(4)
+        self.servicer = ParameterServerServicer(shard, stop=self.stop, checkpointer=_Checkpointer(tmp / "ckpt", keep=2))
+        self.server = make_server(4, token=self.token)
+        HealthReporter(self.server, [SERVICE]).serving()
         pb_grpc.add_ParameterServerServicer_to_server(self.servicer, self.server)
         port = bind(self.server, HOST, free_port(HOST))
         self.server.start()
         self.servicer.set_ready([-1])
-        self.channel = grpc.insecure_channel(f"{HOST}:{port}")
+        self.addr = f"{HOST}:{port}"
+        self.channel = make_channel(self.addr, token=self.token)
         self.stub = pb_grpc.ParameterServerStub(self.channel)
         self.stub.InitModel(
             pb.InitModelRequest(dense=[to_tensor("w", np.ones((2, 2))), to_tensor("b", np.zeros(2))]), timeout=10
@@ -140,16 +142,63 @@ def test_a_good_push_still_lands(shard: Shard) -> None:
     assert answer.accepted and answer.applied_version == 1
 
 
-def test_shutdown_and_flush_need_the_jobs_token(shard: Shard) -> None:
-    for metadata in ((), token_metadata("x" * 64)):
-        code, details = _code(lambda md=metadata: shard.stub.Shutdown(pb.ShutdownRequest(), timeout=10, metadata=md))
-        assert code == grpc.StatusCode.PERMISSION_DENIED, details
-        code, _ = _code(lambda md=metadata: shard.stub.Flush(pb.FlushRequest(), timeout=10, metadata=md))
-        assert code == grpc.StatusCode.PERMISSION_DENIED
+SHARD_CALLS = [
+    ("InitModel", pb.InitModelRequest(dense=[to_tensor("x", np.ones(2))])),
+    ("Pull", pb.PullRequest(dense=True)),
+    ("Push", _push()),
+    ("Flush", pb.FlushRequest()),
+    ("DumpModel", pb.DumpModelRequest()),
+    ("GetState", pb.GetStateRequest()),
+    ("Shutdown", pb.ShutdownRequest(reason="intruder")),
+]
+# No token, another job's token, the right one cut short, the right one under another key.
+WRONG = ["none", "other", "prefix", "other-key"]
+
+
+def _wrong_metadata(kind: str, token: str) -> tuple[tuple[str, str], ...]:
+    return {
+        "none": (),
+        "other": token_metadata("f" * 64),
+        "prefix": token_metadata(token[:-1]),
+        "other-key": (("authorization", f"Bearer {token}"),),
+    }[kind]
+
+
+def _refused(channel: grpc.Channel, service: str, method: str, request: Any, metadata: Any) -> None:
+    call = channel.unary_unary(
+        f"/kubetrain.ps.{service}/{method}",
+        request_serializer=type(request).SerializeToString,
+        response_deserializer=lambda b: b,
+    )
+    code, details = _code(lambda: call(request, timeout=10, metadata=metadata))
+    assert code == grpc.StatusCode.UNAUTHENTICATED, details
+    # One line naming the call, and nothing of what was sent.
+    assert (
+        details == f"/kubetrain.ps.{service}/{method}: missing or wrong job token; only the job's own pods may call it"
+    )
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+@pytest.mark.parametrize(("method", "request_"), SHARD_CALLS, ids=[m for m, _ in SHARD_CALLS])
+def test_every_shard_call_without_the_jobs_token_is_unauthenticated(
+    shard: Shard, method: str, request_: Any, wrong: str
+) -> None:
+    with grpc.insecure_channel(shard.addr) as intruder:
+        _refused(intruder, "ParameterServer", method, request_, _wrong_metadata(wrong, shard.token))
+    # Nothing happened: the shard runs on, at version 0, as initialised.
     assert not shard.stop.is_set()
-    auth = token_metadata(shard.token)
-    shard.stub.Flush(pb.FlushRequest(), timeout=10, metadata=auth)
-    shard.stub.Shutdown(pb.ShutdownRequest(reason="test"), timeout=10, metadata=auth)
+    state = shard.stub.GetState(pb.GetStateRequest(), timeout=10)
+    assert state.version == 0
+    dense = {t.name for t in shard.stub.Pull(pb.PullRequest(dense=True), timeout=10).dense}
+    assert dense == {"w", "b"}
+
+
+def test_with_the_jobs_token_flush_and_shutdown_work_and_health_needs_none(shard: Shard) -> None:
+    with grpc.insecure_channel(shard.addr) as bare:
+        health = health_pb2_grpc.HealthStub(bare).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING  # the kubelet's probes send no token
+    shard.stub.Flush(pb.FlushRequest(), timeout=10)
+    shard.stub.Shutdown(pb.ShutdownRequest(reason="test"), timeout=10)
     assert shard.stop.is_set()
 
 
@@ -164,11 +213,13 @@ class Master:
         store.claim()
         self.core = MasterCore(self.book, store, {"started_at": time.time()})
         settings = JobSettings("mlp", "{}", 32, "async", 1, 0, 1.0, 8)
-        self.server = make_server(4)
+        self.token = ensure_token(tmp / "job-token")
+        self.server = make_server(4, token=self.token)
         pb_grpc.add_MasterServicer_to_server(MasterServicer(self.core, settings), self.server)
         port = bind(self.server, HOST, free_port(HOST))
         self.server.start()
-        self.channel = grpc.insecure_channel(f"{HOST}:{port}")
+        self.addr = f"{HOST}:{port}"
+        self.channel = make_channel(self.addr, token=self.token)
         self.stub = pb_grpc.MasterStub(self.channel)
 
     def close(self) -> None:
@@ -184,6 +235,27 @@ def master(tmp_path: Path) -> Iterator[Master]:
 
 
 W0 = pb.WorkerRef(worker_id="w0", incarnation="a1b2")
+
+MASTER_CALLS = [
+    ("GetJobInfo", W0),
+    ("GetTask", W0),
+    ("ReportTask", pb.ReportTaskRequest(worker=W0, task_id="train/e0/train/s0/0-50", lease=1, success=True, records=0)),
+    ("Heartbeat", pb.HeartbeatRequest(worker=W0, lease=1, records_done=50)),
+]
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+@pytest.mark.parametrize(("method", "request_"), MASTER_CALLS, ids=[m for m, _ in MASTER_CALLS])
+def test_every_master_call_without_the_jobs_token_is_unauthenticated(
+    master: Master, method: str, request_: Any, wrong: str
+) -> None:
+    task = master.stub.GetTask(W0, timeout=10).task  # the job's own worker holds a lease
+    with grpc.insecure_channel(master.addr) as intruder:
+        _refused(intruder, "Master", method, request_, _wrong_metadata(wrong, master.token))
+    # The intruder changed nothing: the lease is still held, no task is done, no worker was added.
+    assert [lease.task.task_id for lease in master.book.doing.values()] == [task.task_id]
+    assert master.book.counters["tasks_done"] == 0
+    assert set(master.book.workers) == {"w0"}
 
 
 def _report(task: pb.Task, worker: pb.WorkerRef = W0, **kw: Any) -> pb.ReportTaskRequest:

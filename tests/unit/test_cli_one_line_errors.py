@@ -124,3 +124,35 @@ def test_run_of_a_yaml_file_that_does_not_parse(tmp_path: Path, capsys: pytest.C
     bad.write_text("pipelineInfo:\n  name: [x, y\nroot: : z\n")
     line = fails_in_one_line(["run", str(bad)], capsys)
     assert line.startswith(f"kubetrain run: pipeline: {bad}, line 3, column 5: not valid YAML (")
+
+
+DEEP_PIPELINE = """
+from pathlib import Path
+from kfp import dsl
+import kubetrain.components
+ps_train = kubetrain.components.load_component(str(Path(kubetrain.components.__file__).parent / "ps_train.yaml"))
+download = kubetrain.components.load_component(
+    str(Path(kubetrain.components.__file__).parent / "download_dataset.yaml")
+)
+
+@dsl.pipeline(name="deep-patch")
+def deep_patch(patch: dict = {}):
+    ps_train(dataset=download().outputs["dataset"], manifest_patch=patch)
+"""
+
+
+@pytest.mark.parametrize("depth", [3000, MAX_JSON_DEPTH + 16])
+def test_a_manifest_patch_input_nested_too_deep_in_run(
+    depth: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The components' manifest_patch input through `kubetrain run`: 3,000 levels used to end in a
+    # RecursionError traceback, 80 in a protobuf DecodeError traceback once the task started.
+    pipeline = tmp_path / "deep.py"
+    pipeline.write_text(DEEP_PIPELINE)
+    patch = '{"spec": ' + '{"a": ' * depth + "1" + "}" * depth + "}"
+    argv = ["run", str(pipeline), "--param", f"patch={patch}", "--runs-dir", str(tmp_path / "runs")]
+    line = fails_in_one_line(argv, capsys)
+    assert "--param patch: got JSON nested" in line, line
+    assert f"expected at most {MAX_JSON_DEPTH} levels of lists and objects" in line
+    assert len(line) < 300  # the value is not echoed
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing ran

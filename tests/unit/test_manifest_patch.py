@@ -9,7 +9,7 @@ import pytest
 from kubetrain.errors import InvalidInputError, ManifestError
 from kubetrain.kfp_runtime.requests import JobPlan, PyTorchRequest
 from kubetrain.manifests import build_manifest
-from kubetrain.manifests.patch import apply_manifest_patch, merge_patch
+from kubetrain.manifests.patch import MAX_JSON_DEPTH, apply_manifest_patch, merge_patch
 from kubetrain.presets import PodOptions, TrainingParams
 from tests.conftest import CRD_DIR
 from tests.crd_schema import validate_strict
@@ -96,3 +96,26 @@ def test_the_step_refuses_a_bad_patch_before_anything_is_submitted(
     )
     with pytest.raises(ManifestError, match="manifest_patch"):
         train_step.launch_training(request, outputs=outputs, task_config=None)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    patch: dict[str, Any] = {"a": 1}
+    for _ in range(depth - 1):
+        patch = {"a": patch}
+    return patch
+
+
+@pytest.mark.parametrize("depth", [3000, MAX_JSON_DEPTH + 1])
+def test_a_patch_nested_past_the_cap_is_refused_in_one_line_naming_the_input(depth: int) -> None:
+    # issue 33 item 7: 3,000 levels used to end in a RecursionError traceback in the merge.
+    expected = f"manifest_patch: got JSON nested {depth} levels deep; expected at most {MAX_JSON_DEPTH} levels"
+    with pytest.raises(InvalidInputError) as caught:
+        PyTorchRequest(**IDS, manifest_patch=_nested(depth))
+    assert str(caught.value).startswith(expected)
+    with pytest.raises(InvalidInputError, match=expected):
+        apply_manifest_patch(_manifest(), _nested(depth), crd_dir=CRD_DIR)
+
+
+def test_a_patch_at_the_cap_is_merged() -> None:
+    patch = {"metadata": {"annotations": {"note": "ok"}}, "x": _nested(MAX_JSON_DEPTH - 1)}
+    assert merge_patch({}, patch)["x"] == _nested(MAX_JSON_DEPTH - 1)

@@ -21,6 +21,7 @@ from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
 pytestmark = pytest.mark.timeout(60)
 
 HOST = "127.0.0.1"
+TOKEN = "t" * 64
 SETTINGS = JobSettings(
     model="mlp", model_args_json="{}", batch_size=8, mode="async", num_ps=1, seed=0,
     heartbeat_interval_s=0.5, sync_retries=4,
@@ -34,7 +35,7 @@ def master(tmp_path: Path) -> Iterator[tuple[str, MasterCore]]:
     store = StateStore(tmp_path)
     store.claim()
     core = MasterCore(TaskBook(config=config), store, {})
-    server = make_server()
+    server = make_server(token=TOKEN)
     pb_grpc.add_MasterServicer_to_server(MasterServicer(core, SETTINGS), server)
     port = free_port(HOST)
     server.add_insecure_port(f"{HOST}:{port}")
@@ -49,9 +50,9 @@ def _ref(worker: str) -> pb.WorkerRef:
 
 def test_a_held_worker_waits_heartbeating_and_takes_work_once_released(master: tuple[str, MasterCore]) -> None:
     addr, core = master
-    gate = MasterGate(addr, HOST)
+    gate = MasterGate(addr, HOST, token=TOKEN)
     try:
-        with make_channel(gate.addr) as channel:
+        with make_channel(gate.addr, token=TOKEN) as channel:
             stub = pb_grpc.MasterStub(channel)
             gate.hold("w0")
             assert stub.GetJobInfo(_ref("w0"), timeout=10).batch_size == 8  # forwarded while held
@@ -82,9 +83,9 @@ def test_a_held_worker_waits_heartbeating_and_takes_work_once_released(master: t
 
 def test_a_master_that_is_down_is_unavailable_through_the_gate() -> None:
     # The worker must hear UNAVAILABLE (retried through a master restart), not some other error.
-    gate = MasterGate(f"{HOST}:{free_port(HOST)}", HOST)
+    gate = MasterGate(f"{HOST}:{free_port(HOST)}", HOST, token=TOKEN)
     try:
-        with make_channel(gate.addr) as channel, pytest.raises(grpc.RpcError) as info:
+        with make_channel(gate.addr, token=TOKEN) as channel, pytest.raises(grpc.RpcError) as info:
             pb_grpc.MasterStub(channel).GetJobInfo(_ref("w0"), timeout=10)
         assert isinstance(info.value, grpc.Call) and info.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:

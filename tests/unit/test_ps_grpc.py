@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kubetrain.ps.common.embedding import TableConfig
 from kubetrain.ps.common.errors import PSConfigError, PSUnavailableError
 from kubetrain.ps.common.optimizers import OptimizerSpec
-from kubetrain.ps.common.rpc import HealthReporter, bind, make_server, parse_addrs, wait_serving
+from kubetrain.ps.common.rpc import HealthReporter, bind, make_channel, make_server, parse_addrs, wait_serving
 from kubetrain.ps.harness.localrun import free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
@@ -31,10 +31,10 @@ def shards(tmp_path: Path) -> Iterator[tuple[list[str], list[ParameterServerServ
     servers, servicers, healths, addrs = [], [], [], []
     for i in range(2):
         shard = ParameterShard(ShardConfig(i, 2, optimizer=OptimizerSpec("sgd", lr=1.0)))
-        server = make_server(4)
+        server = make_server(4, token=TOKEN)
         health = HealthReporter(server, [SERVICE])
         servicer = ParameterServerServicer(
-            shard, stop=threading.Event(), checkpointer=_Checkpointer(tmp_path / str(i), keep=2), token=TOKEN
+            shard, stop=threading.Event(), checkpointer=_Checkpointer(tmp_path / str(i), keep=2)
         )
         pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
         port = bind(server, HOST, free_port(HOST))
@@ -50,7 +50,7 @@ def shards(tmp_path: Path) -> Iterator[tuple[list[str], list[ParameterServerServ
 
 def test_health_turns_serving_only_when_ready(shards: tuple[list[str], list, list]) -> None:
     addrs, servicers, healths = shards
-    with grpc.insecure_channel(addrs[0]) as ch:
+    with make_channel(addrs[0], token=TOKEN) as ch:
         check = health_pb2_grpc.HealthStub(ch).Check
         assert (
             check(health_pb2.HealthCheckRequest(service=SERVICE)).status == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -70,7 +70,7 @@ def test_client_pulls_and_pushes_across_shards(shards: tuple[list[str], list, li
     for s in servicers:
         s.set_ready([-1])
     dense = {f"p{i}": np.full((2,), float(i), np.float32) for i in range(6)}
-    client = PSClient(addrs, dense_names=list(dense), deadline_s=10)
+    client = PSClient(addrs, dense_names=list(dense), deadline_s=10, token=TOKEN)
     try:
         client.ensure_initialized(dense, [TableConfig("emb", 2, 0.1)], seed=3)
         ids = np.array([0, 1, 2, 3, 5, 8], np.int64)
@@ -99,7 +99,7 @@ def test_client_pulls_and_pushes_across_shards(shards: tuple[list[str], list, li
 
 
 def test_unreachable_peer_fails_after_the_deadline() -> None:
-    client = PSClient([f"{HOST}:{free_port(HOST)}"], dense_names=[], deadline_s=1.0)
+    client = PSClient([f"{HOST}:{free_port(HOST)}"], dense_names=[], deadline_s=1.0, token=TOKEN)
     try:
         with pytest.raises(PSUnavailableError, match="unreachable"):
             client.pull({})
@@ -112,8 +112,8 @@ def test_address_validation() -> None:
     for bad in ("", "host", "host:0", "host:99999", "a b:1"):
         with pytest.raises(PSConfigError):
             parse_addrs(bad)
-    server = make_server(1)
+    server = make_server(1, token=None)
     port = free_port(HOST)
     bind(server, HOST, port)
     with pytest.raises(PSConfigError, match=r"cannot listen"):
-        bind(make_server(1), HOST, port)  # no silent port sharing
+        bind(make_server(1, token=None), HOST, port)  # no silent port sharing

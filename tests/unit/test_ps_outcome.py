@@ -52,7 +52,8 @@ def test_state_dir_comes_from_the_flag_then_the_jobset_env(tmp_path: Path, monke
     assert state_dir_from(tmp_path / "flag") == tmp_path / "flag"
 
 
-@pytest.mark.parametrize(("phase", "code"), [("failed", ExitCode.JOB_FAILED), ("done", ExitCode.SUCCESS)])
+# A worker exits 0 either way: the master's Job carries a failure (a worker's would restart the set).
+@pytest.mark.parametrize(("phase", "code"), [("failed", ExitCode.SUCCESS), ("done", ExitCode.SUCCESS)])
 def test_the_hook_ends_the_job_with_the_recorded_phase(tmp_path: Path, phase: str, code: ExitCode) -> None:
     check = stop_if_ended(tmp_path)
     check()  # no outcome yet: keep retrying
@@ -63,7 +64,7 @@ def test_the_hook_ends_the_job_with_the_recorded_phase(tmp_path: Path, phase: st
 
 
 def _get_job_info(addr: str) -> pb.JobInfo:
-    with make_channel(addr) as channel:
+    with make_channel(addr, token=None) as channel:
         return pb_grpc.MasterStub(channel).GetJobInfo(pb.WorkerRef(worker_id="w"), timeout=2)
 
 

@@ -28,6 +28,7 @@ from kubetrain.errors import ExitCode, InvalidInputError, KubetrainError
 from kubetrain.kfp_runtime.request_base import IDENTITY_INPUTS
 from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
 from kubetrain.kfp_runtime.train_step import plan_job
+from kubetrain.manifests.patch import MAX_JSON_DEPTH, json_depth
 from kubetrain.presets import WORKSPACE_MOUNT
 
 REQUESTS: tuple[type[TrainingRequest], ...] = (PyTorchRequest, ChainerMNRequest, PSRequest)
@@ -55,26 +56,9 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
-# How deep a JSON flag may nest: a Kubernetes object patch is about ten levels deep; thousands
-# would only exhaust Python's recursion (a RecursionError traceback) in the parser or the merge.
-MAX_JSON_DEPTH = 64
-
-
 def _shown(value: str) -> str:
     """`value` for an error message: repr'd, and cut when it is long."""
     return repr(value) if len(value) <= 200 else f"{value[:200]!r}... ({len(value)} characters)"
-
-
-def _depth(data: object) -> int:
-    """How deeply `data` nests lists and objects (a scalar is 0), without recursion."""
-    deepest, todo = 0, [(data, 1)]
-    while todo:
-        item, depth = todo.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            deepest = max(deepest, depth)
-            todo.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def _read_at_file(value: str) -> str:
@@ -105,9 +89,9 @@ def _json(kind: str) -> Callable[[str], object]:
             ) from None
         except ValueError as e:
             raise argparse.ArgumentTypeError(f"got {_shown(value)}; expected JSON ({e})") from None
-        if _depth(data) > MAX_JSON_DEPTH:
+        if json_depth(data) > MAX_JSON_DEPTH:
             raise argparse.ArgumentTypeError(
-                f"got JSON nested {_depth(data)} levels deep; expected at most {MAX_JSON_DEPTH} levels "
+                f"got JSON nested {json_depth(data)} levels deep; expected at most {MAX_JSON_DEPTH} levels "
                 "of lists and objects"
             )
         if kind == "list" and not isinstance(data, list):

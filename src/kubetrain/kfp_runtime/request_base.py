@@ -21,7 +21,7 @@ from kubetrain.kfp_runtime.task_identity import IDENTITY_FIELDS
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.launcher import DELETE_AFTER_CHOICES, AwaitOptions, DeleteAfter
 from kubetrain.manifests import build_manifest
-from kubetrain.manifests.patch import apply_manifest_patch
+from kubetrain.manifests.patch import apply_manifest_patch, check_json_depth
 from kubetrain.manifests.validate import validate_manifest
 from kubetrain.names import is_dns1123_label, is_dns1123_subdomain, is_quantity
 from kubetrain.presets import PodOptions, TrainingParams, UserProgram
@@ -185,6 +185,7 @@ class TrainingRequest(abc.ABC):
             raise InvalidInputError(
                 f"manifest_patch: got {self.manifest_patch!r}; expected a JSON object (an RFC 7386 merge patch)"
             )
+        check_json_depth(self.manifest_patch, "manifest_patch")
         for name in ("labels", "annotations"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, dict):

@@ -124,7 +124,12 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
             depends_on="ps",
         ),
     ]
-    rules: list[Manifest] = []
+    # The master's state is on the claim: a recreated set would resume its recorded failure (a
+    # diverged model, dropped work) and fail again, so a failed master Job fails the set at once.
+    # Workers exit 0 once the job has ended (ps.common.errors.JobEndedError), so theirs do not.
+    rules: list[Manifest] = [
+        {"name": "MasterFailureIsFinal", "action": "FailJobSet", "targetReplicatedJobs": ["master"]}
+    ]
     if spec.run_policy.active_deadline_seconds is not None:
         # A deadline is final: restarting the set would only run into it again.
         rules.append({"name": "DeadlineIsFinal", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]})

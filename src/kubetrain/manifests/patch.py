@@ -16,13 +16,40 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kubetrain.errors import ManifestError
+from kubetrain.errors import InvalidInputError, ManifestError
 from kubetrain.manifests.patch_guard import check_patch_guard
 from kubetrain.manifests.pod import Manifest
 from kubetrain.manifests.validate import validate_manifest
 
+# How deep a patch (or any JSON input) may nest: a Kubernetes object patch is about ten levels
+# deep; thousands would only exhaust Python's recursion in the parser or the merge (a
+# RecursionError traceback), and KFP cannot carry a Struct over 100 levels deep.
+MAX_JSON_DEPTH = 64
+
 # What a patch may not change: the job's identity (its name is derived per task; retries adopt it).
 _IDENTITY = (("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"))
+
+
+def json_depth(data: object) -> int:
+    """How deeply `data` nests lists and objects (a scalar is 0), without recursion."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def check_json_depth(data: object, field: str) -> None:
+    """InvalidInputError naming `field` when `data` nests deeper than MAX_JSON_DEPTH."""
+    depth = json_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise InvalidInputError(
+            f"{field}: got JSON nested {depth} levels deep; expected at most {MAX_JSON_DEPTH} levels of lists "
+            "and objects (a Kubernetes patch needs about ten)"
+        )
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -48,6 +75,7 @@ def apply_manifest_patch(manifest: Manifest, patch: object, *, crd_dir: Path | N
     """`manifest` with the merge patch applied, validated strictly; ManifestError names what is wrong."""
     if not isinstance(patch, Mapping):
         raise ManifestError("manifest_patch", f"expected a JSON object (an RFC 7386 merge patch), got {patch!r}")
+    check_json_depth(patch, "manifest_patch")  # before the recursive merge
     patched: Manifest = merge_patch(manifest, patch)
     for path in _IDENTITY:
         if _get(patched, path) != _get(manifest, path):

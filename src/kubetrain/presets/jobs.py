@@ -170,7 +170,9 @@ def ps_job_spec(
         # One model version per round of every worker's gradient (ElasticDL's grads_to_wait).
         server_args += ("--grads-to-wait", str(workers))
     # Workers ask the master for the batch size and the model, so every worker trains alike.
-    worker_args: tuple[str, ...] = ("--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir)
+    worker_args: tuple[str, ...] = (
+        "--master", master_addr, "--ps-addrs", ps_addrs, "--data", params.data_dir, "--job-token-file", token_file,
+    )  # fmt: skip
     if model_module:
         master_args += ("--model-module", model_module)
         worker_args += ("--optimizer", optimizer, "--lr", repr(float(params.lr)))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.errors import InvalidInputError, SpecError
+from kubetrain.manifests.patch import MAX_JSON_DEPTH, check_json_depth
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -126,8 +127,14 @@ def _from_json(value: str, kind: str, name: str) -> Any:
     what = "a JSON list" if kind == "list" else "a JSON object"
     try:
         data = json.loads(value)
+    except RecursionError:
+        raise InvalidInputError(
+            f"--param {name}: got JSON nested too deeply; expected at most {MAX_JSON_DEPTH} levels of lists and objects"
+        ) from None
     except ValueError as e:
         raise InvalidInputError(f"--param {name}={value}: expected {what}, e.g. {name}={example} ({e})") from e
+    # KFP cannot carry a Struct over 100 levels (a protobuf traceback when the task starts).
+    check_json_depth(data, f"--param {name}")
     if not isinstance(data, list if kind == "list" else dict):
         raise InvalidInputError(
             f"--param {name}={value}: expected {what}, e.g. {name}={example}; got a JSON {type(data).__name__}"

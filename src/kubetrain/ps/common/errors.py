@@ -44,13 +44,17 @@ class JobAbortedError(TrainingError):
 class JobEndedError(KubetrainError):
     """The job had already ended (the master's recorded outcome) while this process waited for a peer.
 
-    Exits as if the master had said so: 0 when the job is done, JOB_FAILED when it failed.
+    The worker exits 0 either way, as a server told to shut down does: its part ended with the job.
+    The job's verdict is the master's, whose Job failing fails the JobSet at once (a failure rule);
+    a worker exiting non-zero would be restarted into the same recorded end, and its Job's
+    failure would restart the whole set (manifests.jobset).
     """
+
+    exit_code = ExitCode.SUCCESS
 
     def __init__(self, message: str, *, failed: bool) -> None:
         super().__init__(message)
         self.failed = failed
-        self.exit_code = ExitCode.JOB_FAILED if failed else ExitCode.SUCCESS
 
 
 class UnknownTaskError(InvalidInputError):

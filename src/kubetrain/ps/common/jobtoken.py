@@ -1,27 +1,44 @@
-"""The per-job token that the master shows the parameter servers for Shutdown and Flush.
+"""The per-job token that every call to a PS master or server must carry.
 
-Any pod that can reach a shard's port could otherwise stop it. The token is not in the manifest
-(any reader of the JobSet would see it) but drawn at random by the first of the job's processes
-to start and kept in a file on the job's own volume (next to the master's state), mode 0600:
-only pods that mount that claim can read it, and those can already change the checkpoints.
-The master sends it as call metadata; a shard compares it in constant time.
+Any pod that can reach the master's or a shard's port could otherwise report tasks done, push
+gradients or stop a shard; the node's CNI (the plain bridge plugin) does not enforce a
+NetworkPolicy, so this token is what keeps other pods out. It is not in the manifest (any
+reader of the JobSet would see it) but drawn at random by the first of the job's processes to
+start and kept in a file on the job's own volume (next to the master's state), mode 0600: only
+pods that mount that claim can read it, and those can already change the checkpoints.
+Clients send it as call metadata on every call (`TokenClientInterceptor`); servers check it in
+one interceptor (`RequireTokenInterceptor`), in constant time, before any handler runs. The
+standard health service stays open: the kubelet's gRPC probes send no metadata, and it tells
+nothing but SERVING.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hmac
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from kubetrain.ps.common.errors import CheckpointError
 
-__all__ = ["TOKEN_METADATA", "check_token", "ensure_token", "token_metadata"]
+__all__ = [
+    "OPEN_METHOD_PREFIX",
+    "TOKEN_METADATA",
+    "RequireTokenInterceptor",
+    "TokenClientInterceptor",
+    "ensure_token",
+    "token_metadata",
+]
 
 TOKEN_METADATA = "kubetrain-job-token"
+# The kubelet's readiness probes and wait_serving call it without metadata.
+OPEN_METHOD_PREFIX = "/grpc.health.v1.Health/"
 
 
 def ensure_token(path: Path) -> str:
@@ -53,8 +70,89 @@ def token_metadata(token: str) -> tuple[tuple[str, str]]:
     return ((TOKEN_METADATA, token),)
 
 
-def check_token(context: grpc.ServicerContext, token: str, what: str) -> None:
-    """Abort the call with PERMISSION_DENIED unless it carries the job's token."""
-    given = dict(context.invocation_metadata()).get(TOKEN_METADATA, "")
-    if not (isinstance(given, str) and hmac.compare_digest(given.encode(), token.encode())):
-        context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{what}: only the job's master may call it (job token)")
+def _refusal(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as `handler` that answers UNAUTHENTICATED without reading the request."""
+    # The message names the method only: nothing the caller sent is echoed back or logged.
+    message = f"{method}: missing or wrong job token; only the job's own pods may call it"
+
+    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+        del request
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(refuse)
+    return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+class RequireTokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Refuses (UNAUTHENTICATED) every call but the health service's that lacks the job's token."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """Pass the call on when it carries the token (or is a health check), else refuse it."""
+        method: str = handler_call_details.method
+        handler = continuation(handler_call_details)
+        if handler is None or method.startswith(OPEN_METHOD_PREFIX):
+            return handler
+        given = dict(handler_call_details.invocation_metadata or ()).get(TOKEN_METADATA)
+        if isinstance(given, str) and hmac.compare_digest(given.encode("utf-8", "replace"), self._token):
+            return handler
+        return _refusal(handler, method)
+
+
+class _CallDetails(
+    collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
+    grpc.ClientCallDetails,  # type: ignore[misc]
+):
+    pass
+
+
+class TokenClientInterceptor(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
+):
+    """Adds the job's token to the metadata of every call made on the channel."""
+
+    def __init__(self, token: str) -> None:
+        self._metadata = token_metadata(token)
+
+    def _with_token(self, details: grpc.ClientCallDetails) -> _CallDetails:
+        metadata = [m for m in (details.metadata or ()) if m[0] != TOKEN_METADATA]
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            [*metadata, *self._metadata],
+            details.credentials,
+            details.wait_for_ready,
+            details.compression,
+        )
+
+    def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        """Call on with the token added."""
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        """Call on with the token added."""
+        return continuation(self._with_token(client_call_details), request)
+
+    def intercept_stream_unary(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
+        """Call on with the token added."""
+        return continuation(self._with_token(client_call_details), request_iterator)
+
+    def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
+        """Call on with the token added."""
+        return continuation(self._with_token(client_call_details), request_iterator)

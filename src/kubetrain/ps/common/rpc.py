@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from kubetrain.ps.common.errors import PSCallError, PSConfigError, PSUnavailableError
+from kubetrain.ps.common.jobtoken import RequireTokenInterceptor, TokenClientInterceptor
 
 __all__ = [
     "RETRYABLE",
@@ -70,9 +71,16 @@ def parse_addrs(addrs: str | Iterable[str], *, what: str = "--ps-addrs") -> list
     return out
 
 
-def make_server(max_workers: int = 16) -> grpc.Server:
-    """A thread-pool gRPC server with large message limits and no port sharing."""
-    return grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=_SERVER_OPTIONS)
+def make_server(max_workers: int = 16, *, token: str | None) -> grpc.Server:
+    """A thread-pool gRPC server with large message limits and no port sharing.
+
+    With `token`, every call but a health check must carry it (ps.common.jobtoken); None only for
+    servers that are not a job's (test stand-ins).
+    """
+    interceptors = [] if token is None else [RequireTokenInterceptor(token)]
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers), options=_SERVER_OPTIONS, interceptors=interceptors
+    )
 
 
 # A peer that restarts must be found again within a second: gRPC's default reconnect backoff
@@ -86,9 +94,13 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-def make_channel(addr: str) -> grpc.Channel:
-    """An insecure channel to `addr`: the servers' message limits, reconnect backoff capped at 1 s."""
-    return grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+def make_channel(addr: str, *, token: str | None) -> grpc.Channel:
+    """An insecure channel to `addr`: the servers' message limits, reconnect backoff capped at 1 s.
+
+    With `token`, every call on it carries the job's token (ps.common.jobtoken).
+    """
+    channel = grpc.insecure_channel(addr, options=_CHANNEL_OPTIONS)
+    return channel if token is None else grpc.intercept_channel(channel, TokenClientInterceptor(token))
 
 
 class HealthReporter:
@@ -177,7 +189,7 @@ def wait_serving(addr: str, *, deadline_s: float, service: str = "") -> None:
     """Block until the server at `addr` reports SERVING on its health service."""
     backoff = Backoff(deadline_s=deadline_s, cap_s=0.5)
     last = "no answer"
-    with make_channel(addr) as ch:
+    with make_channel(addr, token=None) as ch:  # the health service needs no token
         stub = health_pb2_grpc.HealthStub(ch)
         while True:
             try:

@@ -81,12 +81,13 @@ class _Forwarder(pb_grpc.MasterServicer):  # type: ignore[misc]
 class MasterGate:
     """A Master service on `host` (a free port) forwarding to `master_addr`; workers held by id."""
 
-    def __init__(self, master_addr: str, host: str) -> None:
+    def __init__(self, master_addr: str, host: str, *, token: str) -> None:
         self._lock = threading.Lock()
         self._held: set[str] = set()
         self._given: dict[str, int] = {}
-        self._channel = make_channel(master_addr)
-        self._server = make_server()
+        # One of the job's processes: it needs the job's token from its workers and shows it the master.
+        self._channel = make_channel(master_addr, token=token)
+        self._server = make_server(token=token)
         forwarder = _Forwarder(pb_grpc.MasterStub(self._channel), self.is_held, self._count)
         pb_grpc.add_MasterServicer_to_server(forwarder, self._server)
         self.addr = f"{host}:{bind(self._server, host, 0)}"

@@ -29,6 +29,7 @@ from typing import Any
 
 from kubetrain.data.dataset_format import read_dataset_info
 from kubetrain.ps.common.errors import PSConfigError, PSUnavailableError
+from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.outcome import STATE_DIR_ENV
 from kubetrain.ps.common.rpc import wait_serving
 from kubetrain.ps.harness.accounting import Audit, audit, read_generations
@@ -83,11 +84,14 @@ class LocalPSJob:
     python: str = sys.executable
     procs: dict[tuple[str, int], _Proc] = field(default_factory=dict)
     gate: MasterGate | None = None
+    token_file: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
         for sub in ("logs", "trained", "state", "checkpoints", "output"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        # Where the JobSet keeps it: the job's state dir (ps.common.jobtoken).
+        self.token_file = self.workdir / "state" / "job-token"
         # A random 127.a.b.0/24 keeps concurrent jobs (other engineers' tests) apart.
         a, b = random.randint(1, 254), random.randint(1, 254)
         self.master_host = f"127.{a}.{b}.1"
@@ -124,7 +128,7 @@ class LocalPSJob:
                 "--model",
                 self.model,
                 "--job-token-file",
-                str(w / "state" / "job-token"),
+                str(self.token_file),
                 *self.master_args,
             ],
             base_env,
@@ -146,7 +150,7 @@ class LocalPSJob:
                     "--checkpoint-dir",
                     str(w / "checkpoints"),
                     "--job-token-file",
-                    str(w / "state" / "job-token"),
+                    str(self.token_file),
                     "--mode",
                     self.mode,
                     *self.ps_args,
@@ -165,7 +169,9 @@ class LocalPSJob:
         master = self.master_addr
         if gated:
             if self.gate is None:
-                self.gate = MasterGate(self.master_addr, self.master_host.rsplit(".", 1)[0] + ".2")
+                self.gate = MasterGate(
+                    self.master_addr, self.master_host.rsplit(".", 1)[0] + ".2", token=ensure_token(self.token_file)
+                )
             master = self.gate.addr
         self._add(
             "worker",
@@ -182,6 +188,8 @@ class LocalPSJob:
                 str(self.data),
                 "--worker-id",
                 f"worker-{index}",
+                "--job-token-file",
+                str(self.token_file),
                 "--trained-log",
                 str(self.workdir / "trained" / f"worker-{index}.jsonl"),
                 *self.worker_args,

@@ -25,7 +25,7 @@ import grpc
 
 from kubetrain.errors import ExitCode, KubetrainError
 from kubetrain.ps.common.errors import CheckpointError, DivergedError, JobAbortedError
-from kubetrain.ps.common.jobtoken import ensure_token, token_metadata
+from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.model_names import MODEL_NAMES
 from kubetrain.ps.common.outcome import JobOutcome, clear_outcome, write_outcome
 from kubetrain.ps.common.procs import default_bind, setup_logging, stop_on_signals
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--job-token-file",
         type=Path,
         required=True,
-        help="the job's token on its volume (created if absent), which the servers require for Shutdown and Flush",
+        help="the job's token on its volume (created if absent), required on every call to the master and servers",
     )
     p.add_argument("--log-level", default="INFO")
     return p
@@ -98,10 +98,9 @@ class _Loop:
 
     def __init__(self, core: MasterCore, config: MasterConfig, settings: JobSettings, token: str) -> None:
         self.core = core
-        self._auth = token_metadata(token)
         self.config = config
         self.settings = settings
-        self.shards = ShardStubs(config.ps_addrs)
+        self.shards = ShardStubs(config.ps_addrs, token=token)
         self._last_poll = 0.0
 
     def _poll_ps(self, *, required: bool) -> None:
@@ -163,7 +162,7 @@ class _Loop:
         # Sync mode may hold a partly filled aggregate: apply it before the final evaluation.
         self.shards.all_with_retry(
             "Flush",
-            lambda s: s.Flush(pb.FlushRequest(), timeout=30, metadata=self._auth),
+            lambda s: s.Flush(pb.FlushRequest(), timeout=30),
             deadline_s=self.config.ps_deadline,
         )
         self._poll_ps(required=True)  # a shard restart may have put finished tasks back
@@ -190,7 +189,7 @@ class _Loop:
 
     def _stop_shard(self, index: int, stub: pb_grpc.ParameterServerStub) -> None:
         try:
-            stub.Shutdown(pb.ShutdownRequest(reason="job ended"), timeout=10, metadata=self._auth)
+            stub.Shutdown(pb.ShutdownRequest(reason="job ended"), timeout=10)
         except grpc.RpcError as e:
             code = e.code() if isinstance(e, grpc.Call) else e
             log.warning("PS %s: shutdown call failed (%s)", self.shards.addrs[index], code)
@@ -235,7 +234,8 @@ def run(config: MasterConfig) -> int:
         core.save()
     stop = threading.Event()
     stop_on_signals(stop)
-    server = make_server()
+    token = ensure_token(config.job_token_file)
+    server = make_server(token=token)
     health = HealthReporter(server, [SERVICE])
     pb_grpc.add_MasterServicer_to_server(MasterServicer(core, settings), server)
     host = config.bind or default_bind()
@@ -243,7 +243,7 @@ def run(config: MasterConfig) -> int:
     server.start()
     health.serving()
     log.info("master serving on %s:%d (%s, %d epochs)", host, config.port, config.mode, config.epochs)
-    loop = _Loop(core, config, settings, ensure_token(config.job_token_file))
+    loop = _Loop(core, config, settings, token)
     try:
         while not stop.is_set():
             if core.fatal is not None:
@@ -273,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(MasterConfig.from_args(args))
     except KubetrainError as e:
-        log.error("%s", e)
+        # Unprefixed, as Python ends a traceback: the launcher reads this last line of a failed
+        # pod's log as the program's error and puts it first in the job's one-line failure.
+        print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
         return int(e.exit_code)
 
 

@@ -20,9 +20,9 @@ T = TypeVar("T")
 class ShardStubs:
     """One channel and stub per PS address; shard i is `addrs[i]`."""
 
-    def __init__(self, addrs: Sequence[str]) -> None:
+    def __init__(self, addrs: Sequence[str], *, token: str) -> None:
         self.addrs = list(addrs)
-        self._channels = [make_channel(a) for a in self.addrs]
+        self._channels = [make_channel(a, token=token) for a in self.addrs]
         self.stubs = [pb_grpc.ParameterServerStub(c) for c in self._channels]
         self._pool = futures.ThreadPoolExecutor(max_workers=max(2, len(self.addrs)))
 

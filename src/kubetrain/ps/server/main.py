@@ -3,9 +3,10 @@
 Start-up order: listen (health NOT_SERVING), load this shard's newest checkpoint (or repartition
 one written for another shard count), record the generation, then turn SERVING. Every
 `--checkpoint-every` versions the shard writes a checkpoint; `Shutdown` (from the master at the
-end of the job) and SIGTERM write a last one and exit 0. Shutdown and Flush need the job's token
-(`jobtoken`); a malformed request (wrong byte count, bad shape, duplicate or unknown names,
-non-finite values, a negative batch or a version from the future) is answered INVALID_ARGUMENT.
+end of the job) and SIGTERM write a last one and exit 0. Every call needs the job's token
+(`jobtoken`, checked by the server's interceptor); a malformed request (wrong byte count, bad
+shape, duplicate or unknown names, non-finite values, a negative batch or a version from the
+future) is answered INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from kubetrain.errors import KubetrainError, SpecError
 from kubetrain.ps.common.embedding import TableConfig
 from kubetrain.ps.common.errors import PSConfigError
-from kubetrain.ps.common.jobtoken import check_token, ensure_token
+from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.procs import default_bind, env_int, setup_logging, stop_on_signals
 from kubetrain.ps.common.rpc import HealthReporter, bind, make_server
@@ -82,11 +83,8 @@ class _Checkpointer:
 class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[misc]
     """The gRPC face of one ParameterShard."""
 
-    def __init__(
-        self, shard: ParameterShard, *, stop: threading.Event, checkpointer: _Checkpointer, token: str
-    ) -> None:
+    def __init__(self, shard: ParameterShard, *, stop: threading.Event, checkpointer: _Checkpointer) -> None:
         self._shard = shard
-        self._token = token
         self._generations: list[int] = []
         self._ready = threading.Event()
         self._stop = stop
@@ -174,7 +172,6 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
         """Apply a partial sync aggregate and checkpoint."""
         del request
         self._check_ready(context)
-        check_token(context, self._token, "Flush")
         self._shard.flush()
         if self._shard.initialized:
             self._checkpointer.write_now(self._shard.snapshot())
@@ -202,7 +199,6 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
     def Shutdown(self, request: pb.ShutdownRequest, context: grpc.ServicerContext) -> pb.ShardState:  # noqa: N802 - gRPC method name
         """Checkpoint, then exit 0 once the answer is sent."""
         self._check_ready(context)
-        check_token(context, self._token, "Shutdown")
         log.info("shutdown requested: %s", request.reason[:200] or "(no reason)")
         state = self.state()
         self._stop.set()
@@ -254,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--job-token-file",
         type=Path,
         required=True,
-        help="the job's token on its volume (created if absent), required by Shutdown and Flush",
+        help="the job's token on its volume (created if absent), required on every call but health checks",
     )
     p.add_argument("--mode", choices=MODES, default="async")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
@@ -310,10 +306,9 @@ def serve(args: argparse.Namespace) -> int:
     shard = ParameterShard(config, on_version=on_version)
     stop = threading.Event()
     stop_on_signals(stop)
-    server = make_server()
+    server = make_server(token=ensure_token(args.job_token_file))
     health = HealthReporter(server, [SERVICE])
-    token = ensure_token(args.job_token_file)
-    servicer = ParameterServerServicer(shard, stop=stop, checkpointer=checkpointer, token=token)
+    servicer = ParameterServerServicer(shard, stop=stop, checkpointer=checkpointer)
     pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
     host = args.bind or default_bind()
     bind(server, host, args.port)

@@ -63,12 +63,13 @@ class PSClient:
         *,
         dense_names: Sequence[str],
         deadline_s: float,
+        token: str,
         stop: threading.Event | None = None,
         on_retry: Callable[[], None] | None = None,
     ) -> None:
         self.addrs = list(addrs)
         self.num_shards = len(self.addrs)
-        self._channels = [make_channel(a) for a in self.addrs]
+        self._channels = [make_channel(a, token=token) for a in self.addrs]
         self._stubs = [pb_grpc.ParameterServerStub(c) for c in self._channels]
         self.dense_by_shard = partition_dense(dense_names, self.num_shards)
         self._deadline = deadline_s

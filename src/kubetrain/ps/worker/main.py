@@ -9,7 +9,8 @@ call to the master or a shard is retried with backoff through their restarts, up
 as the JobSet sets it) says the job has already ended: the master is then gone for good, and the
 worker exits as if it had told it (ps.outcome). A heartbeat thread reports the current lease and
 progress; the master can answer that the lease was taken back (the worker drops it) or that the
-job has ended. Exit 0 when the master says the job is done, JOB_FAILED when it failed.
+job has ended. Exit 0 when the master says the job has ended, done or failed (the master's own
+exit carries a failure: see ps.common.errors.JobEndedError).
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ import torch
 from kubetrain.errors import ExitCode, KubetrainError
 from kubetrain.ps.common.errors import (
     DivergedError,
-    JobAbortedError,
     JobEndedError,
     PSConfigError,
     PSUnavailableError,
 )
+from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.model_names import user_module_of
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.outcome import state_dir_from, stop_if_ended
@@ -62,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ps-addrs", required=True, help="host:port,... of the PS shards, in order")
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--worker-id", default=None, help="default: pod host name / completion index")
+    p.add_argument(
+        "--job-token-file",
+        type=Path,
+        required=True,
+        help="the job's token on its volume (created if absent), sent on every call to the master and servers",
+    )
     p.add_argument(
         "--slowdown",
         type=float,
@@ -171,7 +178,8 @@ class Worker:
         self._deadline = float(args.retry_deadline)
         state_dir = state_dir_from(args.state_dir)
         self._on_retry = None if state_dir is None else stop_if_ended(state_dir)
-        self._channel = make_channel(self._master_addr)
+        token = ensure_token(args.job_token_file)
+        self._channel = make_channel(self._master_addr, token=token)
         self._master = pb_grpc.MasterStub(self._channel)
         self.job: pb.JobInfo = self._ask("GetJobInfo", lambda: self._master.GetJobInfo(self.ref, timeout=10))
         if self.job.num_ps != len(ps_addrs):
@@ -182,6 +190,7 @@ class Worker:
             ps_addrs,
             dense_names=[n for n, _ in model.named_parameters()],
             deadline_s=self._deadline,
+            token=token,
             stop=stop,
             on_retry=self._on_retry,
         )
@@ -231,7 +240,8 @@ class Worker:
                 log.info("the master says the job is done")
                 return 0
             if resp.directive == pb.JOB_FAILED:
-                raise JobAbortedError(f"the master says the job failed: {resp.message}")
+                log.error("the master says the job failed: %s", resp.message)
+                return 0  # the master's exit fails the job (JobEndedError says why not this one's)
             if resp.directive == pb.WAIT:
                 self._stop.wait(resp.retry_after_s or 0.2)
                 continue
