@@ -69,3 +69,9 @@ def test_a_rank_that_exited_without_a_traceback_is_named_from_open_mpis_words() 
     # A traceback says more than the exit that followed it.
     trace = "[1,1]<stderr>:Traceback (most recent call last):\n[1,1]<stderr>:OSError: disk\n" + MPI_ABORT
     assert program_error([(launcher, trace)], kind="MPIJob") == "rank 1: OSError: disk"
+
+
+def test_an_untagged_traceback_takes_its_rank_from_the_mpi_abort_that_followed() -> None:
+    """Issue 34 item 3: a ChainerMN rank's exception was 'launcher-0: ValueError: ...' (Open MPI tags no lines)."""
+    tail = TRACE.replace("ValueError: no labels in shard 2", "ValueError: no labels in shard 1") + MPI_ABORT
+    assert program_error([(_pod("Launcher", 0), tail)], kind="MPIJob") == "rank 1: ValueError: no labels in shard 1"

@@ -94,6 +94,10 @@ def program_error(tails: Iterable[tuple[PodInfo, str]], *, kind: str) -> str | N
         if line is None:
             continue
         text, mpi_rank = line
+        if mpi_rank is None and (abort := _MPI_ABORT.search(tail)) is not None:
+            # Untagged output: the rank that raised is the one mpi4py's runner (or ChainerMN's
+            # abort switch) made call MPI_Abort, which Open MPI names.
+            mpi_rank = abort["rank"]
         label = f"rank {mpi_rank}" if mpi_rank is not None else replica_label(pod, kind=kind, has_master=has_master)
         rank = int(label.split()[1]) if label.startswith("rank ") else 1 << 20
         found.append((rank, f"{label}: {text}"))
