@@ -75,3 +75,8 @@ def test_an_untagged_traceback_takes_its_rank_from_the_mpi_abort_that_followed()
     """Issue 34 item 3: a ChainerMN rank's exception was 'launcher-0: ValueError: ...' (Open MPI tags no lines)."""
     tail = TRACE.replace("ValueError: no labels in shard 2", "ValueError: no labels in shard 1") + MPI_ABORT
     assert program_error([(_pod("Launcher", 0), tail)], kind="MPIJob") == "rank 1: ValueError: no labels in shard 1"
+    # ChainerMN's abort switch says which rank it was, even when Open MPI's own report is lost.
+    chainermn = TRACE + "ChainerMN:\n   Uncaught exception on rank 2.\n   Calling MPI_Abort() to shut down MPI...\n"
+    assert (
+        program_error([(_pod("Launcher", 0), chainermn)], kind="MPIJob") == "rank 2: ValueError: no labels in shard 2"
+    )

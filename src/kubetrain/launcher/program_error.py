@@ -57,6 +57,7 @@ def exception_line(tail: str) -> tuple[str, str | None] | None:
 _MPI_ABORT = re.compile(
     r"MPI_ABORT was invoked on rank (?P<rank>\d+) in communicator \S+\s+with errorcode (?P<code>-?\d+)"
 )
+_CHAINERMN_ABORT = re.compile(r"Uncaught exception on rank (?P<rank>\d+)\.")
 _MPI_EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(?P<rank>\d+)\]\s+Exit code:\s+(?P<code>-?\d+)")
 
 
@@ -94,9 +95,9 @@ def program_error(tails: Iterable[tuple[PodInfo, str]], *, kind: str) -> str | N
         if line is None:
             continue
         text, mpi_rank = line
-        if mpi_rank is None and (abort := _MPI_ABORT.search(tail)) is not None:
-            # Untagged output: the rank that raised is the one mpi4py's runner (or ChainerMN's
-            # abort switch) made call MPI_Abort, which Open MPI names.
+        if mpi_rank is None and (abort := _CHAINERMN_ABORT.search(tail) or _MPI_ABORT.search(tail)) is not None:
+            # Untagged output: the rank that raised is the one ChainerMN's abort switch (or
+            # mpi4py's runner) made call MPI_Abort, which both name.
             mpi_rank = abort["rank"]
         label = f"rank {mpi_rank}" if mpi_rank is not None else replica_label(pod, kind=kind, has_master=has_master)
         rank = int(label.split()[1]) if label.startswith("rank ") else 1 << 20
