@@ -241,3 +241,24 @@ def test_a_rank_that_exits_non_zero_ends_the_job_instead_of_hanging_it(backend: 
     status, _ = _follow(backend, ref)
     assert status.phase is JobPhase.FAILED
     assert status.reason != "DeadlineExceeded", status.message
+
+
+BARRIER_THEN_SAY = """
+    import os, pathlib
+    from mpi4py import MPI
+    MPI.COMM_WORLD.Barrier()
+    pathlib.Path(os.environ["WORK"], f"rank-{MPI.COMM_WORLD.rank}").write_text("ok")
+"""
+
+
+def test_python_options_before_the_script_stay_pythons_under_mpi4pys_runner(backend: LocalBackend) -> None:
+    """`python -u train.py` became `python -m mpi4py -u train.py`, which mpi4py refused ('Unknown option: -u')."""
+    from kubetrain.presets.defaults import mpirun
+
+    program = _program(backend, "barrier.py", BARRIER_THEN_SAY)
+    launcher = list(mpirun(2, (), ("python", "-u", "-W", "ignore", program)))
+    ref = backend.submit(_mpijob("pyopts", launcher, run_policy={"backoffLimit": 0}))
+    status, _ = _follow(backend, ref)
+    log = "\n".join(backend.pod_log(ref, backend.pods(ref)[0], follow=False))
+    assert status.phase is JobPhase.SUCCEEDED, log
+    assert sorted(p.name for p in backend.claim_dir(CLAIM).glob("rank-*")) == ["rank-0", "rank-1"]

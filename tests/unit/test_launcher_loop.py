@@ -785,6 +785,22 @@ def test_a_silent_running_job_gets_a_notice_and_its_log_ends_the_silence() -> No
     assert "the job is still running" in notice and "timeout_seconds" in notice
 
 
+def test_a_silent_job_whose_logs_are_not_followed_gets_a_notice_too() -> None:
+    """Issue 34: with the log not followed (launch --no-logs), a hung job said nothing until its timeout."""
+    backend = MemoryBackend()
+
+    def script(b: MemoryBackend) -> None:
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Running"))
+        b.set_conditions(cond("Created"), cond("Running"))
+        b.wait_for_line("no news from the job for")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Succeeded"))
+        b.set_conditions(cond("Created"), cond("Succeeded"))
+
+    lines = launch(backend, script, stream_logs=False, tuning={"silence_notice_seconds": 0.3})
+    notice = next(line for line in lines if "no news from the job for" in line)
+    assert "the job is still running" in notice and "logs are not followed" in notice
+
+
 def test_the_silence_notice_comes_once_per_stretch_and_counts_on() -> None:
     from kubetrain.launcher.silence import SilenceWatch
 

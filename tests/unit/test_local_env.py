@@ -180,3 +180,21 @@ def test_resource_field_refs_divide_and_round_up() -> None:
         "3072"
     )
     assert int(resource_field_value({"resource": "limits.cpu"}, {})) >= 1  # the machine's capacity
+
+
+def test_chainers_pkg_resources_warning_stays_out_of_a_ranks_log() -> None:
+    """Issue 34 item 3: 24 of a failed MPI job's 193 lines were setuptools' pkg_resources warning, one per import."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env.update(image_environment("ghcr.io/kubetrain/chainermn:1"))
+    done = subprocess.run(
+        [sys.executable, "-c", "import chainer, warnings; warnings.warn('kept', UserWarning)"],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert "pkg_resources" not in done.stderr
+    assert "UserWarning: kept" in done.stderr  # other warnings still show
+    sshd = (Path(__file__).parents[2] / "images" / "chainermn" / "sshd_config").read_text()
+    setenv = next(line for line in sshd.splitlines() if line.startswith("SetEnv "))
+    assert f"PYTHONWARNINGS={IMAGE_ENV['chainermn']['PYTHONWARNINGS']}" in setenv.split()  # the remote ranks' env

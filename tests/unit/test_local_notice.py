@@ -27,3 +27,26 @@ def test_node_selectors_tolerations_and_a_jobsets_nested_pods_are_named() -> Non
 
 def test_nothing_unused_says_nothing() -> None:
     assert local_notice({"spec": {"pytorchReplicaSpecs": {"Master": _pod(PYTORCH_IMAGE)}}}) is None
+
+
+def test_a_tasks_kubernetes_settings_that_kfp_local_drops_are_named_per_task() -> None:
+    """Issue 34 item 6: set_accelerator_limit and kfp.kubernetes' node selector on a task vanished locally, unsaid."""
+    from kfp import dsl, kubernetes
+
+    from kubetrain.components import download_dataset, pytorch_train
+    from kubetrain.tooling.local_settings import unused_task_settings
+
+    @dsl.pipeline(name="settings")
+    def settings():  # type: ignore[no-untyped-def]  # KFP reads the return annotation as an output
+        data = download_dataset()
+        with dsl.ParallelFor(items=[1, 2]):
+            train = pytorch_train(dataset=data.outputs["dataset"])
+            train.set_accelerator_type("nvidia.com/gpu").set_accelerator_limit(1)
+            kubernetes.add_node_selector(train, label_key="accelerator", label_value="a100")
+            kubernetes.add_toleration(train, key="gpu", operator="Exists", effect="NoSchedule")
+
+    notices = unused_task_settings(settings)
+    assert list(notices) == ["pytorch-train"]  # inside the loop too; the download asks for nothing
+    notice = notices["pytorch-train"]
+    assert notice.startswith("locally, not used: accelerator nvidia.com/gpu: 1 (set_accelerator_limit")
+    assert "node selector accelerator=a100" in notice and "1 toleration " in notice

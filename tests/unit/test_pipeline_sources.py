@@ -90,6 +90,24 @@ def test_a_module_beside_the_file_imports(tmp_path: Path) -> None:
     assert load_pipeline(str(path)).name == "p"
 
 
+def test_a_pipeline_built_by_a_function_of_another_module_is_taken(tmp_path: Path) -> None:
+    """Issue 34's first hour: `user_programs = make_pipeline(dir)` (docs/examples) was 'no @dsl.pipeline function'."""
+    (tmp_path / "factory_for_my_pipeline.py").write_text(
+        "from kfp import dsl\nfrom kubetrain.components.download_dataset import download_dataset\n\n"
+        "def make_pipeline(source):\n"
+        "    @dsl.pipeline(name='built')\n    def built():\n        download_dataset(source=source)\n"
+        "    return built\n"
+    )
+    path = tmp_path / "p.py"
+    path.write_text(
+        "from factory_for_my_pipeline import make_pipeline\n"
+        "from kubetrain.pipelines.mnist_ps import mnist_ps  # imported by name: still not a choice\n\n"
+        "user_programs = make_pipeline('builtin:digits')\n"
+    )
+    loaded = load_pipeline(str(path))
+    assert loaded.name == "user_programs" and loaded.pipeline.name == "built"
+
+
 def test_compiled_yaml_is_taken_as_it_is(tmp_path: Path, repo_root: Path) -> None:
     compiled = tmp_path / "digits.yaml"
     compiled.write_text((repo_root / "pipelines" / "mnist_ps.yaml").read_text())

@@ -178,3 +178,14 @@ def test_a_steps_warnings_are_in_the_summary_and_the_json(tmp_path: Path) -> Non
     outcome = RunOutcome("p", "SUCCEEDED", tmp_path, tmp_path, 1.0, {}, (task,))
     assert outcome.to_json()["tasks"]["pytorch-train"]["warnings"] == [said]
     assert f"    warning: {said}" in describe(outcome).splitlines()
+
+
+def test_the_summarys_metrics_read_as_the_reports_do(tmp_path: Path) -> None:
+    """Issue 34 item 9: the summary said `samples_per_second: 1.704e+04` and `world_size: 2` only by luck of %g."""
+    metrics = {"samples_per_second": 17040.4, "world_size": 2.0, "job_seconds": 61.14, "test_accuracy": 0.89142}
+    task = TaskOutcome("pytorch-train", "comp-pytorch-train", "SUCCEEDED", metrics=metrics)
+    lines = describe(RunOutcome("p", "SUCCEEDED", tmp_path, tmp_path, 1.0, {}, (task,))).splitlines()
+    assert "    samples_per_second: 17,040" in lines
+    assert "    world_size: 2" in lines
+    assert "    job_seconds: 61.1" in lines
+    assert "    test_accuracy: 0.8914" in lines

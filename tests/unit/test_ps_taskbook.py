@@ -97,7 +97,8 @@ def test_all_epochs_are_handed_out_and_only_reports_finish_them() -> None:
     assert book.counters["records_trained"] == 2 * 40
     assert {lease.task.epoch for lease in leases} == {0, 1}
     # One history entry per finished epoch, with the epoch's mean training loss.
-    assert [(h["epoch"], h["loss"]) for h in book.results.history] == [(0, 0.5), (1, 0.5)]
+    epochs = [h for h in book.results.history if h["kind"] == "epoch"]
+    assert [(h["epoch"], h["loss"]) for h in epochs] == [(0, 0.5), (1, 0.5)]
 
 
 def test_failed_task_goes_back_first_and_is_dropped_after_the_limit() -> None:
@@ -307,7 +308,7 @@ def test_durable_entries_fold_into_bitmaps_and_stay_done() -> None:
     assert len(book.ledger.open) == 2 and len(book.ledger) == 5
     assert all(lease.task.task_id in book.ledger for lease in leases)
     assert book.ledger.records() == 40 and book.training_complete()
-    assert [h["epoch"] for h in book.results.history] == [0]
+    assert [h["epoch"] for h in book.results.history if h["kind"] == "epoch"] == [0]
     # A retried report of a folded task (its lease no longer held) counts nothing, never a new task.
     book.report(worker_id="w0", incarnation="w0", task_id=leases[0].task.task_id, lease=leases[0].lease,
                 success=True, records=leases[0].task.records, now=2.0)  # fmt: skip
@@ -335,7 +336,8 @@ def test_history_steps_follow_the_reported_versions_and_the_final_loss_is_the_la
             assert ok
     # The step of an epoch's entry is the model version its last report produced, so the loss
     # curve is plotted against steps that advance, not against a stale poll of the shards.
-    assert [(h["epoch"], h["step"]) for h in book.results.history] == [(0, 15), (1, 30)]
+    epochs = [h for h in book.results.history if h["kind"] == "epoch"]
+    assert [(h["epoch"], h["step"]) for h in epochs] == [(0, 15), (1, 30)]
     book.start_round(version=book.results.model_version, final=True)
     for lease in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
         _finish(book, lease, eval_result=EvalResult(0.2 * lease.task.records, lease.task.records, lease.task.records))
@@ -361,3 +363,41 @@ def test_only_the_lease_holder_may_report_and_only_with_every_record() -> None:
     book.heartbeat("w3", "d", held.lease, 5, now=103.0)
     assert book.doing[held.lease].progress == held.task.records
     assert book.counters["records_trained"] == 0 and not any(w.records_trained for w in book.workers.values())
+
+
+def test_every_task_is_a_loss_point_and_each_epoch_but_the_last_awaits_an_evaluation() -> None:
+    """Issue 34: the PS report drew 10 loss points for 450 steps and one accuracy dot (final round only)."""
+    from kubetrain.kfp_runtime.report import curves
+
+    book = TaskBook(config=_config(epochs=3))
+    version = 0
+    for epoch in range(3):
+        for _ in range(5):  # tasks per epoch: shards of 25 and 15 records, 10 per task
+            lease = _take(book)
+            version += 2
+            _finish(book, lease, versions={0: (1, version)})
+        if epoch < 2:
+            assert book.results.epoch_to_evaluate(last_epoch=2) == epoch
+            book.start_round(version=version, final=False, epoch=epoch)
+            assert book.results.epoch_to_evaluate(last_epoch=2) is None  # its round is open
+            for _ in range(3):  # the test split: 12 records, 5 per task
+                e = _take(book)
+                assert e.task.kind == "eval"
+                _finish(book, e, eval_result=EvalResult(0.1 * e.task.records, e.task.records - 1, e.task.records))
+    assert book.results.epoch_to_evaluate(last_epoch=2) is None  # the last epoch is the final round's
+    book.start_round(version=version, final=True)
+    for e in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
+        _finish(book, e, eval_result=EvalResult(0.1 * e.task.records, e.task.records, e.task.records))
+    loss, accuracy = curves(book.results.history)
+    assert [step for step, _ in loss] == list(range(2, 31, 2))  # one point per task, at its model version
+    assert [epoch for epoch, _ in accuracy] == [0, 1, 2]  # after each epoch, as DDP's report draws it
+    assert accuracy[-1][1] == 1.0 and accuracy[0][1] < 1.0
+
+
+def test_a_long_epoch_is_drawn_in_at_most_points_per_epoch_loss_points() -> None:
+    from kubetrain.ps.master.results import POINTS_PER_EPOCH
+
+    book = TaskBook(config=_config(epochs=1, train_shards=(2000, 1050), records_per_task=10))
+    _drain(book)
+    points = [h for h in book.results.history if h["kind"] == "step"]
+    assert POINTS_PER_EPOCH // 2 <= len(points) <= POINTS_PER_EPOCH

@@ -139,3 +139,21 @@ def test_image_pull_secrets_reach_the_training_pods() -> None:
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     with pytest.raises(InvalidInputError, match="image_pull_secrets: got 'Reg Cred'"):
         PyTorchRequest(**IDS, image_pull_secrets=["Reg Cred"])
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (("python", "/app/t.py", "-u"), ("python", "-m", "mpi4py", "/app/t.py", "-u")),
+        (("python", "-u", "-W", "ignore", "/app/t.py"), ("python", "-u", "-W", "ignore", "-m", "mpi4py", "/app/t.py")),
+        (("python3", "-X", "dev", "-m", "pkg.train"), ("python3", "-X", "dev", "-m", "mpi4py", "-m", "pkg.train")),
+        (("python", "-u", "-m", "mpi4py", "/app/t.py"), ("python", "-u", "-m", "mpi4py", "/app/t.py")),
+        (("python", "-c", "print(1)"), ("python", "-m", "mpi4py", "-c", "print(1)")),
+        (("bash", "/app/run.sh"), ("bash", "/app/run.sh")),
+    ],
+)
+def test_mpi4pys_runner_goes_after_pythons_own_options(command: tuple[str, ...], expected: tuple[str, ...]) -> None:
+    """Issue 34: mpi4py's runner refuses Python's options (`-u`), so they stay before `-m mpi4py`."""
+    from kubetrain.presets.defaults import under_mpi4py
+
+    assert under_mpi4py(command) == expected

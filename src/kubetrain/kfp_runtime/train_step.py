@@ -260,5 +260,9 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     output_dir = workspace.local(params.output_dir)
     fill = _fill_user_outputs if request.user_program is not None else _fill_trainer_outputs
     logged = fill(output_dir, result=result, request=request, plan=plan, outputs=outputs, job_seconds=job_seconds)
-    print(f"{framework}: {result.phase.value}; " + ", ".join(f"{k} {v:.4g}" for k, v in logged.items()), flush=True)
+    print(
+        f"{framework}: {result.phase.value}; "
+        + ", ".join(f"{k} {report.format_value(report.display_value(k, v))}" for k, v in logged.items()),
+        flush=True,
+    )
     return name, result.phase.value

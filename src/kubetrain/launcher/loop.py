@@ -125,11 +125,15 @@ class _Await:
         start_by = None if self.opts.start_timeout_seconds is None else start + self.opts.start_timeout_seconds
         try:
             self.guard.check()
+            silence = self.silence = SilenceWatch(
+                self.sink, after_seconds=self.opts.tuning.silence_notice_seconds, logs_followed=self.opts.stream_logs
+            )
+            silence.start()
+            if not self.opts.stream_logs:
+                self.sink = silence.line  # no program log to watch: a word from the launcher ends the silence
             progress = ProgressReporter(self.ref, self.sink)
             listeners: list[PodListener] = [progress.pods]
             if self.opts.stream_logs:
-                silence = self.silence = SilenceWatch(self.sink, after_seconds=self.opts.tuning.silence_notice_seconds)
-                silence.start()
                 follower = self.follower = LogFollower(
                     self.backend,
                     self.ref,

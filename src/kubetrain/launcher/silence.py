@@ -3,7 +3,8 @@
 A job whose program waits (a rank blocked in a collective because a peer exited, an elastic
 agent waiting for nodes, a slow data read) prints nothing; without a word from the launcher a
 user cannot tell a waiting job from a dead launcher until `timeout_seconds` (a day by default).
-Every `after_seconds` of silence, the launcher says so, once per stretch.
+Every `after_seconds` of silence, the launcher says so, once per stretch. When the program's log is
+not followed (`launch --no-logs`), the launcher's own lines (status changes) are what is watched.
 """
 
 from __future__ import annotations
@@ -25,9 +26,18 @@ def _duration(seconds: float) -> str:
 class SilenceWatch(threading.Thread):
     """Passes log lines to `sink` (:meth:`line`); says when none came for `after_seconds`."""
 
-    def __init__(self, sink: LogSink, *, after_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sink: LogSink,
+        *,
+        after_seconds: float,
+        logs_followed: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`logs_followed=False`: the lines are the launcher's own (status changes), not the program's."""
         super().__init__(name="kubetrain-silence", daemon=True)
         self._sink = sink
+        self._logs_followed = logs_followed
         self._after = after_seconds
         self._clock = clock
         self._lock = threading.Lock()
@@ -50,9 +60,11 @@ class SilenceWatch(threading.Thread):
             if quiet < due:
                 return due - quiet
             self._said += 1
+        what = "no log output" if self._logs_followed else "no news from the job"
+        why = "" if self._logs_followed else "; its logs are not followed"
         self._sink(
-            f"no log output for {_duration(quiet)}; the job is still running (its program may be waiting "
-            "for a peer or for data; the job ends at its timeout_seconds)"
+            f"{what} for {_duration(quiet)}; the job is still running (its program may be waiting "
+            f"for a peer or for data; the job ends at its timeout_seconds{why})"
         )
         return self._after
 

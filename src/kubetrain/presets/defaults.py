@@ -201,9 +201,19 @@ def under_mpi4py(command: tuple[str, ...]) -> tuple[str, ...]:
     there for the ranks blocked in a collective on it: the job hung until its deadline. The runner
     aborts the whole job instead, as CHAINERMN_FORCE_ABORT_ON_EXCEPTION does for an exception.
     """
-    if len(command) >= 2 and command[0].rsplit("/", 1)[-1].startswith("python") and command[1:3] != ("-m", "mpi4py"):
-        return (command[0], "-m", "mpi4py", *command[1:])
-    return command
+    if not command or not command[0].rsplit("/", 1)[-1].startswith("python"):
+        return command
+    # Python's own options stay before the runner, which refuses them ("Unknown option: -u").
+    at = 1
+    while at < len(command) and command[at].startswith("-") and command[at] not in ("-", "-m", "-c"):
+        at += 2 if command[at] in _PYTHON_OPTIONS_WITH_VALUE else 1
+    if at >= len(command) or command[at : at + 2] == ("-m", "mpi4py"):
+        return command
+    return (*command[:at], "-m", "mpi4py", *command[at:])
+
+
+# The interpreter's options that take the next word as their value (`python -W ignore`).
+_PYTHON_OPTIONS_WITH_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})
 
 
 def mpirun(ranks: int, forward: tuple[str, ...], command: tuple[str, ...]) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ from kubetrain.kfp_runtime.workspace import BACKEND_ENV, LOCAL_ROOT_ENV
 from kubetrain.tooling.cancel import RunCancelled, RunGuard
 from kubetrain.tooling.catalog import Entry
 from kubetrain.tooling.local_runs import mark_ended, mark_running
+from kubetrain.tooling.local_settings import unused_task_settings
 from kubetrain.tooling.outcome import (
     RunOutcome,
     RunState,
@@ -175,6 +176,8 @@ def run_pipeline_locally(
     guard = RunGuard(cancel=cancel)
     log_file = run_dir / RUN_LOG
     print(f"running {name} in {run_dir} (full log: {log_file.name} there)", file=console, flush=True)
+    for task, notice in unused_task_settings(pipeline).items():
+        print(f"step {task}: {notice}", file=console, flush=True)
     # kfp.local's steps write their code to `mktemp -d` and never remove it: the steps (and their
     # pods) get a temporary directory of the run's own, removed when the run ends. Short, under the
     # system's: Open MPI puts its session directory's sockets there.

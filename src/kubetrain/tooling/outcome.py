@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from kubetrain.errors import ExitCode
 from kubetrain.kfp_runtime.exits import read_failure
+from kubetrain.kfp_runtime.report import display_value, format_value
 
 # SKIPPED: control flow left the step out (a false dsl.If condition, a ParallelFor over no items).
 TaskState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED", "NOT_RUN"]
@@ -339,7 +340,7 @@ def describe(outcome: RunOutcome) -> str:
         for key, value in task.parameters.items():
             lines.append(f"    {key}: {value}")
         for key, value in task.metrics.items():
-            lines.append(f"    {key}: {value:.4g}")
+            lines.append(f"    {key}: {format_value(display_value(key, value))}")
         for name, path in task.artifacts.items():
             lines.append(f"    {name}: {task.reports.get(name, path)}")
     return "\n".join(lines)

@@ -159,12 +159,19 @@ def _import(path: Path) -> ModuleType:
 
 
 def defined_pipelines(module: ModuleType) -> dict[str, Any]:
-    """The `@dsl.pipeline` functions the module defines itself (not ones it imported), by name."""
+    """The `@dsl.pipeline` functions the module defines itself (not ones it imported), by name, and
+    the pipelines it builds by calling a function (`user_programs = make_pipeline(dir)`)."""
     from kfp.dsl.graph_component import GraphComponent
 
     found = {}
     for attribute, value in vars(module).items():
-        if isinstance(value, GraphComponent) and getattr(value.pipeline_func, "__module__", None) == module.__name__:
+        if not isinstance(value, GraphComponent):
+            continue
+        func = value.pipeline_func
+        # A pipeline defined inside a function exists only once that function is called: a
+        # module-level name holding one was built here (an imported pipeline is a module's own).
+        built = "<locals>" in getattr(func, "__qualname__", "")
+        if built or getattr(func, "__module__", None) == module.__name__:
             found[attribute] = value
     return found
 

@@ -51,7 +51,12 @@ IMAGE_ENV: Mapping[str, Mapping[str, str]] = {
     "launcher": dict(_COMMON_IMAGE_ENV),
     "pytorch": dict(_COMMON_IMAGE_ENV),
     # Chainer 7.8.1 imports numpy.distutils, which setuptools' own distutils breaks.
-    "chainermn": {**_COMMON_IMAGE_ENV, "SETUPTOOLS_USE_DISTUTILS": "stdlib"},
+    # Its pkg_resources import warns on every import, once per rank per start: noise in the log tails.
+    "chainermn": {
+        **_COMMON_IMAGE_ENV,
+        "SETUPTOOLS_USE_DISTUTILS": "stdlib",
+        "PYTHONWARNINGS": "ignore:pkg_resources:UserWarning",
+    },
     "ps": dict(_COMMON_IMAGE_ENV),
 }
 _TRAINING_IMAGES = ("pytorch", "chainermn", "ps")

@@ -2,10 +2,10 @@
 
 The master loads (or starts) its durable state, serves gRPC (health SERVING once the state is
 loaded) and runs a monitor loop that re-queues work of silent workers and overdue tasks, follows
-the PS shards' versions and restarts, opens an evaluation round every `--eval-every` versions,
-and at the end flushes the shards, evaluates the final model, writes `model.npz`, `model.json`
-and `metrics.json` to `--output`, tells workers the job is done, shuts the shards down and
-exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`, or if a loss or a
+the PS shards' versions and restarts, opens an evaluation round every `--eval-every` versions
+(by default one after each epoch), and at the end flushes the shards, evaluates the final model,
+writes `model.npz`, `model.json` and `metrics.json` to `--output`, tells workers the job is done,
+shuts the shards down and exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`, or if a loss or a
 parameter is not finite (the model diverged). Either way it first
 records the outcome in `--state-dir` (ps.outcome), so that a worker that starts only after the
 master has gone exits at once instead of retrying for its whole deadline.
@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--records-per-task", type=int, default=64)
     p.add_argument("--eval-records-per-task", type=int, default=256)
-    p.add_argument("--eval-every", type=int, default=0, help="versions between eval rounds (0: final only)")
+    p.add_argument(
+        "--eval-every", type=int, default=0, help="versions between eval rounds (0: one after each epoch, as DDP's)"
+    )
     p.add_argument("--mode", choices=MODES, default="async")
     p.add_argument("--model", choices=MODEL_NAMES, default="mlp")
     p.add_argument("--model-args", default="{}", help="JSON object of model keyword arguments")
@@ -137,13 +139,15 @@ class _Loop:
             self._last_poll = now
             self._poll_ps(required=False)
         every = self.config.eval_every
-        if (
-            every > 0
-            and book.phase == TRAINING
-            and not book.results.evals.rounds
-            and book.results.model_version >= book.results.evals.last_version + every
-        ):
-            core.mutate(lambda b: b.start_round(version=b.results.model_version, final=False))
+        if book.phase == TRAINING and not book.results.evals.rounds:
+            if every > 0 and book.results.model_version >= book.results.evals.last_version + every:
+                core.mutate(lambda b: b.start_round(version=b.results.model_version, final=False))
+            # The test accuracy after each epoch but the last (the final round's), as the DDP and
+            # ChainerMN trainers measure it: the report's accuracy curve has a point per epoch.
+            elif (
+                every == 0 and (epoch := book.results.epoch_to_evaluate(last_epoch=self.config.epochs - 1)) is not None
+            ):
+                core.mutate(lambda b: b.start_round(version=b.results.model_version, final=False, epoch=epoch))
         if book.phase == TRAINING and book.training_complete():
             self._finish_training()
         if book.phase == FINISHING:

@@ -61,6 +61,7 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "counters": book.counters,
         "epoch_loss": {str(k): [v.total, v.records] for k, v in book.results.epoch_loss.items()},
         "window_loss": [book.results.window_loss.total, book.results.window_loss.records],
+        "point_loss": [book.results.point_loss.total, book.results.point_loss.records, book.results.point_tasks],
         "history": book.results.history,
         "final_metrics": book.results.final_metrics,
         "max_task_seconds": book.max_task_seconds,
@@ -107,6 +108,8 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     book.counters.update({k: int(v) for k, v in raw["counters"].items()})
     results.epoch_loss = {int(k): Loss(float(v[0]), int(v[1])) for k, v in raw["epoch_loss"].items()}
     results.window_loss = Loss(float(raw["window_loss"][0]), int(raw["window_loss"][1]))
+    point = raw.get("point_loss", (0.0, 0, 0))  # absent in a state written before the loss points
+    results.point_loss, results.point_tasks = Loss(float(point[0]), int(point[1])), int(point[2])
     results.history = list(raw["history"])
     results.final_metrics = {k: float(v) for k, v in raw["final_metrics"].items()}
     book.max_task_seconds = float(raw["max_task_seconds"])

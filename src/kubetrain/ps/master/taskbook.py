@@ -43,7 +43,7 @@ from kubetrain.ps.common.tasks import (
 )
 from kubetrain.ps.master.ledger import Ledger
 from kubetrain.ps.master.reports import count_problem, divergence
-from kubetrain.ps.master.results import TrainingResults
+from kubetrain.ps.master.results import POINTS_PER_EPOCH, TrainingResults
 
 __all__ = ["COUNTERS", "TaskBook"]
 
@@ -90,6 +90,7 @@ class TaskBook:
         c = self.config
         self.ledger = Ledger(c.train_shards, c.records_per_task)
         self._tasks_per_epoch = len(cut_split(c.train_shards, c.records_per_task, kind=TRAIN, split="train"))
+        self._tasks_per_point = -(-self._tasks_per_epoch // POINTS_PER_EPOCH)
         if self.epoch_created < 0 and self.config.static_slots:
             # Static sharding: each slot owns a fixed block of every epoch, handed out in order.
             self.slot_todo = {s: deque() for s in range(self.config.static_slots)}
@@ -376,7 +377,7 @@ class TaskBook:
         self.ledger.add(task_id, entry)
         self.failures.pop(task_id, None)
         c["tasks_done"] += 1
-        self.results.add_trained(task.epoch, loss_sum, records, versions)
+        self.results.add_trained(task.epoch, loss_sum, records, versions, tasks_per_point=self._tasks_per_point)
         epoch = task.epoch
         if epoch not in self.results.epochs_logged and self.ledger.done_in_epoch(epoch) >= self._tasks_per_epoch:
             self.results.log_epoch(epoch)
@@ -401,14 +402,15 @@ class TaskBook:
 
     # ----------------------------------------------------------------------------- evaluation
 
-    def start_round(self, *, version: int, final: bool) -> int:
-        """Cut the test split into a new evaluation round (its tasks go out before training)."""
+    def start_round(self, *, version: int, final: bool, epoch: int | None = None) -> int:
+        """Cut the test split into a new evaluation round (its tasks go out before training);
+        `epoch`: the finished epoch it evaluates (default: the newest one handed out)."""
         c = self.config
         rid = self.results.evals.next_round
         tasks = cut_split(c.test_shards, c.eval_records_per_task, kind=EVAL, split="test", eval_round=rid)
         self.results.evals.open(
             version=version,
-            epoch=max(self.epoch_created, 0),
+            epoch=max(self.epoch_created, 0) if epoch is None else epoch,
             final=final,
             task_ids=tuple(t.task_id for t in tasks),
         )
