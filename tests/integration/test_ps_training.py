@@ -30,6 +30,10 @@ def test_sync_mode_digits_reaches_095(tmp_path: Path) -> None:
         rcs = job.wait_all(deadline_s=240)
         m = job.metrics()
         audit = job.audit()
+    # Every call carried the job's token (the servers refuse any other): it is in no log or output.
+    token = job.token_file.read_text().strip()
+    written = [*sorted((tmp_path / "run" / "logs").glob("*.log")), *sorted((tmp_path / "run" / "output").glob("*"))]
+    assert written and all(token not in p.read_text(errors="replace") for p in written if p.is_file())
     print(f"PS sync digits accuracy {m['test_accuracy']:.4f} at version {m['global_step']}, {audit.batches} batches")
     assert all(rc == 0 for rc in rcs.values()), rcs
     assert m["mode"] == "sync" and m["test_accuracy"] >= 0.95, m
