@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from kfp import compiler
 
 from kubetrain.names import LABEL_RUN_ID
@@ -103,3 +104,36 @@ def launcher_pods(kfp_backend: KfpBackend, run_id: str, function: str) -> list[s
          if function in next(c for c in p["spec"]["containers"] if c["name"] == "main").get("args", [])),
         key=lambda name: next(p for p in pods if p["metadata"]["name"] == name)["metadata"]["creationTimestamp"],
     )  # fmt: skip
+
+
+TARGET = 0.95  # every shipped pipeline's test accuracy with its defaults
+FRAMEWORKS = {"mnist_pytorch": 1, "mnist_chainermn": 1, "mnist_ps": 1, "compare_frameworks": 3}
+
+
+def check_shipped_run(kfp_backend: KfpBackend, pipeline: str, run_id: str) -> None:
+    """What a succeeded run of a shipped pipeline holds, read as the UI reads it (ML Metadata, the store).
+
+    A Model and Metrics per training (the job's own metrics.json, test accuracy at TARGET), an HTML
+    report per training (and compare_summary's), and each test accuracy in its step's log.
+    """
+    artifacts = kfp_backend.artifacts(run_id)
+    models, metrics, reports = (
+        [a for a in artifacts if a.type == t] for t in ("system.Model", "system.Metrics", "system.HTML")
+    )
+    trained = FRAMEWORKS[pipeline]
+    summaries = 1 if pipeline == "compare_frameworks" else 0  # compare_summary's table of the three
+    assert len(models) == len(metrics) == trained, [(a.type, a.name) for a in artifacts]
+    assert len(reports) == trained + summaries, [(a.type, a.name) for a in artifacts]
+    for model, metric in zip(sorted(models, key=lambda a: a.uri), sorted(metrics, key=lambda a: a.uri), strict=True):
+        assert model.properties["status"] == "Succeeded", model.properties
+        written = json.loads(model.objects["metrics.json"]["text"])  # the training job's own metrics.json
+        assert metric.properties["test_accuracy"] == pytest.approx(written["test_accuracy"], abs=1e-6)
+        assert metric.properties["test_accuracy"] >= TARGET, (model.properties["framework"], metric.properties)
+        assert set(model.properties["files"]) <= set(model.objects), (model.properties["files"], model.objects)
+    for report in reports:
+        assert "<html" in report.objects["."]["text"].lower()
+    # What the step printed is what the UI shows.
+    printed = "\n".join(kfp_backend.step_logs(run_id, "pytorch_train") + kfp_backend.step_logs(run_id, "ps_train")
+                        + kfp_backend.step_logs(run_id, "chainermn_train"))  # fmt: skip
+    for metric in metrics:
+        assert f"test_accuracy {metric.properties['test_accuracy']:.4f}" in printed, printed[-3000:]

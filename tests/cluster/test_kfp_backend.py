@@ -27,7 +27,9 @@ from kubetrain.names import LABEL_RUN_ID
 from tests.cluster import kfp_runs
 from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
+    TARGET,
     by_name_pipeline,
+    check_shipped_run,
     launcher_pods,
     run_jobs,
     users_pipeline,
@@ -37,9 +39,6 @@ from tests.cluster.kfp_runs import Artifact, KfpBackend
 from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.node_config import NODE_NAME
 
-TARGET = 0.95
-FRAMEWORK_IMAGES = {"mnist_pytorch": ["pytorch"], "mnist_chainermn": ["chainermn"], "mnist_ps": ["ps"],
-                    "compare_frameworks": ["pytorch", "chainermn", "ps"]}  # fmt: skip
 EXAMPLES = kfp_runs.REPO_ROOT / "docs" / "examples"
 COMPONENTS = kfp_runs.REPO_ROOT / "components"
 pytestmark = pytest.mark.timeout(2400)
@@ -78,25 +77,7 @@ def test_a_shipped_pipeline_runs_to_succeeded_with_its_model_metrics_and_report(
     run_id = kfp_backend.start(package, {}, f"{pipeline}-{uuid.uuid4().hex[:6]}")
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{pipeline}: {run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
-    artifacts = kfp_backend.artifacts(run_id)
-    models, metrics, reports = (_by_type(artifacts, t) for t in ("system.Model", "system.Metrics", "system.HTML"))
-    trained = len(FRAMEWORK_IMAGES[pipeline])
-    summaries = 1 if pipeline == "compare_frameworks" else 0  # compare_summary's table of the three
-    assert len(models) == len(metrics) == trained, [(a.type, a.name) for a in artifacts]
-    assert len(reports) == trained + summaries, [(a.type, a.name) for a in artifacts]
-    for model, metric in zip(sorted(models, key=lambda a: a.uri), sorted(metrics, key=lambda a: a.uri), strict=True):
-        assert model.properties["status"] == "Succeeded", model.properties
-        written = json.loads(model.objects["metrics.json"]["text"])  # the training job's own metrics.json
-        assert metric.properties["test_accuracy"] == pytest.approx(written["test_accuracy"], abs=1e-6)
-        assert metric.properties["test_accuracy"] >= TARGET, (model.properties["framework"], metric.properties)
-        assert set(model.properties["files"]) <= set(model.objects), (model.properties["files"], model.objects)
-    for report in reports:
-        assert "<html" in report.objects["."]["text"].lower()
-    # What the step printed is what the UI shows.
-    printed = "\n".join(kfp_backend.step_logs(run_id, "pytorch_train") + kfp_backend.step_logs(run_id, "ps_train")
-                        + kfp_backend.step_logs(run_id, "chainermn_train"))  # fmt: skip
-    for metric in metrics:
-        assert f"test_accuracy {metric.properties['test_accuracy']:.4f}" in printed, printed[-3000:]
+    check_shipped_run(kfp_backend, pipeline, run_id)
 
 
 def test_a_users_pipeline_of_loaded_components_runs_two_training_jobs(kfp_backend: KfpBackend, tmp_path: Path) -> None:
