@@ -19,7 +19,7 @@ from kubetrain.launcher.logs import primary_pod
 from kubetrain.launcher.pods import PodBook, PodTracker, crashed
 from kubetrain.manifests.kinds import JOBSET, PYTORCHJOB, TRAINJOB, JobKind
 from kubetrain.status import parse_job_status
-from tests.unit.test_launcher_loop import MemoryBackend, cond, launch, manifest, pod
+from tests.unit.launcher_memory_backend import MemoryBackend, cond, launch, manifest, pod
 
 pytestmark = pytest.mark.timeout(60)
 
