@@ -1,7 +1,7 @@
 """Which pod's log is the job's log, and what the launcher remembers of pods that crashed.
 
 The pure parts (primary_pod, crashed, PodBook) are checked directly; the await loop against the
-in-memory backend of test_launcher_loop (its pod stream notifies on every change). The same
+in-memory backend of tests/unit/launcher_memory_backend.py (its pod stream notifies on every change). The same
 scenarios run against the HTTP stand-in for the API server in tests/integration/test_k8s_pod_watch.py
 and with real processes in tests/integration/test_local_launcher_pods.py.
 """
