@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,7 +34,7 @@ from kubetrain.backends.kubernetes.config import (
 )
 from kubetrain.backends.kubernetes.errors import api_error, create_error
 from kubetrain.backends.kubernetes.events import EVENT_PODS, list_job_events
-from kubetrain.backends.kubernetes.objects import pod_info, pod_selector
+from kubetrain.backends.kubernetes.objects import pod_info
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
 from kubetrain.backends.kubernetes.steps import (
     STEP_POD_ANNOTATIONS,
@@ -44,7 +43,7 @@ from kubetrain.backends.kubernetes.steps import (
     StepJobs,
 )
 from kubetrain.backends.kubernetes.stream import FollowedLog, close_response, stream_lines
-from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
+from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches, list_job_pods
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, JobFailedError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
@@ -277,15 +276,7 @@ class KubernetesBackend(Backend):
 
     def pods(self, ref: JobRef) -> list[PodInfo]:
         """The job's pods, found by the operator's job-name label."""
-        what = f"list pods of {ref.kind.kind} {ref.namespace}/{ref.name}"
-        try:
-            response = self._retry.call(
-                what, self._core.list_namespaced_pod, ref.namespace, label_selector=pod_selector(ref),
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
-        except ApiException as e:
-            raise api_error(what, e) from e
-        items = json.loads(response.data).get("items") or []
+        items = list_job_pods(self._core, self._retry, ref).get("items") or []
         return sorted((pod_info(ref.kind, p) for p in items), key=lambda p: (p.replica_type, p.index, p.name))
 
     def watch_pods(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
