@@ -20,7 +20,7 @@ import yaml
 from kubetrain.errors import ExitCode
 from kubetrain.manifests.kinds import PYTORCHJOB
 from tests.fake_apiserver import FakeApiServer, make_pod
-from tests.integration.test_k8s_launcher import NS, pytorch_manifest
+from tests.integration.k8s_launcher_env import NS, pytorch_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,15 +32,9 @@ from kubetrain.specs.common import ReplicaSpec
 from kubetrain.status import JobPhase
 from tests.fake_apiserver import FakeApiServer, make_pod
 from tests.fake_apiserver_http import TRUE
-from tests.integration.test_k8s_launcher import IMAGE, NS, Env, cond, meta, pytorch_manifest
+from tests.integration.k8s_launcher_env import IMAGE, NS, Env, cond, meta, pytorch_manifest
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    with FakeApiServer(bookmark_seconds=0.1) as api:
-        yield Env(api=api, kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS))
 
 
 def mpi_trainjob(name: str) -> dict[str, Any]:

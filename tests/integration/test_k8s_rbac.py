@@ -18,7 +18,7 @@ from kubetrain.errors import JobTimeoutError
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB, TRAINJOB, JobKind
 from tests.conftest import REPO_ROOT
 from tests.fake_apiserver import FakeApiServer, make_pod
-from tests.integration.test_k8s_launcher import (
+from tests.integration.k8s_launcher_env import (
     NS,
     Env,
     cond,

@@ -17,7 +17,7 @@ import yaml
 
 from kubetrain.data.download import download
 from kubetrain.errors import ExitCode
-from tests.integration.test_local_pytorchjob import _pids_of, _wait_for
+from tests.integration.local_jobs import _pids_of, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

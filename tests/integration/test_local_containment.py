@@ -22,7 +22,7 @@ import pytest
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.backends.local.process import CONTAINER_ENV
 from kubetrain.status import JobPhase
-from tests.integration.test_local_pytorchjob import CLAIM, _alive, _follow, _pytorchjob, _template, _wait_for
+from tests.integration.local_jobs import CLAIM, _alive, _follow, _pytorchjob, _template, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,11 @@ from kubetrain.manifests import build_ps_jobset
 from kubetrain.specs import JobMeta, PSJobSpec
 from kubetrain.specs.common import ReplicaSpec, RunPolicy, Workspace
 from kubetrain.status import JobPhase, parse_job_status
-from tests.integration.test_local_pytorchjob import _follow, _pids_of, _wait_for
+from tests.integration.local_jobs import _follow, _pids_of, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 CLAIM = "work"
-
-
-@pytest.fixture
-def backend(tmp_path: Path) -> Iterator[LocalBackend]:
-    """A backend under tmp_path; after the test no process of it may survive."""
-    b = LocalBackend(tmp_path / "root", restart_backoff_seconds=0.2, max_grace_seconds=2.0)
-    yield b
-    b.close()
-    assert _pids_of(tmp_path) == []
 
 
 def _program(backend: LocalBackend, name: str, source: str) -> str:

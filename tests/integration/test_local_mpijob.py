@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.presets import CHAINERMN_IMAGE
 from kubetrain.status import JobPhase
-from tests.integration.test_local_pytorchjob import _alive, _follow, _pids_of, _wait_for
+from tests.integration.local_jobs import _alive, _follow, _pids_of, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.timeout(180)]
 
@@ -23,15 +22,6 @@ if shutil.which("mpirun") is None:  # `make setup` installs Open MPI; without it
     pytest.fail("mpirun not found: install openmpi-bin (make setup)", pytrace=False)
 
 CLAIM = "work"
-
-
-@pytest.fixture
-def backend(tmp_path: Path) -> Iterator[LocalBackend]:
-    """A backend under tmp_path; after the test no process of it may survive."""
-    b = LocalBackend(tmp_path / "root", restart_backoff_seconds=0.2, max_grace_seconds=2.0)
-    yield b
-    b.close()
-    assert _pids_of(tmp_path) == []
 
 
 def _program(backend: LocalBackend, name: str, source: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from kubetrain.backends.base import JobRef
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.data.download import download
 from kubetrain.status import JobPhase, parse_job_status
-from tests.integration.test_local_pytorchjob import CLAIM, _follow, _pids_of, _pytorchjob, _template, _wait_for
+from tests.integration.local_jobs import CLAIM, _follow, _pytorchjob, _template, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -27,15 +26,6 @@ GATE = "/workspace/go"
 # Workers start training only once the test opened the gate (bounded: 120 s), so both jobs'
 # masters are listening on the shared port at the same time, whatever the machine's load.
 WORKER_GATE = f"i=0; until [ -e {GATE} ] || [ $i -ge 2400 ]; do sleep 0.05; i=$((i+1)); done; exec "
-
-
-@pytest.fixture
-def backend(tmp_path: Path) -> Iterator[LocalBackend]:
-    """A backend under tmp_path; after the test no process of it may survive."""
-    b = LocalBackend(tmp_path / "root", restart_backoff_seconds=0.2, max_grace_seconds=2.0)
-    yield b
-    b.close()
-    assert _pids_of(tmp_path) == []
 
 
 def _free_port() -> int:

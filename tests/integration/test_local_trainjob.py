@@ -15,7 +15,7 @@ from kubetrain.manifests import build_manifest
 from kubetrain.manifests.runtimes import torch_distributed_runtime
 from kubetrain.presets import TrainingParams, mpi_trainjob_spec, pytorch_trainjob_spec
 from kubetrain.status import JobPhase
-from tests.integration.test_local_pytorchjob import _follow
+from tests.integration.local_jobs import _follow
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -14,7 +14,7 @@ import pytest
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.errors import ManifestError
 from kubetrain.status import JobPhase
-from tests.integration.test_local_pytorchjob import _follow
+from tests.integration.local_jobs import _follow
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

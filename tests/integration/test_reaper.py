@@ -28,7 +28,7 @@ from kubetrain.presets import LAUNCHER_IMAGE
 from kubetrain.reaper import Reaper
 from tests.conftest import REPO_ROOT
 from tests.fake_apiserver import FakeApiServer, now_rfc3339
-from tests.integration.test_k8s_launcher import NS, mpi_manifest, ps_manifest, pytorch_manifest, trainjob_manifest
+from tests.integration.k8s_launcher_env import NS, mpi_manifest, ps_manifest, pytorch_manifest, trainjob_manifest
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kubetrain.errors import ExitCode
-from tests.integration.test_local_pytorchjob import _wait_for
+from tests.integration.local_jobs import _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

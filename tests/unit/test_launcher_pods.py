@@ -1,7 +1,7 @@
 """Which pod's log is the job's log, and what the launcher remembers of pods that crashed.
 
 The pure parts (primary_pod, crashed, PodBook) are checked directly; the await loop against the
-in-memory backend of test_launcher_loop (its pod stream notifies on every change). The same
+in-memory backend of tests/unit/launcher_memory_backend.py (its pod stream notifies on every change). The same
 scenarios run against the HTTP stand-in for the API server in tests/integration/test_k8s_pod_watch.py
 and with real processes in tests/integration/test_local_launcher_pods.py.
 """
@@ -19,7 +19,7 @@ from kubetrain.launcher.logs import primary_pod
 from kubetrain.launcher.pods import PodBook, PodTracker, crashed
 from kubetrain.manifests.kinds import JOBSET, PYTORCHJOB, TRAINJOB, JobKind
 from kubetrain.status import parse_job_status
-from tests.unit.test_launcher_loop import MemoryBackend, cond, launch, manifest, pod
+from tests.unit.launcher_memory_backend import MemoryBackend, cond, launch, manifest, pod
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from kubetrain.backends.local.addresses import allocate_block, loopback_address
 from kubetrain.backends.local.logfile import LogStream, read_log
 from kubetrain.backends.local.process import ReplicaProcess, container_exit_code
+from tests.unit.process_checks import alive, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,21 +27,6 @@ child = subprocess.Popen([sys.executable, "-c",
 print(os.getpid(), child.pid, flush=True)
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def _start(tmp_path: Path, code: str, sink: list[str] | None = None) -> ReplicaProcess:
@@ -58,13 +43,13 @@ def _start(tmp_path: Path, code: str, sink: list[str] | None = None) -> ReplicaP
 def test_stop_kills_every_process_of_the_session_even_other_groups(tmp_path: Path) -> None:
     proc = _start(tmp_path, TREE)
     log = proc.log
-    _wait_for(lambda: "child up" in log.path.read_text())
+    wait_for(lambda: "child up" in log.path.read_text())
     parent, child = (int(x) for x in log.path.read_text().splitlines()[0].split())
     assert os.getpgid(child) != os.getpgid(parent)  # the child really is in another process group
     code = proc.stop(grace_seconds=0.5)
     assert code == 128 + signal.SIGTERM
-    assert not _alive(parent)
-    assert not _alive(child)  # ignored SIGTERM, got SIGKILL after the grace period
+    assert not alive(parent)
+    assert not alive(child)  # ignored SIGTERM, got SIGKILL after the grace period
 
 
 def test_when_the_main_process_exits_its_leftovers_are_killed(tmp_path: Path) -> None:
@@ -75,17 +60,17 @@ print(child.pid, flush=True)
 sys.exit(3)
 """
     proc = _start(tmp_path, leaves)
-    _wait_for(lambda: proc.poll() is not None)
+    wait_for(lambda: proc.poll() is not None)
     assert proc.poll() == 3
     child = int(proc.log.path.read_text().split()[0])
-    _wait_for(lambda: not _alive(child))
+    wait_for(lambda: not alive(child))
 
 
 def test_output_goes_to_the_file_and_the_prefixed_sink(tmp_path: Path) -> None:
     lines: list[str] = []
     proc = _start(tmp_path, "import sys; print('out'); print('err', file=sys.stderr); sys.stdout.write('tail')", lines)
-    _wait_for(lambda: proc.poll() is not None)
-    _wait_for(lambda: proc.log.closed)
+    wait_for(lambda: proc.poll() is not None)
+    wait_for(lambda: proc.log.closed)
     assert sorted(read_log(proc.log.path, stream=None, follow=False)) == ["err", "out", "tail"]
     assert sorted(lines) == ["[worker-0] err", "[worker-0] out", "[worker-0] tail"]
     assert list(read_log(proc.log.path, stream=None, follow=False, tail_lines=1)) == ["tail"]
@@ -120,11 +105,11 @@ def test_an_exit_is_reported_only_once_the_output_is_in_the_log(tmp_path: Path) 
     )
     try:
         assert first.wait(timeout=50)
-        _wait_for(lambda: _exited(proc.pid), timeout=50)
+        wait_for(lambda: _exited(proc.pid), timeout=50)
         assert proc.poll() is None  # exited, but 499 lines are still in the pipe
     finally:
         let_go.set()
-    _wait_for(lambda: proc.poll() is not None, timeout=50)
+    wait_for(lambda: proc.poll() is not None, timeout=50)
     assert proc.poll() == 0
     lines = list(read_log(proc.log.path, stream=None, follow=False))
     assert lines == [f"line {i:03d}" for i in range(500)]
@@ -143,12 +128,12 @@ print('second', flush=True)
     seen: list[str] = []
     follower = threading.Thread(target=lambda: seen.extend(read_log(proc.log.path, stream=proc.log, follow=True)))
     follower.start()
-    _wait_for(lambda: seen == ["first"])
+    wait_for(lambda: seen == ["first"])
     gate.touch()
     follower.join(timeout=20)
     assert not follower.is_alive()
     assert seen == ["first", "second"]
-    _wait_for(lambda: proc.poll() is not None)  # the pipe closes a moment before the process exits
+    wait_for(lambda: proc.poll() is not None)  # the pipe closes a moment before the process exits
     assert proc.poll() == 0
 
 
@@ -184,6 +169,6 @@ def test_one_streams_unfinished_line_is_not_joined_to_the_others(tmp_path: Path)
         "sys.stdout.write('loss 0.5\\n'); sys.stdout.flush()\n"
     )
     proc = _start(tmp_path, code)
-    _wait_for(lambda: proc.poll() is not None)
-    _wait_for(lambda: proc.log.closed)
+    wait_for(lambda: proc.poll() is not None)
+    wait_for(lambda: proc.log.closed)
     assert sorted(read_log(proc.log.path, stream=None, follow=False)) == ["rank 0 epoch 1 loss 0.5", "rank 1 warning"]

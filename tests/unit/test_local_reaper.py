@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from kubetrain.backends.local import reaper
+from tests.unit.process_checks import alive, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,20 +39,6 @@ def _env(command: list[str], then: str = "exit 0") -> dict[str, str]:
     return {**os.environ, reaper.COMMAND_ENV: json.dumps(command), "THEN": then}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize(("then", "code"), [("exit 0", 0), ("exit 3", 3), ("kill -TERM $$", 128 + signal.SIGTERM)])
 def test_the_reaper_exits_with_the_commands_code_and_ends_what_it_left(then: str, code: int) -> None:
     done = subprocess.run(
@@ -66,7 +52,7 @@ def test_the_reaper_exits_with_the_commands_code_and_ends_what_it_left(then: str
     )
     assert done.returncode == code, done.stderr
     daemon = int(done.stdout.split()[0])
-    assert not _alive(daemon)  # killed and reaped before the reaper exited
+    assert not alive(daemon)  # killed and reaped before the reaper exited
 
 
 def test_a_command_that_cannot_run_is_reported_with_the_shells_codes(tmp_path: Path) -> None:
@@ -100,8 +86,8 @@ def test_when_its_parent_dies_the_reaper_stops_the_container_after_the_grace_per
         reaper_pid = _reaper_of(daemon)
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
-        _wait_for(lambda: not _alive(daemon))  # it ignores SIGTERM: SIGKILLed after the grace period
-        _wait_for(lambda: not _alive(reaper_pid))
+        wait_for(lambda: not alive(daemon))  # it ignores SIGTERM: SIGKILLed after the grace period
+        wait_for(lambda: not alive(reaper_pid))
     finally:
         if parent.poll() is None:
             parent.kill()

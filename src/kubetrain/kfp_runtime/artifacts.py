@@ -105,19 +105,8 @@ def copy_model(output_dir: Path, model: ArtifactLike, *, metadata: Mapping[str, 
     files = model_files(output_dir)
     if not files:
         raise TrainingError(f"{output_dir}: the job succeeded but wrote no model.* file")
-    target = Path(model.path)
-    target.mkdir(parents=True, exist_ok=True)
-    names = []
     metrics_file = output_dir / METRICS_JSON
-    for src in [*files, *([metrics_file] if metrics_file.is_file() else [])]:
-        if src.is_dir():
-            shutil.copytree(src, target / src.name, dirs_exist_ok=True)
-        else:
-            shutil.copy2(src, target / src.name)
-        names.append(src.name)
-    model.metadata.update(metadata)
-    model.metadata["files"] = names
-    return names
+    return _copy_into(model, [*files, *([metrics_file] if metrics_file.is_file() else [])], metadata)
 
 
 def log_metrics(
@@ -158,10 +147,15 @@ def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 def copy_outputs(output_dir: Path, model: ArtifactLike, *, metadata: Mapping[str, Any]) -> list[str]:
     """Copy everything in the output directory into the Model artifact; returns the top-level names."""
+    return _copy_into(model, sorted(output_dir.iterdir()) if output_dir.is_dir() else [], metadata)
+
+
+def _copy_into(model: ArtifactLike, sources: list[Path], metadata: Mapping[str, Any]) -> list[str]:
+    """Copy `sources` (files or directories) into the Model artifact's directory and record their names."""
     target = Path(model.path)
     target.mkdir(parents=True, exist_ok=True)
     names = []
-    for src in sorted(output_dir.iterdir()) if output_dir.is_dir() else ():
+    for src in sources:
         if src.is_dir():
             shutil.copytree(src, target / src.name, dirs_exist_ok=True)
         else:

@@ -32,10 +32,11 @@ from typing import Any
 
 from kubetrain.backends.base import Backend, JobObject, JobRef, JobWatch, PodInfo
 from kubetrain.errors import JobCancelledError, JobFailedError, JobTimeoutError
-from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, choose_primary, read_tail
+from kubetrain.launcher.failure_tails import collect_failure_tails
+from kubetrain.launcher.logs import TERMINAL_POD_PHASES, LogFollower, choose_primary
 from kubetrain.launcher.options import AwaitOptions, spread_window
 from kubetrain.launcher.pending import REJECTION_REASONS, PendingLook
-from kubetrain.launcher.pods import PodBook, PodListener, PodTracker, crash_summary
+from kubetrain.launcher.pods import PodBook, PodListener, PodTracker
 from kubetrain.launcher.program_error import program_error
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
 from kubetrain.launcher.signals import CancelGuard, Cancelled
@@ -272,10 +273,12 @@ class _Await:
         """Capture the failed replicas' log tails, then apply the delete policy; return the error."""
         pods = self._settle_pods()
         self._stop_follower(drain=self._primary_ended(pods))
-        tails, notes, tailed = self._failure_tails(pods)
+        book = self.tracker.book if self.tracker is not None else PodBook()
+        found = collect_failure_tails(self.backend, self.ref, pods, book, lines=self.opts.tuning.log_tail_lines)
+        tails, notes = found.tails, found.notes
         label = f"{self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}"
         parts = [f"{label} failed: {status.reason or 'Failed'}" + (f": {status.message}" if status.message else "")]
-        program = program_error(tailed, kind=self.ref.kind.kind)
+        program = program_error(found.tailed, kind=self.ref.kind.kind)
         if program is not None:
             parts.append(f"the program's error: {program}")
         for key, tail in tails.items():
@@ -326,30 +329,6 @@ class _Await:
     def _delete(self, why: str) -> None:
         self.backend.delete(self.ref)
         self.sink(f"deleted {self.ref.kind.kind} {self.ref.namespace}/{self.ref.name}: {why}")
-
-    def _failure_tails(self, pods: list[PodInfo]) -> tuple[dict[str, str], dict[str, str], list[tuple[PodInfo, str]]]:
-        """The log tail of every pod that failed or crashed while the launcher watched, keyed
-        `pod/container`, for pods gone by now a note saying where their tail comes from, and
-        (pod, tail) pairs."""
-        tails: dict[str, str] = {}
-        tailed: list[tuple[PodInfo, str]] = []
-        notes: dict[str, str] = {}
-        lines = self.opts.tuning.log_tail_lines
-        here = {pod.name for pod in pods}
-        book = self.tracker.book if self.tracker is not None else PodBook()
-        for pod in book.failed():
-            key = f"{pod.name}/{pod.container}"
-            if pod.name in here:
-                tails[key] = read_tail(self.backend, self.ref, pod, lines)
-                tailed.append((pod, tails[key]))
-                continue
-            # Its controller deleted it (a Job past its backoffLimit): the tail read at its crash.
-            kept = book.tails.get(pod.name)
-            tails[key] = kept.text if kept is not None else "<not read: the pod was deleted before it could be>"
-            seen = kept.pod if kept is not None else pod
-            notes[key] = f" (pod deleted since; read when it crashed: {crash_summary(seen)})"
-            tailed.append((seen, tails[key]))
-        return tails, notes, tailed
 
     def _settle_pods(self) -> list[PodInfo]:
         """Stop following the pods and take one look at them, the same for the progress lines, the

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,7 +33,8 @@ from kubetrain.backends.kubernetes.config import (
     step_pod_from_env,
 )
 from kubetrain.backends.kubernetes.errors import api_error, create_error
-from kubetrain.backends.kubernetes.objects import belongs_to, event_info, pod_info, pod_selector
+from kubetrain.backends.kubernetes.events import EVENT_PODS, list_job_events
+from kubetrain.backends.kubernetes.objects import pod_info
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, TRANSPORT_ERRORS, Retrier, RetryPolicy
 from kubetrain.backends.kubernetes.steps import (
     STEP_POD_ANNOTATIONS,
@@ -43,19 +43,18 @@ from kubetrain.backends.kubernetes.steps import (
     StepJobs,
 )
 from kubetrain.backends.kubernetes.stream import FollowedLog, close_response, stream_lines
-from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches
+from kubetrain.backends.kubernetes.watch import JobWatches, PodWatches, list_job_pods
 from kubetrain.errors import BackendError, InvalidInputError, JobConflictError, JobFailedError, ManifestError
 from kubetrain.manifests.kinds import JOBSET, TRAINJOB, JobKind, kind_of
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase, parse_job_status
 
 logger = logging.getLogger(__name__)
-# How many of a job's pending pods the launcher asks about at each look at the events.
-EVENT_PODS = 3
 
 SUBMISSION_ANNOTATION = "kubetrain.io/submission-id"
 
 __all__ = [
+    "EVENT_PODS",
     "STEP_POD_NAME_ANNOTATION",
     "STEP_POD_UID_ANNOTATION",
     "KubernetesBackend",
@@ -277,15 +276,7 @@ class KubernetesBackend(Backend):
 
     def pods(self, ref: JobRef) -> list[PodInfo]:
         """The job's pods, found by the operator's job-name label."""
-        what = f"list pods of {ref.kind.kind} {ref.namespace}/{ref.name}"
-        try:
-            response = self._retry.call(
-                what, self._core.list_namespaced_pod, ref.namespace, label_selector=pod_selector(ref),
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
-        except ApiException as e:
-            raise api_error(what, e) from e
-        items = json.loads(response.data).get("items") or []
+        items = list_job_pods(self._core, self._retry, ref).get("items") or []
         return sorted((pod_info(ref.kind, p) for p in items), key=lambda p: (p.replica_type, p.index, p.name))
 
     def watch_pods(self, ref: JobRef, *, timeout_seconds: float) -> PodWatch:
@@ -327,36 +318,8 @@ class KubernetesBackend(Backend):
                             what=f"log of pod {ref.namespace}/{pod.name} container {pod.container}")  # fmt: skip
 
     def events(self, ref: JobRef, *, pods: Sequence[str] = ()) -> list[EventInfo]:
-        """Events about the job object and Warnings about the named pods (a few), oldest first.
-
-        One field-selected listing each: the API server filters a namespace's events for every
-        listing, so a namespace-wide `type=Warning` listing by each of a thousand launchers grows
-        with the square of the jobs (seen at N=1000 against the real API server). The pods of one
-        job that are pending usually wait for the same reason, so the first few tell it.
-        """
-        what = f"list events of {ref.kind.kind} {ref.namespace}/{ref.name}"
-        selectors = [f"involvedObject.name={ref.name}"]
-        selectors += [f"involvedObject.name={pod},type=Warning" for pod in list(pods)[:EVENT_PODS]]
-        raw: list[Mapping[str, Any]] = []
-        for selector in selectors:
-            try:
-                response = self._retry.call(
-                    what, self._core.list_namespaced_event, ref.namespace, field_selector=selector,
-                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-                )  # fmt: skip
-            except ApiException as e:
-                raise api_error(what, e) from e
-            raw.extend(json.loads(response.data).get("items") or [])
-        seen: set[str] = set()
-        out: list[EventInfo] = []
-        for item in raw:
-            uid = str((item.get("metadata") or {}).get("uid") or id(item))
-            info = event_info(item)
-            if uid in seen or not belongs_to(ref, info):
-                continue
-            seen.add(uid)
-            out.append(info)
-        return sorted(out, key=lambda e: e.last_timestamp.timestamp() if e.last_timestamp else 0.0)
+        """Events about the job object and Warnings about the named pods (a few), oldest first."""
+        return list_job_events(self._core, self._retry, ref, pods=pods)
 
     # -- change ----------------------------------------------------------------------------------
 

@@ -47,6 +47,20 @@ _EVENT_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 T = TypeVar("T")
 
 
+def list_job_pods(core: client.CoreV1Api, retry: Retrier, ref: JobRef) -> dict[str, Any]:
+    """One listing of the job's pods by the operator's job-name label, as the API returns it."""
+    what = f"list pods of {ref.kind.kind} {ref.namespace}/{ref.name}"
+    try:
+        response = retry.call(
+            what, core.list_namespaced_pod, ref.namespace, label_selector=pod_selector(ref),
+            _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+        )  # fmt: skip
+    except ApiException as e:
+        raise api_error(what, e) from e
+    listing: dict[str, Any] = json.loads(response.data)
+    return listing
+
+
 class _Cursor(abc.ABC, Generic[T]):
     """What one watch knows: the state it built from events, and the resourceVersion to resume from."""
 
@@ -295,15 +309,7 @@ class _PodCursor(_Cursor[list[PodInfo]]):
 
     def relist(self) -> bool:
         ref = self.ref
-        what = f"list pods of {ref.kind.kind} {ref.namespace}/{ref.name}"
-        try:
-            response = self._retry.call(
-                what, self._core.list_namespaced_pod, ref.namespace, label_selector=pod_selector(ref),
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
-        except ApiException as e:
-            raise api_error(what, e) from e
-        listing = json.loads(response.data)
+        listing = list_job_pods(self._core, self._retry, ref)
         pods = {info.name: info for info in (pod_info(ref.kind, p) for p in listing.get("items") or [])}
         changed = pods != self.pods
         self.pods, self.resource_version = pods, str((listing.get("metadata") or {}).get("resourceVersion") or "")

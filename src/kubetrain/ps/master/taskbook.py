@@ -44,6 +44,7 @@ from kubetrain.ps.common.tasks import (
 from kubetrain.ps.master.ledger import Ledger
 from kubetrain.ps.master.reports import count_problem, divergence
 from kubetrain.ps.master.results import POINTS_PER_EPOCH, TrainingResults
+from kubetrain.ps.master.task_lookup import take_back, task_known
 
 __all__ = ["COUNTERS", "TaskBook"]
 
@@ -199,7 +200,8 @@ class TaskBook:
 
     # ----------------------------------------------------------------------------- failures
 
-    def _forget_lease(self, lease: Lease) -> None:
+    def forget_lease(self, lease: Lease) -> None:
+        """Take `lease` back from its worker; only its own holder may still report it."""
         del self.doing[lease.lease]
         self.released[lease.lease] = lease
         if lease.task.kind == TRAIN and lease.progress:
@@ -208,7 +210,7 @@ class TaskBook:
             self.counters["records_trained_twice"] += lease.progress
 
     def _requeue(self, lease: Lease, *, failure: bool, reason: str) -> None:
-        self._forget_lease(lease)
+        self.forget_lease(lease)
         task = lease.task
         if failure:
             self.counters["tasks_failed"] += 1
@@ -278,7 +280,7 @@ class TaskBook:
             incarnation,
             task_id,
         ):
-            if not self._knows(task_id):
+            if not task_known(self, task_id):
                 raise UnknownTaskError(f"task_id: got {task_id!r}; no such task in this job")
             entry = self.ledger.get(task_id)
             if success and entry is not None and entry.lease == lease:
@@ -288,7 +290,7 @@ class TaskBook:
         reason = divergence(task_id, worker_id, loss_sum=loss_sum, eval_result=eval_result, error=error)
         if reason is not None:
             if held is not None:
-                self._forget_lease(held)
+                self.forget_lease(held)
             self.fail(reason)
             return False, reason
         if not success:
@@ -311,7 +313,7 @@ class TaskBook:
             if problem is not None:
                 return False, problem
             del self.released[lease]
-            task = self._take_back(task_id)
+            task = take_back(self, task_id)
         if task_id.startswith(EVAL):
             if eval_result is not None:
                 self._closed(self.results.evals.record(task_id, eval_result))
@@ -320,36 +322,6 @@ class TaskBook:
         if note == "done":
             self.workers[worker_id].records_trained += records
         return accepted, note
-
-    def _knows(self, task_id: str) -> bool:
-        """Whether `task_id` names a task of this job that was ever cut."""
-        if task_id in self.ledger or task_id in self.dropped:
-            return True
-        if task_id.startswith(EVAL):
-            try:
-                return 0 < self.results.evals.round_of(task_id) < self.results.evals.next_round
-            except (IndexError, ValueError):
-                return False
-        if any(t.task_id == task_id for q in (self.todo, self.eval_todo, *self.slot_todo.values()) for t in q):
-            return True
-        return any(x.task.task_id == task_id for x in (*self.doing.values(), *self.released.values()))
-
-    def _take_back(self, task_id: str) -> TaskRange | None:
-        """A task re-queued, re-leased or dropped meanwhile, reclaimed: this report finishes it."""
-        for queue in (self.todo, self.eval_todo, *self.slot_todo.values()):
-            for t in queue:
-                if t.task_id == task_id:
-                    queue.remove(t)
-                    return t
-        for other in list(self.doing.values()):
-            if other.task.task_id == task_id:
-                self._forget_lease(other)  # its worker is told to abandon at its next heartbeat
-                return other.task
-        if task_id in self.dropped:
-            self.counters["records_dropped"] -= self.dropped.pop(task_id)
-            self.counters["tasks_dropped"] -= 1
-            return task_from_id(task_id)
-        return None
 
     def _report_train(
         self,
