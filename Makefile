@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
 
-.PHONY: debian-packages ui-packages setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages cluster-up cluster-down e2e lock
+.PHONY: debian-packages ui-packages setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages cluster-up cluster-down e2e ui-screenshots lock
 
 setup: $(STAMP)
 
@@ -121,3 +121,7 @@ cluster-down: setup
 e2e: setup controlplane $(if $(KFP),kfp-backend)
 	bash tools/kfp/build.sh compiler >/dev/null
 	KUBETRAIN_E2E=1 $(PY) -m pytest tests/cluster tests/unit/test_kfp_backend_compiler.py $(PYTEST_ARGS)
+
+# The README's and docs' UI pictures (docs/images/ui/), remade by the browser scenarios on the e2e cluster.
+ui-screenshots: setup controlplane $(if $(KFP),kfp-backend)
+	KUBETRAIN_E2E=1 KUBETRAIN_E2E_UI=1 KUBETRAIN_UPDATE_GOLDEN=1 $(PY) -m pytest tests/cluster/test_kfp_ui.py $(PYTEST_ARGS)
