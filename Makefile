@@ -10,6 +10,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Open MPI for ChainerMN and mpi4py (the MPI tests and the local backend's MPIJob).
 SETUP_PACKAGES := openmpi-bin libopenmpi-dev
 PYTEST_ARGS ?=
+# The unit and integration tests on two workers, a test file per worker at a time (its module
+# fixtures, such as a trained model or a started server, are then built once). PYTEST_XDIST= runs them in one.
+PYTEST_XDIST ?= -n 2 --dist loadfile
 LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
 
@@ -42,7 +45,7 @@ test: setup
 	@source .ci/phase.sh; \
 	phase lint $(PY) -m ruff check $(LINT_PATHS); \
 	phase types $(PY) -m mypy; \
-	phase unit-and-integration-tests $(PY) -m pytest --ignore=tests/cluster $(PYTEST_ARGS)
+	phase unit-and-integration-tests $(PY) -m pytest --ignore=tests/cluster $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -m "not slow" --ignore=tests/cluster $(PYTEST_ARGS)

@@ -54,13 +54,19 @@ def test_a_failing_trainer_fails_the_trainjob_and_the_deadline_is_enforced(tmp_p
     fail, slow = tmp_path / "fail.py", tmp_path / "slow.py"
     fail.write_text("raise SystemExit(3)\n")
     slow.write_text("import time\ntime.sleep(120)\n")
-    # The runtime's Jobs keep the batch default of 6 retries: scale the kubelet's back-off down.
-    backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0, restart_backoff_seconds=0.05)
+    # The shipped runtime's Job keeps the batch default of 6 retries, each start a torchrun (seconds
+    # of torch import): the same runtime with a backoff limit of 1 fails the same way in 2 starts.
+    runtime = torch_distributed_runtime()
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 1
+    backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0, restart_backoff_seconds=0.05, runtimes=[runtime])
     try:
         failing = pytorch_trainjob_spec(name="tj-fail", params=TrainingParams(), program=("python", str(fail)))
-        status, _ = _follow(backend, backend.submit(build_manifest(failing)))
+        ref = backend.submit(build_manifest(failing))
+        status, _ = _follow(backend, ref)
         assert status.phase is JobPhase.FAILED
         assert status.reason != "DeadlineExceeded"
+        assert "BackoffLimitExceeded" in status.message, status.message
+        assert len(list((backend.job_dir(ref) / "logs").glob("tj-fail-node-0-0-*.log"))) == 2  # a start and a retry
         waiting = pytorch_trainjob_spec(
             name="tj-slow", params=TrainingParams(), active_deadline_seconds=2, program=("python", str(slow))
         )
