@@ -131,7 +131,9 @@ def test_ticks_are_round_multiples_inside_the_range(low: float, span: float, int
     ticks, step = ticks_and_step(low, high, integer=integer)
     mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
     assert round(mantissa, 6) in (1.0, 2.0, 2.5, 5.0)
-    assert all(low - 1e-9 * abs(low) - 1e-12 <= t <= high + 1e-9 * abs(high) + 1e-12 for t in ticks)
+    # Inside the range up to float error on the scale of a step (a tick 1e-9 of a step outside is on the edge).
+    slack = 1e-9 * step + 1e-12
+    assert all(low - slack <= t <= high + slack for t in ticks)
     assert all(abs(t / step - round(t / step)) < 1e-6 for t in ticks)
     assert len(ticks) <= 7
     if integer:
