@@ -2,9 +2,10 @@
 
 Two ways a step is retried, as KFP 2.17 ships Argo (`templateDefaults.retryStrategy.retryPolicy:
 OnError`, tools/cluster/kfp/manifests.py):
-- Argo retries a step whose pod *errored* (its pod vanished with its node): the new pod finds the
-  same job by the identity read from its output URI, adopts it while it trains, and records itself
-  on it before kubetrain's reaper's grace period runs out.
+- A step whose pod vanished (its node lost, the pod force-deleted) is started again by Argo: v4.0.5
+  re-creates the deleted pod for the same node, under the same name. The new launcher finds the same
+  job by the identity read from its output URI, adopts it while it trains, and records itself on it
+  before kubetrain's reaper's grace period runs out.
 - A step that *failed* (its launcher killed with the pod still there) is not retried by Argo: the run
   fails, the reaper deletes the job, and a retry of the run (the UI's Retry, RetryRun) trains one
   new job under the same name.
@@ -44,12 +45,12 @@ def _job_pods_running(kfp_backend: KfpBackend, job: str) -> bool:
     return bool(phases) and all(p == "Running" for p in phases)
 
 
-def test_a_step_lost_with_its_pod_is_retried_by_kfp_and_adopts_its_running_job(
+def test_a_step_lost_with_its_pod_is_started_again_and_adopts_its_running_job(
     kfp_backend: KfpBackend, tmp_path: Path
 ) -> None:
     # A node lost under a running step: its launcher dies without a word (SIGKILL, so it cannot
     # delete the job) and its pod object goes (force-deleted, as the node lifecycle controller
-    # does). Argo marks the step Error, which KFP's OnError policy retries.
+    # does). Argo re-creates the pod (same node, same name, a new uid).
     package = by_name_pipeline(
         tmp_path,
         "lost",
@@ -67,18 +68,19 @@ def test_a_step_lost_with_its_pod_is_retried_by_kfp_and_adopts_its_running_job(
     wait_for("the job's pods Running", lambda: _job_pods_running(kfp_backend, job), 300)
     uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")
     (lost,) = launcher_pods(kfp_backend, run_id, "pytorch_train")
+    lost_uid = kfp_backend.kubectl("get", "pod", lost, "-o", "jsonpath={.metadata.uid}")
     kfp_backend.kill_main_container(lost)
     kfp_backend.kubectl("delete", "pod", lost, "--grace-period=0", "--force", "--wait=false")
 
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
-    pods = launcher_pods(kfp_backend, run_id, "pytorch_train")
-    assert lost not in pods and len(pods) == 1, pods  # Argo's retry: one new pod
+    (again,) = launcher_pods(kfp_backend, run_id, "pytorch_train")
+    assert kfp_backend.kubectl("get", "pod", again, "-o", "jsonpath={.metadata.uid}") != lost_uid  # a new pod
     # The same job, never deleted nor replaced: the retried step adopted it as it trained.
     assert run_jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]
     assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") == uid
     assert f"uid {uid}" not in (STATE / "kfp" / "reaper.log").read_text()
-    log = kfp_backend.kubectl("logs", pods[0], "-c", "main")
+    log = kfp_backend.kubectl("logs", again, "-c", "main")
     assert f"adopted existing PyTorchJob kubeflow/{job}" in log, log[-3000:]
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
