@@ -119,7 +119,7 @@ class KfpBackend:
 def prepare(cluster: Cluster, names: list[str]) -> KfpBackend:
     """Build and push the kubetrain images `names` and connect a kfp.Client to the backend."""
     assert backend.running(STATE), "the KFP backend is not running (KUBETRAIN_KFP=0?)"
-    built = images.ensure(names, STATE / "images.log")
+    built = images.ensure(names, STATE / "images.log", node=node_paths(STATE, cluster.bin_dir))
     return KfpBackend(cluster, kfp.Client(host=HOST), built.seconds)
 
 

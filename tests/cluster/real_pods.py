@@ -70,7 +70,7 @@ class RealNode:
 
 def prepare(cluster: Cluster, names: list[str]) -> RealNode:
     """Build and push `names`, and put the digits on the workspace claim (a pod of the launcher image)."""
-    built = images.ensure(names, STATE / "images.log")
+    built = images.ensure(names, STATE / "images.log", node=paths(STATE, cluster.bin_dir))
     node = RealNode(cluster, paths(STATE, cluster.bin_dir).workspace, built.seconds)
     if (node.workspace / "datasets" / "digits" / "dataset.json").exists():
         return node

@@ -9,7 +9,6 @@ whatever earlier tests left in KFP's cache, so none depends on being the first r
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 
@@ -67,11 +66,6 @@ def test_a_second_run_reuses_the_cached_download_and_trains_again(kfp_backend: K
     assert [m.properties["job_name"] for m in models] == [_job_of(kfp_backend, second)]
 
 
-@pytest.mark.skipif(
-    os.environ.get("KUBETRAIN_E2E_UNPROVEN") != "1",
-    reason="not yet passed on the real backend (its first form assumed a training task is never a cache hit, "
-    "which stopped being true once the run/task inputs left; opt in with KUBETRAIN_E2E_UNPROVEN=1)",
-)
 def test_caching_forced_on_serves_the_first_runs_model_metrics_and_report(kfp_backend: KfpBackend) -> None:
     # kfp.Client's enable_caching=True turns the cache on for every task, training included. A
     # training task no longer takes run or task ids as inputs (it reads them from KFP), so with the
@@ -86,8 +80,10 @@ def test_caching_forced_on_serves_the_first_runs_model_metrics_and_report(kfp_ba
         uris_before = {a.uri for a in before if a.type == kind}
         uris_after = {a.uri for a in after if a.type == kind}
         assert uris_after and uris_after == uris_before, (kind, uris_before, uris_after)
-    (metrics,) = [a for a in after if a.type == "system.Metrics"]
-    assert metrics.properties["test_accuracy"] >= 0.9
+    # The metrics shown are the first run's numbers (one epoch here: what they are matters less).
+    (shown,) = [a for a in after if a.type == "system.Metrics"]
+    (trained,) = [a for a in before if a.type == "system.Metrics"]
+    assert shown.properties["test_accuracy"] == trained.properties["test_accuracy"] > 0
 
 
 def test_enable_caching_false_runs_the_download_and_trains_again(kfp_backend: KfpBackend) -> None:

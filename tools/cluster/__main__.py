@@ -53,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.images:
                 if not node.running(controlplane.STATE):
                     raise images.ImageBuildError("--images: no real node runs in this cluster (KUBETRAIN_REAL_NODE=0?)")
-                built = images.ensure(list(IMAGE_NAMES), controlplane.STATE / "images.log")
+                built = images.ensure(
+                    list(IMAGE_NAMES),
+                    controlplane.STATE / "images.log",
+                    node=node.paths(controlplane.STATE, cluster.bin_dir),
+                )
                 print(f"images on the node's registry: {', '.join(built.names)} ({built.seconds:.0f} s)")
     except (*controlplane.start_errors(), images.ImageBuildError) as e:
         print(f"cluster {args.action}: {e}", file=sys.stderr)

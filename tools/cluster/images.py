@@ -13,9 +13,12 @@ import os
 import shutil
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubetrain.images import image_ref
 from tools.cluster import node_config
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +41,12 @@ class Built:
     log: Path
 
 
-def ensure(names: list[str], log: Path) -> Built:
-    """Build `names` (what is unchanged comes from the layer cache) and push them to the node's registry."""
+def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = None) -> Built:
+    """Build `names` (what is unchanged comes from the layer cache) and push them to the node's registry.
+
+    With `node` (a running real node), the node then forgets its copy of any of them it holds from
+    an earlier build (refresh_node), so its pods run what was just built.
+    """
     env = {**os.environ, "TORCH_INDEX_URL": os.environ.get("TORCH_INDEX_URL", DEFAULT_TORCH_INDEX)}
     argv = ["bash", str(REPO_ROOT / "images" / "build.sh"), "--mirror", f"127.0.0.1:{node_config.REGISTRY_PORT}"]
     if not _docker_daemon():
@@ -55,6 +62,8 @@ def ensure(names: list[str], log: Path) -> Built:
     if done.returncode != 0:
         raise ImageBuildError(f"images/build.sh {' '.join(names)} failed (exit {done.returncode}); "
                               f"{log}:\n{log.read_text()[-3000:]}")  # fmt: skip
+    if node is not None:
+        refresh_node([image_ref(n) for n in names], ctr=node.bin_dir / "ctr", socket=node.containerd_socket)
     return Built(tuple(names), time.monotonic() - start, log)
 
 
@@ -75,6 +84,49 @@ def _limit_storage(log: Path) -> None:
             out.write(f"images: buildah storage {used / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free: emptied\n")
             subprocess.run(["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "runroot"),
                             "rmi", "--all", "--force"], stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+
+
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+])  # fmt: skip
+
+
+def registry_digest(ref: str) -> str | None:
+    """The digest the node's registry holds for `ref` (`ghcr.io/kubetrain/<name>:<tag>`), None if it holds none."""
+    repository, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    url = f"http://127.0.0.1:{node_config.REGISTRY_PORT}/v2/{repository}/manifests/{tag}"
+    request = urllib.request.Request(url, method="HEAD", headers={"Accept": MANIFEST_TYPES})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.headers.get("Docker-Content-Digest")
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise ImageBuildError(f"{url}: HTTP {e.code}") from e
+    except OSError as e:
+        raise ImageBuildError(f"{url}: the node's registry does not answer ({e})") from e
+
+
+def refresh_node(refs: list[str], *, ctr: Path, socket: Path) -> list[str]:
+    """Make the node forget its copy of each image whose tag now names another build; the refs forgotten.
+
+    Pods pull a version tag only if the node lacks it (`IfNotPresent`), so a node that ran an earlier
+    build of `ghcr.io/kubetrain/launcher:0.1.0` would run it on and on; without its copy, the kubelet
+    pulls the tag again from the registry, what changed of it only.
+    """
+    argv = [str(ctr), "--address", str(socket), "--namespace", "k8s.io", "images"]
+    listed = subprocess.run([*argv, "ls"], capture_output=True, text=True, check=True, timeout=60).stdout
+    held = {parts[0]: parts[2] for parts in (line.split() for line in listed.splitlines()[1:]) if len(parts) > 2}
+    stale = []
+    for ref in refs:
+        digest = held.get(ref)
+        if digest is not None and digest != registry_digest(ref):
+            # The kubelet's digest-named ref of the same build goes too, or it would still resolve.
+            names = [r for r, d in held.items() if d == digest and r.split("@")[0].split(":")[0] == ref.split(":")[0]]
+            subprocess.run([*argv, "rm", *sorted({ref, *names})], capture_output=True, check=True, timeout=60)
+            stale.append(ref)
+    return stale
 
 
 def _docker_daemon() -> bool:
