@@ -77,7 +77,7 @@ def _limit_storage(log: Path) -> None:
     storage = Path(os.environ.get("BUILDAH_STORAGE") or Path.home() / ".cache" / "kubetrain" / "images")
     if not storage.is_dir():
         return
-    used = sum(f.stat().st_size for f in storage.rglob("*") if f.is_file() and not f.is_symlink())
+    used = sum(_size(f) for f in storage.rglob("*"))
     free = shutil.disk_usage(storage).free
     if used > STORAGE_LIMIT_BYTES or free < MIN_FREE_BYTES:
         with log.open("a") as out:
@@ -127,6 +127,14 @@ def refresh_node(refs: list[str], *, ctr: Path, socket: Path) -> list[str]:
             subprocess.run([*argv, "rm", *sorted({ref, *names})], capture_output=True, check=True, timeout=60)
             stale.append(ref)
     return stale
+
+
+def _size(path: Path) -> int:
+    # Another build may remove a layer while this walks the storage: what is gone takes no room.
+    try:
+        return path.stat().st_size if path.is_file() and not path.is_symlink() else 0
+    except FileNotFoundError:
+        return 0
 
 
 def _docker_daemon() -> bool:
