@@ -5,8 +5,8 @@
 Every kubetrain image is removed from the node's containerd first (its content is garbage
 collected with it), so nothing of them is left to share: then each NAME is pulled through the
 node's own registry mirror configuration (what the kubelet does on a pod's first start), timed,
-with its compressed size (what crossed the wire) and unpacked size. A second pull of each, with
-the others present, shows what sharing the base saves. The kubelet re-pulls what pods need next.
+with its layers' size as pushed (images/build.sh pushes them uncompressed: what crossed the wire
+here). A second pull of each, with the others present, shows what sharing the base saves. The kubelet re-pulls what pods need next.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _pull(name: str) -> dict[str, float]:
     seconds = time.monotonic() - start
     manifest = json.loads(_ctr("content", "get", _digest(name)))
     layers = manifest.get("layers") or []
-    return {"seconds": seconds, "compressed_mb": sum(layer["size"] for layer in layers) / 1e6}
+    return {"seconds": seconds, "layers_mb": sum(layer["size"] for layer in layers) / 1e6}
 
 
 def _digest(name: str) -> str:
@@ -67,7 +67,8 @@ def main() -> int:
     args = parser.parse_args()
     if unknown := set(args.names) - set(NAMES):
         parser.error(f"not kubetrain images: {sorted(unknown)}; choose from {', '.join(NAMES)}")
-    print("| image | cold pull (nothing of kubetrain on the node) | compressed | pull with the other images present |")
+    print("| image | cold pull (nothing of kubetrain on the node) | layers as pushed (uncompressed) "
+          "| pull with the other images present |")  # fmt: skip
     print("|---|---|---|---|")
     for name in args.names:
         _remove(NAMES)
