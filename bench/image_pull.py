@@ -6,7 +6,8 @@ Every kubetrain image is removed from the node's containerd first (its content i
 collected with it), so nothing of them is left to share: then each NAME is pulled through the
 node's own registry mirror configuration (what the kubelet does on a pod's first start), timed,
 with its layers' size as pushed (images/build.sh pushes them uncompressed: what crossed the wire
-here). A second pull of each, with the others present, shows what sharing the base saves. The kubelet re-pulls what pods need next.
+here). A second pull of each, with the others present, shows what sharing the base saves. The
+kubelet re-pulls what pods need next.
 """
 
 from __future__ import annotations
