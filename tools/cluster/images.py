@@ -15,6 +15,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,15 +121,26 @@ def refresh_node(refs: list[str], *, ctr: Path, socket: Path) -> list[str]:
     """
     argv = [str(ctr), "--address", str(socket), "--namespace", "k8s.io", "images"]
     listed = subprocess.run([*argv, "ls"], capture_output=True, text=True, check=True, timeout=60).stdout
-    held = {parts[0]: parts[2] for parts in (line.split() for line in listed.splitlines()[1:]) if len(parts) > 2}
-    stale = []
+    forget = stale_refs(listed, refs, registry_digest)
+    for names in forget.values():
+        subprocess.run([*argv, "rm", *names], capture_output=True, check=True, timeout=60)
+    return list(forget)
+
+
+def stale_refs(listing: str, refs: list[str], digest_of: Callable[[str], str | None]) -> dict[str, list[str]]:
+    """Of `refs`, those the node holds (`ctr images ls` output) as another build than `digest_of(ref)`.
+
+    Each maps to every name of that build to remove: the kubelet's digest-named ref of the same
+    build goes too, or the tag would still resolve to it.
+    """
+    held = {parts[0]: parts[2] for parts in (line.split() for line in listing.splitlines()[1:]) if len(parts) > 2}
+    stale = {}
     for ref in refs:
         digest = held.get(ref)
-        if digest is not None and digest != registry_digest(ref):
-            # The kubelet's digest-named ref of the same build goes too, or it would still resolve.
-            names = [r for r, d in held.items() if d == digest and r.split("@")[0].split(":")[0] == ref.split(":")[0]]
-            subprocess.run([*argv, "rm", *sorted({ref, *names})], capture_output=True, check=True, timeout=60)
-            stale.append(ref)
+        if digest is not None and digest != digest_of(ref):
+            repository = ref.split(":")[0]
+            names = [r for r, d in held.items() if d == digest and r.split("@")[0].split(":")[0] == repository]
+            stale[ref] = sorted({ref, *names})
     return stale
 
 
