@@ -12,6 +12,7 @@ import json
 import runpy
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,34 @@ def wait_for(what: str, check: object, timeout: float) -> None:
             return
         time.sleep(2)
     raise AssertionError(f"{what}: not within {timeout:.0f}s")
+
+
+# The Argo Workflow phases a retried run can end in, and the run state each one becomes.
+_ENDED = {"Succeeded": "SUCCEEDED", "Failed": "FAILED", "Error": "FAILED"}
+
+
+def wait_retried(kfp_backend: KfpBackend, run_id: str, state: Callable[[], str], timeout: float = 1500) -> str:
+    """After a retry of a failed run: its state, read by `state()`, once its workflow has ended again.
+
+    Just after RetryRun the API can still answer FAILED (the persistence agent reports the
+    workflow's last status for a moment while Argo restarts it: seen through the UI, the workflow
+    Running and the run FAILED), so a plain wait for a final state may read the old one. The
+    workflow is what RetryRun resets, so its phase is waited on; then the run's state, until it
+    says the same (the agent's next report).
+    """
+    wait_for("the retried run's workflow running again", lambda: workflow_phase(kfp_backend, run_id) not in _ENDED, 120)
+    wait_for("the retried run's workflow ended", lambda: workflow_phase(kfp_backend, run_id) in _ENDED, timeout)
+    expected = _ENDED[workflow_phase(kfp_backend, run_id)]
+    end = time.monotonic() + 120
+    while (found := state()) != expected and time.monotonic() < end:
+        time.sleep(2)
+    return found
+
+
+def workflow_phase(kfp_backend: KfpBackend, run_id: str) -> str:
+    """The phase of the run's Argo Workflow ('' before it has one)."""
+    return kfp_backend.kubectl("get", "workflows", "-l", f"pipeline/runid={run_id}", "-o",
+                               "jsonpath={.items[*].status.phase}").strip()  # fmt: skip
 
 
 def run_jobs(kfp_backend: KfpBackend, run_id: str) -> list[str]:

@@ -120,7 +120,11 @@ def prepare(cluster: Cluster, names: list[str]) -> KfpBackend:
     """Build and push the kubetrain images `names` and connect a kfp.Client to the backend."""
     assert backend.running(STATE), "the KFP backend is not running (KUBETRAIN_KFP=0?)"
     built = images.ensure(names, STATE / "images.log", node=node_paths(STATE, cluster.bin_dir))
-    return KfpBackend(cluster, kfp.Client(host=HOST), built.seconds)
+    client = kfp.Client(host=HOST)
+    # Once, before scenarios start runs side by side: kfp.Client's get-or-create of an experiment
+    # by name is not atomic, and two at once would make two experiments of one name.
+    client.create_experiment(EXPERIMENT)
+    return KfpBackend(cluster, client, built.seconds)
 
 
 def compiled_pipelines() -> list[Path]:

@@ -5,15 +5,18 @@ persistence agent, driver and launcher, Argo's workflow-controller and executor,
 store. A run's steps are pods in namespace `kubeflow` (kubetrain's launcher image, as the
 committed YAML names it); the training jobs they create are run by the real operators in real pods.
 What a run produced is read as the Kubeflow UI reads it: the run's artifacts in ML Metadata, their
-objects in the store (tests/cluster/kfp_runs.py).
+objects in the store (tests/cluster/kfp_runs.py). The runs go side by side (tests/cluster/concurrent.py).
+
+The shipped pipelines' runs and a user's pipeline of loaded components are started and read in
+the browser scenarios (test_kfp_ui.py), which check what these checked through `kfp.Client` and
+what the page shows; terminating a run is test_kfp_terminate.py, retries test_kfp_retry.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -21,25 +24,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kfp_server_api.exceptions import ApiException
 
-from kubetrain.names import LABEL_RUN_ID
 from tests.cluster import kfp_runs
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
-    GONE_WITHIN_SECONDS,
-    TARGET,
     by_name_pipeline,
-    check_shipped_run,
-    launcher_pods,
     run_jobs,
     users_pipeline,
-    wait_for,
 )
 from tests.cluster.kfp_runs import Artifact, KfpBackend
-from tools.cluster.controlplane import STATE, Cluster
+from tools.cluster.controlplane import Cluster
 from tools.cluster.node_config import NODE_NAME
 
-EXAMPLES = kfp_runs.REPO_ROOT / "docs" / "examples"
 COMPONENTS = kfp_runs.REPO_ROOT / "components"
 pytestmark = pytest.mark.timeout(2400)
 
@@ -48,6 +44,15 @@ pytestmark = pytest.mark.timeout(2400)
 def kfp_backend(cluster: Cluster) -> KfpBackend:
     """The backend, with every kubetrain image built and pushed."""
     return kfp_runs.prepare(cluster, ["launcher", "pytorch", "chainermn", "ps"])
+
+
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """Every run of this module, side by side from its start (tests/cluster/concurrent.py)."""
+    with scenarios() as running:
+        for name, scenario in SCENARIOS.items():
+            running.start(name, functools.partial(scenario, kfp_backend, tmp_path_factory.mktemp(name)))
+        yield running
 
 
 def _by_type(artifacts: list[Artifact], kind: str) -> list[Artifact]:
@@ -69,48 +74,6 @@ def test_every_compiled_pipeline_and_component_uploads(kfp_backend: KfpBackend, 
     kfp_backend.client.delete_pipeline(uploaded.pipeline_id)
 
 
-@pytest.mark.parametrize("pipeline", ["mnist_pytorch", "mnist_chainermn", "mnist_ps", "compare_frameworks"])
-def test_a_shipped_pipeline_runs_to_succeeded_with_its_model_metrics_and_report(
-    kfp_backend: KfpBackend, pipeline: str
-) -> None:
-    package = kfp_runs.REPO_ROOT / "pipelines" / f"{pipeline}.yaml"
-    run_id = kfp_backend.start(package, {}, f"{pipeline}-{uuid.uuid4().hex[:6]}")
-    run = kfp_backend.wait(run_id)
-    assert run.state == "SUCCEEDED", f"{pipeline}: {run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
-    check_shipped_run(kfp_backend, pipeline, run_id)
-
-
-def test_a_users_pipeline_of_loaded_components_runs_two_training_jobs(kfp_backend: KfpBackend, tmp_path: Path) -> None:
-    # As the user guide writes it: components loaded from the compiled YAML, two pytorch_train
-    # tasks side by side, one running the user's own DDP script from the workspace claim.
-    programs = STATE / "node" / "workspace-kubeflow" / "programs"
-    programs.mkdir(exist_ok=True)
-    shutil.copy(EXAMPLES / "ddp_train.py", programs / "ddp_train.py")
-    package = users_pipeline(
-        tmp_path,
-        "two_trainings",
-        """
-        @dsl.pipeline(name="two-trainings")
-        def pipeline() -> None:
-            data = claim(download(source="builtin:digits"))
-            ours = claim(train(dataset=data.outputs["dataset"], **IDS, workers=1, epochs=5))
-            theirs = claim(train(dataset=data.outputs["dataset"], **IDS, workers=1,
-                                 command=["python", "/workspace/programs/ddp_train.py"], args=["--epochs", "20"]))
-            ours.set_display_name("kubetrain-ddp")
-            theirs.set_display_name("own-ddp")
-    """,
-    )
-    run_id = kfp_backend.start(package, {}, f"two-trainings-{uuid.uuid4().hex[:6]}")
-    run = kfp_backend.wait(run_id)
-    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
-    models = _by_type(kfp_backend.artifacts(run_id), "system.Model")
-    jobs = {m.properties["job_name"] for m in models}
-    assert len(models) == 2 and len(jobs) == 2, [m.properties for m in models]
-    for model in models:
-        written = json.loads(model.objects["metrics.json"]["text"])
-        assert written["test_accuracy"] >= TARGET, written
-
-
 def _trained_jobs(kfp_backend: KfpBackend, run_id: str, count: int) -> set[str]:
     """The run SUCCEEDED with `count` models, each from its own job, labelled with the run's id."""
     run = kfp_backend.wait(run_id)
@@ -126,9 +89,7 @@ def _trained_jobs(kfp_backend: KfpBackend, run_id: str, count: int) -> set[str]:
     return jobs
 
 
-def test_a_placeholder_free_pipeline_of_components_imported_by_name_runs_two_distinct_jobs(
-    kfp_backend: KfpBackend, tmp_path: Path
-) -> None:
+def _placeholder_free_pipeline_by_name(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     package = by_name_pipeline(
         tmp_path,
         "by_name",
@@ -145,9 +106,7 @@ def test_a_placeholder_free_pipeline_of_components_imported_by_name_runs_two_dis
         kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(
-    kfp_backend: KfpBackend, tmp_path: Path
-) -> None:
+def _parallel_for_over_pytorch_train(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # The iterations are one task of the DAG (one name, one enclosing DAG id per iteration): each
     # has its own driver, hence its own output URI, hence its own job.
     package = by_name_pipeline(
@@ -166,97 +125,7 @@ def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(
         kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def _job_pods(kfp_backend: KfpBackend, job: str, field: str = "{.items[*].status.phase}") -> str:
-    return kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}", "-o", f"jsonpath={field}")
-
-
-def _main_running(kfp_backend: KfpBackend, run_id: str) -> bool:
-    """Whether the training step's pod runs its `main` container (kubetrain's launcher is starting)."""
-    for pod in launcher_pods(kfp_backend, run_id, "pytorch_train"):
-        status = json.loads(kfp_backend.kubectl("get", "pod", pod, "-o", "json"))["status"]
-        if any(c["name"] == "main" and "running" in c["state"] for c in status.get("containerStatuses") or []):
-            return True
-    return False
-
-
-def _job_phase(kfp_backend: KfpBackend, run_id: str) -> str:
-    """The last condition type of the run's PyTorchJob ('' while it has none)."""
-    return kfp_backend.kubectl("get", "pytorchjobs", "-l", f"{LABEL_RUN_ID}={run_id}", "-o",
-                               "jsonpath={.items[*].status.conditions[-1:].type}").strip()  # fmt: skip
-
-
-# When to terminate, as the run's own state tells it: the step's launcher starting (nothing
-# submitted yet), the job just created, its pods pending, and training. The delete must not depend
-# on winning a race. "The job ended, the step uploads its artifacts" is not among them: the step
-# deletes a succeeded job within a second, too soon for a poll of the job's phase to catch.
-MOMENTS = ("before-submission", "job-created", "pods-pending", "training")
-# Once each in CI (time); KUBETRAIN_TERMINATE_REPEATS=N repeats them to look for a flake.
-REPEATS = int(os.environ.get("KUBETRAIN_TERMINATE_REPEATS", "1"))
-
-
-@pytest.mark.parametrize("attempt", range(REPEATS))
-@pytest.mark.parametrize("moment", MOMENTS)
-def test_terminating_a_run_deletes_its_training_job_at_every_moment_of_the_step(
-    kfp_backend: KfpBackend, moment: str, attempt: int
-) -> None:
-    """Issue 33: terminated 6 s after submission, a run's PyTorchJob trained on to Succeeded. The
-    step's container dies within a second of the signal, so kubetrain's reaper (deploy/reaper.yaml,
-    a host process here as its ServiceAccount) is what deletes the job: at every moment, every time."""
-    package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
-    epochs = 2 if moment == "artifact-upload" else 400
-    run_id = kfp_backend.start(package, {"epochs": epochs}, f"terminate-{moment}-{attempt}-{uuid.uuid4().hex[:6]}")
-    if moment == "before-submission":
-        wait_for("the training step's launcher running", lambda: _main_running(kfp_backend, run_id), 600)
-    else:
-        wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
-    job = run_jobs(kfp_backend, run_id)[0].split("/")[-1] if run_jobs(kfp_backend, run_id) else ""
-    if moment == "pods-pending":
-        wait_for("a pod of the job", lambda: bool(_job_pods(kfp_backend, job).strip()), 300)
-    elif moment == "training":
-        wait_for("its master pod running", lambda: "Running" in _job_pods(kfp_backend, job), 300)
-    elif moment == "artifact-upload":
-        wait_for("the job succeeded", lambda: _job_phase(kfp_backend, run_id) == "Succeeded", 900)
-    try:
-        kfp_backend.client.terminate_run(run_id)
-    except ApiException:
-        # Only the last moment may miss its window (the run ended before the call): a finished run
-        # cannot be terminated; what follows still holds.
-        if moment != "artifact-upload":
-            raise
-    if moment == "before-submission":
-        # A create sent just before the signal may land a moment after it: once the step's container
-        # has ended nothing more can come, and the job (if any) must then go.
-        wait_for("the training step's launcher ended", lambda: not _main_running(kfp_backend, run_id),
-                  GONE_WITHIN_SECONDS)  # fmt: skip
-        job = run_jobs(kfp_backend, run_id)[0].split("/")[-1] if run_jobs(kfp_backend, run_id) else ""
-    if moment == "artifact-upload":
-        # The job had ended: nothing of it may run on (the step deletes it on success, and the
-        # reaper leaves a finished job alone).
-        wait_for("no pod of the job running",
-                  lambda: "Running" not in _job_pods(kfp_backend, job) and "Pending" not in _job_pods(kfp_backend, job),
-                  GONE_WITHIN_SECONDS)  # fmt: skip
-    else:
-        wait_for("the run's job deleted", lambda: not run_jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
-    if job:
-        wait_for("its pods gone",
-                  lambda: not _job_pods(kfp_backend, job, "{.items[?(@.status.phase!='Succeeded')].metadata.name}")
-                  .strip(), GONE_WITHIN_SECONDS)  # fmt: skip
-    run = kfp_backend.wait(run_id, timeout=300)
-    ended = {"CANCELED", "FAILED"} | ({"SUCCEEDED"} if moment == "artifact-upload" else set())
-    assert run.state in ended, run.state
-    if moment != "artifact-upload":
-        assert run_jobs(kfp_backend, run_id) == []  # nothing was created after the step ended
-    reaper_log = (STATE / "kfp" / "reaper.log").read_text()
-    # The real authorizer let it do all it did as its ServiceAccount (deploy/reaper.yaml's Role).
-    assert "HTTP 403" not in reaper_log, reaper_log[-3000:]
-    if job:
-        by_reaper = f"deleted PyTorchJob kubeflow/{job}" in reaper_log
-        print(f"{moment} #{attempt}: job {job} deleted by {'the reaper' if by_reaper else 'the step'}")
-
-
-def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(
-    kfp_backend: KfpBackend, tmp_path: Path
-) -> None:
+def _failed_training_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     package = users_pipeline(
         tmp_path,
         "failing",
@@ -276,7 +145,7 @@ def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_st
     assert "Failed" in log and "exit" in log.lower(), log[-3000:]
 
 
-def test_kubetrain_submit_uploads_and_starts_a_run_that_succeeds(kfp_backend: KfpBackend) -> None:
+def _kubetrain_submit(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     name = f"submit-{uuid.uuid4().hex[:6]}"
     done = subprocess.run(
         [sys.executable, "-m", "kubetrain", "submit", "mnist_pytorch", "--host", kfp_runs.HOST, "--experiment",
@@ -310,9 +179,7 @@ def _advertised_gpus(cluster: Cluster, count: int) -> Iterator[None]:
         cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(ops))
 
 
-def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_training_pods_not_the_launcher_pod(
-    kfp_backend: KfpBackend, tmp_path: Path
-) -> None:
+def _accelerator_and_placement(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # TaskConfig passthrough through the real driver: the settings a user makes on the training
     # task land on the job's pods. The selector and toleration match the real node, so it trains.
     package = users_pipeline(
@@ -357,3 +224,36 @@ def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_t
         assert GPU not in main.get("resources", {}).get("limits", {}), main.get("resources")
     assert checked, "no launcher pod of the training task was found"
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
+SCENARIOS = {
+    "by-name": _placeholder_free_pipeline_by_name,
+    "parallel-for": _parallel_for_over_pytorch_train,
+    "failed-job": _failed_training_job,
+    "submit": _kubetrain_submit,
+    "placement": _accelerator_and_placement,
+}
+
+
+def test_a_placeholder_free_pipeline_of_components_imported_by_name_runs_two_distinct_jobs(
+    started: Scenarios,
+) -> None:
+    started.result("by-name")
+
+
+def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(started: Scenarios) -> None:
+    started.result("parallel-for")
+
+
+def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(started: Scenarios) -> None:
+    started.result("failed-job")
+
+
+def test_kubetrain_submit_uploads_and_starts_a_run_that_succeeds(started: Scenarios) -> None:
+    started.result("submit")
+
+
+def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_training_pods_not_the_launcher_pod(
+    started: Scenarios,
+) -> None:
+    started.result("placement")

@@ -4,17 +4,21 @@ The shipped pipelines cache download_dataset (pipelines/_workspace.py): its Data
 directory on the workspace claim, which a later run uses as it is. A cache hit runs no executor
 pod, so "was it a hit" is read as "did the step's pod run". Training tasks are not cached, and
 could not be hit anyway: their run_id input is the run's own id. Each scenario starts from
-whatever earlier tests left in KFP's cache, so none depends on being the first run of its inputs.
+whatever earlier tests left in KFP's cache, so none depends on being the first run of its inputs,
+and they run side by side.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from tests.cluster import kfp_runs
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_runs import KfpBackend
 from tools.cluster.controlplane import Cluster
 
@@ -27,6 +31,25 @@ pytestmark = pytest.mark.timeout(2400)
 def kfp_backend(cluster: Cluster) -> KfpBackend:
     """The backend, with the images mnist_pytorch runs."""
     return kfp_runs.prepare(cluster, ["launcher", "pytorch"])
+
+
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend) -> Iterator[Scenarios]:
+    """The scenarios side by side (tests/cluster/concurrent.py); each one's runs follow one another.
+
+    The refresh comes last, alone: it rewrites the dataset's directory on the claim, which the
+    others' trainings read and their downloads find (dataset_writer swaps it in with two renames).
+    """
+    with scenarios() as running:
+        for name, scenario in SCENARIOS.items():
+            running.start(name, functools.partial(scenario, kfp_backend))
+
+        def refresh_after_the_others() -> None:
+            running.wait_ended(list(SCENARIOS))
+            _refresh_dataset_downloads_again_past_the_cache(kfp_backend)
+
+        running.start("refresh", refresh_after_the_others)
+        yield running
 
 
 def _run(kfp_backend: KfpBackend, name: str, *, enable_caching: bool | None = None) -> str:
@@ -51,7 +74,7 @@ def _dataset_path(kfp_backend: KfpBackend, run_id: str) -> str:
     return str(dataset.properties["path"])
 
 
-def test_a_second_run_reuses_the_cached_download_and_trains_again(kfp_backend: KfpBackend) -> None:
+def _a_second_run_reuses_the_cached_download_and_trains_again(kfp_backend: KfpBackend) -> None:
     first = _run(kfp_backend, "cache-first")
     second = _run(kfp_backend, "cache-second")
     # The download was a cache hit: no pod of it ran in the second run...
@@ -66,7 +89,7 @@ def test_a_second_run_reuses_the_cached_download_and_trains_again(kfp_backend: K
     assert [m.properties["job_name"] for m in models] == [_job_of(kfp_backend, second)]
 
 
-def test_caching_forced_on_serves_the_first_runs_model_metrics_and_report(kfp_backend: KfpBackend) -> None:
+def _caching_forced_on_serves_the_first_runs_model_metrics_and_report(kfp_backend: KfpBackend) -> None:
     # kfp.Client's enable_caching=True turns the cache on for every task, training included. A
     # training task no longer takes run or task ids as inputs (it reads them from KFP), so with the
     # same inputs it is a cache hit, with KFP's semantics: no step runs, no job is created, and the
@@ -86,7 +109,7 @@ def test_caching_forced_on_serves_the_first_runs_model_metrics_and_report(kfp_ba
     assert shown.properties["test_accuracy"] == trained.properties["test_accuracy"] > 0
 
 
-def test_enable_caching_false_runs_the_download_and_trains_again(kfp_backend: KfpBackend) -> None:
+def _enable_caching_false_runs_the_download_and_trains_again(kfp_backend: KfpBackend) -> None:
     cached = _run(kfp_backend, "nocache-before")
     uncached = _run(kfp_backend, "nocache", enable_caching=False)
     (download,) = kfp_backend.step_logs(uncached, "download_dataset")
@@ -95,7 +118,7 @@ def test_enable_caching_false_runs_the_download_and_trains_again(kfp_backend: Kf
     assert _job_of(kfp_backend, uncached) != _job_of(kfp_backend, cached)
 
 
-def test_refresh_dataset_downloads_again_past_the_cache(kfp_backend: KfpBackend) -> None:
+def _refresh_dataset_downloads_again_past_the_cache(kfp_backend: KfpBackend) -> None:
     # What a URL with no checksum relies on to be fetched again (download_dataset's docstring).
     run = kfp_backend.client.create_run_from_pipeline_package(
         str(PACKAGE), arguments={"epochs": 1, "refresh_dataset": True}, run_name=f"refresh-{uuid.uuid4().hex[:6]}",
@@ -105,3 +128,26 @@ def test_refresh_dataset_downloads_again_past_the_cache(kfp_backend: KfpBackend)
     assert finished.state == "SUCCEEDED", f"{finished.state} {finished.error}"
     (download,) = kfp_backend.step_logs(str(run.run_id), "download_dataset")
     assert "downloaded at" in download, download[-3000:]
+
+
+SCENARIOS = {
+    "second-run": _a_second_run_reuses_the_cached_download_and_trains_again,
+    "forced": _caching_forced_on_serves_the_first_runs_model_metrics_and_report,
+    "no-cache": _enable_caching_false_runs_the_download_and_trains_again,
+}
+
+
+def test_a_second_run_reuses_the_cached_download_and_trains_again(started: Scenarios) -> None:
+    started.result("second-run")
+
+
+def test_caching_forced_on_serves_the_first_runs_model_metrics_and_report(started: Scenarios) -> None:
+    started.result("forced")
+
+
+def test_enable_caching_false_runs_the_download_and_trains_again(started: Scenarios) -> None:
+    started.result("no-cache")
+
+
+def test_refresh_dataset_downloads_again_past_the_cache(started: Scenarios) -> None:
+    started.result("refresh")

@@ -13,12 +13,15 @@ OnError`, tools/cluster/kfp/manifests.py):
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cluster import kfp_runs
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
     by_name_pipeline,
@@ -26,6 +29,7 @@ from tests.cluster.kfp_pipelines import (
     run_jobs,
     users_pipeline,
     wait_for,
+    wait_retried,
 )
 from tests.cluster.kfp_runs import KfpBackend
 from tools.cluster.controlplane import STATE, Cluster
@@ -39,15 +43,40 @@ def kfp_backend(cluster: Cluster) -> KfpBackend:
     return kfp_runs.prepare(cluster, ["launcher", "pytorch"])
 
 
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """The three scenarios side by side (tests/cluster/concurrent.py), each with its own run."""
+    with scenarios() as running:
+        running.start(
+            "lost", functools.partial(_lost_step_adopts_its_job, kfp_backend, tmp_path_factory.mktemp("lost"))
+        )
+        for name, ids in (("killed", "**IDS, "), ("placeholder-free", "")):
+            running.start(name, functools.partial(_retried_step_reattaches, kfp_backend, tmp_path_factory.mktemp(name),
+                                                  ids=ids))  # fmt: skip
+        yield running
+
+
+def test_a_step_lost_with_its_pod_is_started_again_and_adopts_its_running_job(started: Scenarios) -> None:
+    started.result("lost")
+
+
+def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(started: Scenarios) -> None:
+    started.result("killed")
+
+
+def test_a_retried_placeholder_free_step_reattaches_to_its_job(started: Scenarios) -> None:
+    # No run_id/task_id/task_name: the step reads its identity from its output URI, which the
+    # driver drew once and the retried executor pod reuses, so the retry names the same job.
+    started.result("placeholder-free")
+
+
 def _job_pods_running(kfp_backend: KfpBackend, job: str) -> bool:
     phases = kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}",
                                  "-o", "jsonpath={.items[*].status.phase}").split()  # fmt: skip
     return bool(phases) and all(p == "Running" for p in phases)
 
 
-def test_a_step_lost_with_its_pod_is_started_again_and_adopts_its_running_job(
-    kfp_backend: KfpBackend, tmp_path: Path
-) -> None:
+def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # A node lost under a running step: its launcher dies without a word (SIGKILL, so it cannot
     # delete the job) and its pod object goes (force-deleted, as the node lifecycle controller
     # does). Argo re-creates the pod (same node, same name, a new uid).
@@ -85,18 +114,6 @@ def test_a_step_lost_with_its_pod_is_started_again_and_adopts_its_running_job(
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(
-    kfp_backend: KfpBackend, tmp_path: Path
-) -> None:
-    _retried_step_reattaches(kfp_backend, tmp_path, ids="**IDS, ")
-
-
-def test_a_retried_placeholder_free_step_reattaches_to_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
-    # No run_id/task_id/task_name: the step reads its identity from its output URI, which the
-    # driver drew once and the retried executor pod reuses, so the retry names the same job.
-    _retried_step_reattaches(kfp_backend, tmp_path, ids="")
-
-
 def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path, *, ids: str) -> None:
     # The launcher container dies mid-job (SIGKILLed, as a node loss or an OOM kill ends it: no
     # SIGTERM, so it cannot delete the job). Its step has ended, so kubetrain's reaper deletes the
@@ -130,8 +147,8 @@ def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path, *, ids: st
     assert len(launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
     # Argo's retry replaces the failed pod by a new one of the same name.
     kfp_backend.client._run_api.run_service_retry_run(run_id=run_id)
-    run = kfp_backend.wait(run_id)
-    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
+    state = wait_retried(kfp_backend, run_id, lambda: str(kfp_backend.client.get_run(run_id).state))
+    assert state == "SUCCEEDED", f"{state}\n{kfp_backend.workflow_tail(run_id)}"
     assert run_jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job (delete_after never)
     assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") != uid
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
