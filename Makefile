@@ -127,4 +127,4 @@ e2e: setup controlplane $(if $(KFP),kfp-backend)
 
 # The README's and docs' UI pictures (docs/images/ui/), remade by the browser scenarios on the e2e cluster.
 ui-screenshots: setup controlplane $(if $(KFP),kfp-backend)
-	KUBETRAIN_E2E=1 KUBETRAIN_E2E_UI=1 KUBETRAIN_UPDATE_GOLDEN=1 $(PY) -m pytest tests/cluster/test_kfp_ui.py $(PYTEST_ARGS)
+	KUBETRAIN_E2E=1 KUBETRAIN_UPDATE_GOLDEN=1 $(PY) -m pytest tests/cluster/test_kfp_ui.py $(PYTEST_ARGS)

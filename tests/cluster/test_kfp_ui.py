@@ -9,20 +9,20 @@ its curves (pixels of the chart, not only its text), the metrics and the Compare
 Terminate and Retry go through the page too; what they do to the training job is checked through
 the API. With KUBETRAIN_UPDATE_GOLDEN=1 the screenshots land in docs/images/ui/ (the README's).
 
-Opt-in for now (KUBETRAIN_E2E_UI=1): the first runs against the real UI found what a stand-in
-could not (a port shared with the training-operator, curves too thin for the UI's frame), and the
-scenarios past the first one have not yet passed end to end; `make e2e` leaves them out until they
-have, rather than let an unproven page step decide whether CI lands (docs/testing.md).
+The scenarios run side by side, each in its own browser (tests/cluster/concurrent.py; Playwright's
+sync API wants one instance per thread); each test waits for its own. They are also what proves
+the shipped pipelines and a user's own on the real backend: `check_shipped_run` reads each run
+through ML Metadata and the store as test_kfp_backend.py's runs once did through `kfp.Client` alone.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,25 +33,23 @@ pytest.importorskip("playwright", reason="playwright is not installed (pip insta
 from kubetrain.names import LABEL_RUN_ID
 from tests import ui_browser
 from tests.cluster import kfp_runs, kfp_ui
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
+    TARGET,
     check_shipped_run,
     launcher_pods,
     run_jobs,
     users_pipeline,
     wait_for,
+    wait_retried,
 )
 from tests.cluster.kfp_runs import KfpBackend
 from tests.cluster.kfp_ui import KfpUI
 from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.kfp import ui
 
-pytestmark = [
-    pytest.mark.timeout(2400),
-    pytest.mark.skipif(
-        os.environ.get("KUBETRAIN_E2E_UI") != "1", reason="the browser scenarios are opt-in: KUBETRAIN_E2E_UI=1"
-    ),
-]
+pytestmark = pytest.mark.timeout(2400)
 JOB_LINE = re.compile(r"(PyTorchJob|MPIJob|JobSet|TrainJob) kubeflow/(\S+): .*→ (\w+)")
 POD_LINE = re.compile(r"pod \S+ \[")
 
@@ -79,8 +77,7 @@ CASES = [
          ("pytorch-train", "chainermn-train", "ps-train"), ("pytorch_epochs", "6")),
 ]  # fmt: skip
 USERS = Case("users_two_trainings", ("download-dataset", "pytorch-train", "pytorch-train-2"),
-             ("pytorch-train", "pytorch-train-2"), ("epochs", "4"), reports=("pytorch-train",))  # fmt: skip
-_SUCCEEDED: list[str] = []  # run ids, for the Compare page
+             ("pytorch-train", "pytorch-train-2"), ("epochs", "6"), reports=("pytorch-train",))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +93,38 @@ def ui_url(kfp_backend: KfpBackend) -> str:
     return found
 
 
-@pytest.fixture
-def page(ui_url: str) -> Iterator[KfpUI]:
+def _browser_needed() -> None:
     reason = ui_browser.skip_reason()
     if reason:
         pytest.fail(f"the browser scenarios need a browser: {reason}")
+
+
+@pytest.fixture
+def page(ui_url: str) -> Iterator[KfpUI]:
+    """A page of its own for a test run in the main thread."""
+    _browser_needed()
     with ui_browser.page() as opened:
         yield KfpUI(opened, ui_url)
+
+
+def _in_browser(ui_url: str, scenario: Callable[..., str | None], *args: object) -> str | None:
+    # In the scenario's own thread: a Playwright instance and a browser of its own.
+    with ui_browser.page() as opened:
+        return scenario(KfpUI(opened, ui_url), *args)
+
+
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend, ui_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """Every browser scenario side by side from the module's start, the longest first."""
+    _browser_needed()
+    with scenarios() as running:
+        for case in [CASES[-1], *CASES[:-1], USERS]:
+            running.start(case.name, functools.partial(_in_browser, ui_url, _pipeline_in_the_ui, kfp_backend, case,
+                                                        tmp_path_factory.mktemp(case.name)))  # fmt: skip
+        for name, scenario in (("bad-input", _bad_input), ("terminate", _terminate), ("retry", _retry)):
+            running.start(name, functools.partial(_in_browser, ui_url, scenario, kfp_backend,
+                                                  tmp_path_factory.mktemp(name)))  # fmt: skip
+        yield running
 
 
 def _users_package(tmp_path: Path) -> Path:
@@ -131,9 +153,11 @@ def _check_logs(text: str, task: str, *, outcome: str) -> str:
 
 
 @pytest.mark.parametrize("case", [*CASES, USERS], ids=lambda c: c.name)
-def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(
-    kfp_backend: KfpBackend, page: KfpUI, case: Case, tmp_path: Path
-) -> None:
+def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(started: Scenarios, case: Case) -> None:
+    started.result(case.name)
+
+
+def _pipeline_in_the_ui(page: KfpUI, kfp_backend: KfpBackend, case: Case, tmp_path: Path) -> str:
     package = _users_package(tmp_path) if case is USERS else kfp_runs.REPO_ROOT / "pipelines" / f"{case.name}.yaml"
     shots = f"{case.name}"
     started = time.monotonic()
@@ -156,6 +180,11 @@ def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(
     assert state == "SUCCEEDED", f"{case.name}: {state}\n{kfp_backend.workflow_tail(run_id)}"
     if case is not USERS:  # what the run holds, read through ML Metadata and the store, as the UI reads it
         check_shipped_run(kfp_backend, case.name, run_id)
+    else:  # two trainings, two jobs, each model from its own job's metrics.json at the target
+        trained = [a for a in kfp_backend.artifacts(run_id) if a.type == "system.Model"]
+        assert len({m.properties["job_name"] for m in trained}) == len(trained) == 2, [m.properties for m in trained]
+        for model in trained:
+            assert json.loads(model.objects["metrics.json"]["text"])["test_accuracy"] >= TARGET, model.properties
     page.open_run(run_id)
     page.expect_status("Succeeded")
     ui_browser.screenshot(page.page, f"{shots}-run", tmp_path)
@@ -176,9 +205,9 @@ def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(
         assert "test_accuracy" in page.metrics_visualization(task)
         if task == first:
             ui_browser.screenshot(page.page, f"{shots}-metrics", tmp_path)
-    _SUCCEEDED.append(run_id)
     print(f"\nui {case.name}: Start → first training pod Running {pods_running - clicked:.0f}s, "
           f"whole scenario {time.monotonic() - started:.0f}s")  # fmt: skip
+    return run_id
 
 
 def _training_pod_running(kfp_backend: KfpBackend, run_id: str) -> bool:
@@ -194,18 +223,29 @@ def _job_states(page: KfpUI, run_id: str, task: str) -> set[str]:
     return {state for _, _, state in JOB_LINE.findall(page.logs(task))}
 
 
-def test_the_compare_page_shows_two_runs_metrics_side_by_side(page: KfpUI, tmp_path: Path) -> None:
-    if len(_SUCCEEDED) < 2:
-        pytest.fail(f"needs two succeeded runs from the scenarios above; got {_SUCCEEDED}")
-    names = [page.run(r)["display_name"] for r in _SUCCEEDED[:2]]
-    text = page.compare(_SUCCEEDED[:2])
+def test_the_compare_page_shows_two_runs_metrics_side_by_side(started: Scenarios, page: KfpUI, tmp_path: Path) -> None:
+    succeeded = [str(started.result(case.name)) for case in CASES[:2]]
+    names = [page.run(r)["display_name"] for r in succeeded]
+    text = page.compare(succeeded)
     for name in names:
         assert name in text, (name, text[:2000])
     assert text.count("test_accuracy") >= 1
     ui_browser.screenshot(page.page, "compare", tmp_path)
 
 
-def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(page: KfpUI, tmp_path: Path) -> None:
+def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(started: Scenarios) -> None:
+    started.result("bad-input")
+
+
+def test_terminate_on_the_run_page_deletes_the_training_job(started: Scenarios) -> None:
+    started.result("terminate")
+
+
+def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(started: Scenarios) -> None:
+    started.result("retry")
+
+
+def _bad_input(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
     page.upload(package, f"bad-input-{uuid.uuid4().hex[:6]}")
     run_id = page.start_run({"dataset": "builtin:no-such-dataset"})
@@ -218,7 +258,7 @@ def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(page: KfpUI, 
     ui_browser.screenshot(page.page, "failed-step", tmp_path)
 
 
-def test_terminate_on_the_run_page_deletes_the_training_job(kfp_backend: KfpBackend, page: KfpUI) -> None:
+def _terminate(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     package = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
     page.upload(package, f"terminate-{uuid.uuid4().hex[:6]}")
     run_id = page.start_run({"epochs": "400"})
@@ -229,9 +269,7 @@ def test_terminate_on_the_run_page_deletes_the_training_job(kfp_backend: KfpBack
     assert page.wait_state(run_id, timeout=300) in ("CANCELED", "FAILED")
 
 
-def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(
-    kfp_backend: KfpBackend, page: KfpUI, tmp_path: Path
-) -> None:
+def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # As docs/cluster.md says: the launcher dies mid-job (SIGKILL: it cannot delete the job), its
     # step has *failed*, which KFP 2.17's Argo does not retry; the reaper deletes the job and the
     # run fails. Retry on the page starts a new launcher, which trains one new job of the same name.
@@ -251,7 +289,8 @@ def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(
     wait_for("the killed step's job reaped", lambda: not run_jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
     page.open_run(run_id)
     page.run_action("Retry")
-    assert page.wait_state(run_id) == "SUCCEEDED", kfp_backend.workflow_tail(run_id)
+    state = wait_retried(kfp_backend, run_id, lambda: str(page.run(run_id).get("state", "")))
+    assert state == "SUCCEEDED", kfp_backend.workflow_tail(run_id)
     assert run_jobs(kfp_backend, run_id) == [f"pytorchjob.kubeflow.org/{job}"]  # one job, never a second
     assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") != uid
     page.open_run(run_id)
@@ -259,7 +298,8 @@ def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def test_the_ui_server_was_never_forbidden(cluster: Cluster) -> None:
+def test_the_ui_server_was_never_forbidden(cluster: Cluster, started: Scenarios) -> None:
+    started.wait_ended([case.name for case in (*CASES, USERS)] + ["bad-input", "terminate", "retry"])
     # It runs as ml-pipeline-ui with upstream's Role: a permission the pages above needed and the
     # Role lacks shows up here, as on a cluster (the audit policy records that user's requests).
     user = f"system:serviceaccount:kubeflow:{ui.ACCOUNT}"
