@@ -123,7 +123,7 @@ cluster-down: setup
 # compiler is built even when the backend is left out.
 e2e: setup controlplane $(if $(KFP),kfp-backend)
 	bash tools/kfp/build.sh compiler >/dev/null
-	KUBETRAIN_E2E=1 $(PY) -m pytest tests/cluster tests/unit/test_kfp_backend_compiler.py $(PYTEST_ARGS)
+	PYTEST_ARGS="$(PYTEST_ARGS)" $(PY) -m tools.ci.e2e
 
 # The README's and docs' UI pictures (docs/images/ui/), remade by the browser scenarios on the e2e cluster.
 ui-screenshots: setup controlplane $(if $(KFP),kfp-backend)

@@ -54,7 +54,11 @@ def test_pytorchjob_master_and_two_workers_train_over_gloo_in_real_pods(real: Re
     start = time.monotonic()
     written = _trains(real, manifest, tmp_path, "--delete-after", "never")
     seconds = time.monotonic() - start
-    pods = json.loads(real.kubectl("get", "pods", "-l", "training.kubeflow.org/job-name=ddp-real", "-o", "json"))
+    label = "training.kubeflow.org/job-name=ddp-real"
+    # The job succeeds with its master; a worker may still be ending (seen once: Running just after).
+    jobs.until("every pod of the job ended", lambda: set(real.kubectl("get", "pods", "-l", label, "-o",
+               "jsonpath={.items[*].status.phase}").split()) <= {"Succeeded", "Failed"}, 120)  # fmt: skip
+    pods = json.loads(real.kubectl("get", "pods", "-l", label, "-o", "json"))
     assert sorted(p["metadata"]["name"] for p in pods["items"]) == [
         "ddp-real-master-0", "ddp-real-worker-0", "ddp-real-worker-1"]  # fmt: skip
     for pod in pods["items"]:

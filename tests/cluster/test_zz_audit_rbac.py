@@ -1,7 +1,8 @@
 """deploy/rbac.yaml against what the launcher really sent, from the kube-apiserver's audit log.
 
-Runs after the other modules of the tier (the file name sorts last), so the log holds every
-request the non-admin launcher user made in this session: none may have been refused, and every
+Runs after the other modules of the tier (`make e2e` runs it alone once both halves have ended,
+tools/ci/e2e.py; the file name sorts last for a plain pytest), so the log holds every request the
+non-admin launcher user made: none may have been refused, and every
 verb the Role grants must have been used on at least one resource of its rule (TrainJobs
 included: the Trainer v2 controller runs here too).
 """

@@ -212,6 +212,25 @@ def up(*, real_node: bool | None = None, kfp: bool | None = None) -> Cluster:
         raise
 
 
+def attach() -> Cluster:
+    """The cluster `up` started, as it runs, changing nothing; ControlPlaneError if none runs.
+
+    For test sessions side by side on one cluster (tools/ci/e2e.py): `up` on a running cluster
+    applies its objects again and makes the operators' webhook certificates anew, which must not
+    happen under a session already creating jobs.
+    """
+    link = STATE / "bin"
+    if not link.exists() or not _running(link.resolve()):
+        raise ControlPlaneError(f"no cluster runs from {STATE}: start it first (python -m tools.cluster up)")
+    return Cluster(
+        bin_dir=link.resolve(),
+        kubeconfig=STATE / "kubeconfig",
+        launcher_kubeconfig=STATE / "launcher.kubeconfig",
+        workdir=STATE / "kwok",
+        started_here=False,
+    )
+
+
 def _up(bin_dir: Path, *, create: bool) -> Cluster:
     policy = STATE / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)

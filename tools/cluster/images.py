@@ -9,13 +9,15 @@ layer cache makes a second build of unchanged sources take seconds. torch comes 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,18 +59,38 @@ def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = 
         argv += ["--base", "local"]
         env["BUILDER"] = env.get("BUILDER", "buildah")
     log.parent.mkdir(parents=True, exist_ok=True)
-    if env.get("BUILDER") == "buildah":
-        _limit_storage(log)
     start = time.monotonic()
-    with log.open("w") as out:
-        done = subprocess.run([*argv, *names], stdout=out, stderr=subprocess.STDOUT, env=env, check=False,
-                              cwd=REPO_ROOT)  # fmt: skip
-    if done.returncode != 0:
-        raise ImageBuildError(f"images/build.sh {' '.join(names)} failed (exit {done.returncode}); "
-                              f"{log}:\n{log.read_text()[-3000:]}")  # fmt: skip
-    if node is not None:
-        refresh_node([image_ref(n) for n in names], ctr=node.bin_dir / "ctr", socket=node.containerd_socket)
+    with _one_build_at_a_time():
+        if env.get("BUILDER") == "buildah":
+            _limit_storage(log)
+        with log.open("w") as out:
+            done = subprocess.run([*argv, *names], stdout=out, stderr=subprocess.STDOUT, env=env, check=False,
+                                  cwd=REPO_ROOT)  # fmt: skip
+        if done.returncode != 0:
+            raise ImageBuildError(f"images/build.sh {' '.join(names)} failed (exit {done.returncode}); "
+                                  f"{log}:\n{log.read_text()[-3000:]}")  # fmt: skip
+        if node is not None:
+            refresh_node([image_ref(n) for n in names], ctr=node.bin_dir / "ctr", socket=node.containerd_socket)
     return Built(tuple(names), time.monotonic() - start, log)
+
+
+@contextmanager
+def _one_build_at_a_time() -> Iterator[None]:
+    """Hold the machine's image-build lock: two builds at once push the same layers to one registry
+    (which answers HTTP 500) and one's storage clean-up empties the layer cache under the other.
+    The e2e tier's two test sessions both prepare images; the second waits, then finds them built."""
+    lock = _storage() / "ensure.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def _storage() -> Path:
+    return Path(os.environ.get("BUILDAH_STORAGE") or Path.home() / ".cache" / "kubetrain" / "images")
 
 
 def _limit_storage(log: Path) -> None:
@@ -78,7 +100,7 @@ def _limit_storage(log: Path) -> None:
     intermediate images its layer cache needs, and cannot tell them from stale ones); emptying
     it costs one cold build (a few minutes, torch downloaded again) instead of a full disk.
     """
-    storage = Path(os.environ.get("BUILDAH_STORAGE") or Path.home() / ".cache" / "kubetrain" / "images")
+    storage = _storage()
     if not storage.is_dir():
         return
     used = sum(_size(f) for f in storage.rglob("*"))

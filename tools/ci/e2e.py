@@ -1,0 +1,112 @@
+"""`make e2e`: the real-control-plane tier, its two halves side by side on one cluster.
+
+Both halves mostly wait: the KFP backend's scenarios on Argo, the drivers and pod starts (its
+runs, the browser scenarios), the others on the operators, pod starts and timeouts (real pods,
+operators, the local backend's contract). One after another they took 1,347 s and 1,015 s on the
+idle 2-core machine; side by side their waits overlap. Steps, each printing one phase line:
+
+1. the cluster starts, or is found running (`make cluster-up`: then it is left running);
+2. the KFP half (tests/cluster/test_kfp_*.py, which also writes the components' lastVerified) in
+   the foreground, and the other half in a second pytest session whose output goes to
+   .e2e-logs/others.log, printed once it ends;
+3. the RBAC audit (test_zz_audit_rbac.py) last, alone: it reads what every launcher did in both;
+4. the cluster stops, if step 1 started it.
+
+The two sessions share the cluster's namespaces but no job, run or pod name; image builds take
+turns (tools/cluster/images.py holds a lock). `--one-after-another` runs the halves in turn (to
+tell a problem of running side by side from a plain one). PYTEST_ARGS (shell words) go to every
+pytest session. The exit status is non-zero when any step failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tools.cluster import controlplane, processes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = REPO_ROOT / "tests" / "cluster"
+AUDIT = CLUSTER / "test_zz_audit_rbac.py"
+LOGS = REPO_ROOT / ".e2e-logs"
+
+
+def halves() -> tuple[list[str], list[str]]:
+    """(the KFP backend's test modules, every other e2e module and the backend compiler's check)."""
+    modules = sorted(p for p in CLUSTER.glob("test_*.py") if p != AUDIT)
+    kfp = [str(p.relative_to(REPO_ROOT)) for p in modules if p.name.startswith("test_kfp_")]
+    others = [str(p.relative_to(REPO_ROOT)) for p in modules if not p.name.startswith("test_kfp_")]
+    return kfp, [*others, "tests/unit/test_kfp_backend_compiler.py"]
+
+
+def phase_line(name: str, start: float, rc: int) -> str:
+    """One line as .ci/phase.sh prints it: `phase NAME: start HH:MM:SS end HH:MM:SS N s [FAILED exit N]`."""
+    clock = [time.strftime("%H:%M:%S", time.gmtime(t)) for t in (start, time.time())]
+    failed = f" FAILED exit {rc}" if rc else ""
+    return f"phase {name}: start {clock[0]} end {clock[1]} {time.time() - start:.0f} s{failed}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the tier (see the module's docstring); the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m tools.ci.e2e", description=__doc__.split("\n")[0])
+    parser.add_argument("--one-after-another", action="store_true", help="run the two halves in turn")
+    args = parser.parse_args(argv)
+    env = {**os.environ, "KUBETRAIN_E2E": "1"}
+    sessions = {**env, "KUBETRAIN_E2E_ATTACH": "1"}  # the sessions find the cluster started here, unchanged
+    pytest = [sys.executable, "-m", "pytest", *shlex.split(os.environ.get("PYTEST_ARGS", ""))]
+    cluster = [sys.executable, "-m", "tools.cluster"]
+    lines: list[str] = []
+
+    def step(name: str, command: list[str]) -> int:
+        start = time.time()
+        rc = subprocess.run(command, env=env if command[:3] == cluster else sessions, cwd=REPO_ROOT,
+                            check=False).returncode  # fmt: skip
+        lines.append(phase_line(name, start, rc))
+        print(lines[-1], flush=True)
+        return rc
+
+    started_here = not processes.members(controlplane.STATE)  # else `make cluster-up` started it: left running
+    if step("e2e-cluster-up", [*cluster, "up"]) != 0:
+        return 3
+    kfp, others = halves()
+    try:
+        rc = _both_halves(step, pytest, kfp, others, sessions, lines, one_after_another=args.one_after_another)
+        rc = step("e2e-rbac-audit", [*pytest, str(AUDIT.relative_to(REPO_ROOT))]) or rc
+    finally:
+        if started_here:
+            step("e2e-cluster-down", [*cluster, "down"])
+    print("\n".join(["", "e2e phases:", *lines]), flush=True)
+    return rc
+
+
+Step = Callable[[str, list[str]], int]
+
+
+def _both_halves(step: Step, pytest: list[str], kfp: list[str], others: list[str], env: dict[str, str],
+                 lines: list[str], *, one_after_another: bool) -> int:  # fmt: skip
+    if one_after_another:
+        return step("e2e-kfp", [*pytest, *kfp]) or step("e2e-others", [*pytest, *others])
+    LOGS.mkdir(exist_ok=True)
+    log = LOGS / "others.log"
+    start = time.time()
+    with log.open("w") as out:
+        background = subprocess.Popen([*pytest, *others], env=env, cwd=REPO_ROOT, stdout=out,
+                                      stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            rc_kfp = step("e2e-kfp", [*pytest, *kfp])
+        finally:
+            rc_others = background.wait()
+    print(f"\n----- the other half (tests/cluster, not test_kfp_*), side by side: {log} -----\n{log.read_text()}")
+    lines.append(phase_line("e2e-others", start, rc_others))
+    print(lines[-1], flush=True)
+    return rc_kfp or rc_others
+
+
+if __name__ == "__main__":
+    sys.exit(main())
