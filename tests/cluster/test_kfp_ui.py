@@ -33,7 +33,7 @@ pytest.importorskip("playwright", reason="playwright is not installed (pip insta
 from kubetrain.names import LABEL_RUN_ID
 from tests import ui_browser
 from tests.cluster import kfp_runs, kfp_ui
-from tests.cluster.concurrent import Scenarios, scenarios
+from tests.cluster.concurrent import Scenarios
 from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
     TARGET,
@@ -45,6 +45,7 @@ from tests.cluster.kfp_pipelines import (
     wait_retried,
 )
 from tests.cluster.kfp_runs import KfpBackend
+from tests.cluster.kfp_session import Context, Queued
 from tests.cluster.kfp_ui import KfpUI
 from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.kfp import ui
@@ -78,6 +79,7 @@ CASES = [
 ]  # fmt: skip
 USERS = Case("users_two_trainings", ("download-dataset", "pytorch-train", "pytorch-train-2"),
              ("pytorch-train", "pytorch-train-2"), ("epochs", "6"), reports=("pytorch-train",))  # fmt: skip
+ALL = [f"ui-{case.name}" for case in (*CASES, USERS)] + ["ui-bad-input", "ui-terminate", "ui-retry"]
 
 
 @pytest.fixture(scope="module")
@@ -113,18 +115,21 @@ def _in_browser(ui_url: str, scenario: Callable[..., str | None], *args: object)
         return scenario(KfpUI(opened, ui_url), *args)
 
 
-@pytest.fixture(scope="module")
-def started(kfp_backend: KfpBackend, ui_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
-    """Every browser scenario side by side from the module's start, the longest first."""
-    _browser_needed()
-    with scenarios() as running:
-        for case in [CASES[-1], *CASES[:-1], USERS]:
-            running.start(case.name, functools.partial(_in_browser, ui_url, _pipeline_in_the_ui, kfp_backend, case,
-                                                        tmp_path_factory.mktemp(case.name)))  # fmt: skip
-        for name, scenario in (("bad-input", _bad_input), ("terminate", _terminate), ("retry", _retry)):
-            running.start(name, functools.partial(_in_browser, ui_url, scenario, kfp_backend,
-                                                  tmp_path_factory.mktemp(name)))  # fmt: skip
-        yield running
+def queue(ctx: Context) -> Queued:
+    """Every browser scenario, for the session's side-by-side runs (tests/cluster/kfp_session.py), the longest first."""
+    if ctx.ui_url is None:
+        return [(name, functools.partial(pytest.fail, f"no {STATE / ui.URL_FILE}: the KFP tier started without its UI"))
+                for name in ALL]  # fmt: skip
+    queued: Queued = [
+        (f"ui-{case.name}", functools.partial(_in_browser, ctx.ui_url, _pipeline_in_the_ui, ctx.kfp_backend, case,
+                                             ctx.tmp.mktemp(case.name)))
+        for case in [CASES[-1], *CASES[:-1], USERS]
+    ]  # fmt: skip
+    for name, scenario in (("ui-bad-input", _bad_input), ("ui-terminate", _terminate), ("ui-retry", _retry)):
+        queued.append(
+            (name, functools.partial(_in_browser, ctx.ui_url, scenario, ctx.kfp_backend, ctx.tmp.mktemp(name)))
+        )
+    return queued
 
 
 def _users_package(tmp_path: Path) -> Path:
@@ -153,8 +158,8 @@ def _check_logs(text: str, task: str, *, outcome: str) -> str:
 
 
 @pytest.mark.parametrize("case", [*CASES, USERS], ids=lambda c: c.name)
-def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(started: Scenarios, case: Case) -> None:
-    started.result(case.name)
+def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(kfp_scenarios: Scenarios, case: Case) -> None:
+    kfp_scenarios.result(f"ui-{case.name}")
 
 
 def _pipeline_in_the_ui(page: KfpUI, kfp_backend: KfpBackend, case: Case, tmp_path: Path) -> str:
@@ -223,8 +228,10 @@ def _job_states(page: KfpUI, run_id: str, task: str) -> set[str]:
     return {state for _, _, state in JOB_LINE.findall(page.logs(task))}
 
 
-def test_the_compare_page_shows_two_runs_metrics_side_by_side(started: Scenarios, page: KfpUI, tmp_path: Path) -> None:
-    succeeded = [str(started.result(case.name)) for case in CASES[:2]]
+def test_the_compare_page_shows_two_runs_metrics_side_by_side(
+    kfp_scenarios: Scenarios, page: KfpUI, tmp_path: Path
+) -> None:
+    succeeded = [str(kfp_scenarios.result(f"ui-{case.name}")) for case in CASES[:2]]
     names = [page.run(r)["display_name"] for r in succeeded]
     text = page.compare(succeeded)
     for name in names:
@@ -233,16 +240,16 @@ def test_the_compare_page_shows_two_runs_metrics_side_by_side(started: Scenarios
     ui_browser.screenshot(page.page, "compare", tmp_path)
 
 
-def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(started: Scenarios) -> None:
-    started.result("bad-input")
+def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(kfp_scenarios: Scenarios) -> None:
+    kfp_scenarios.result("ui-bad-input")
 
 
-def test_terminate_on_the_run_page_deletes_the_training_job(started: Scenarios) -> None:
-    started.result("terminate")
+def test_terminate_on_the_run_page_deletes_the_training_job(kfp_scenarios: Scenarios) -> None:
+    kfp_scenarios.result("ui-terminate")
 
 
-def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(started: Scenarios) -> None:
-    started.result("retry")
+def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(kfp_scenarios: Scenarios) -> None:
+    kfp_scenarios.result("ui-retry")
 
 
 def _bad_input(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
@@ -298,8 +305,8 @@ def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def test_the_ui_server_was_never_forbidden(cluster: Cluster, started: Scenarios) -> None:
-    started.wait_ended([case.name for case in (*CASES, USERS)] + ["bad-input", "terminate", "retry"])
+def test_the_ui_server_was_never_forbidden(cluster: Cluster, kfp_scenarios: Scenarios) -> None:
+    kfp_scenarios.wait_ended(ALL)
     # It runs as ml-pipeline-ui with upstream's Role: a permission the pages above needed and the
     # Role lacks shows up here, as on a cluster (the audit policy records that user's requests).
     user = f"system:serviceaccount:kubeflow:{ui.ACCOUNT}"
