@@ -87,7 +87,7 @@ def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
         @dsl.pipeline(name="lost-step")
         def pipeline() -> None:
             data = claim(download_dataset(source="builtin:digits"))
-            task = claim(pytorch_train(dataset=data.outputs["dataset"], workers=1, epochs=200, delete_after="never"))
+            task = claim(pytorch_train(dataset=data.outputs["dataset"], workers=1, epochs=100, delete_after="never"))
             task.set_retry(num_retries=2)
     """,
     )
