@@ -87,10 +87,11 @@ def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
         @dsl.pipeline(name="lost-step")
         def pipeline() -> None:
             data = claim(download_dataset(source="builtin:digits"))
-            task = claim(pytorch_train(dataset=data.outputs["dataset"], workers=1, epochs=100, delete_after="never"))
+            task = claim(pytorch_train(dataset=data.outputs["dataset"], workers=0, epochs=100, delete_after="never"))
             task.set_retry(num_retries=2)
     """,
     )
+    # One pod (the master alone): adoption needs a job that runs on, not two ranks' CPU beside the other scenarios.
     run_id = kfp_backend.start(package, {}, f"lost-{uuid.uuid4().hex[:6]}")
     wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
     job = run_jobs(kfp_backend, run_id)[0].split("/")[-1]

@@ -225,7 +225,7 @@ def _training_pod_running(kfp_backend: KfpBackend, run_id: str) -> bool:
 def _job_states(page: KfpUI, run_id: str, task: str) -> set[str]:
     """The job states the launcher has logged so far, read afresh from the task's Logs tab."""
     page.open_run(run_id)
-    return {state for _, _, state in JOB_LINE.findall(page.logs(task))}
+    return {state for _, _, state in JOB_LINE.findall(page.logs(task, pod_may_be_unknown=True))}
 
 
 def test_the_compare_page_shows_two_runs_metrics_side_by_side(
