@@ -20,11 +20,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from kubetrain.presets import IMAGE_NAMES
-from tests.cluster import kfp_runs, kfp_session, verified
-from tests.cluster.concurrent import Scenarios, scenarios
-from tools.cluster.controlplane import STATE, Cluster, attach, down, start_errors, up
-from tools.cluster.kfp import ui
+from tests.cluster import verified
+from tools.cluster.controlplane import Cluster, attach, down, start_errors, up
 
 
 @dataclass
@@ -94,15 +91,3 @@ def cluster() -> Iterator[Cluster]:
         start = time.time()
         down()
         _record("e2e:cluster-down", start, time.time())
-
-
-@pytest.fixture(scope="session")
-def kfp_scenarios(
-    request: pytest.FixtureRequest, cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Scenarios]:
-    """The scenarios of every KFP module collected, queued together and run side by side (kfp_session.py)."""
-    collected = {item.path.stem for item in request.session.items}
-    backend = kfp_runs.prepare(cluster, list(IMAGE_NAMES))
-    with scenarios() as running:
-        kfp_session.queue_all(kfp_session.Context(backend, ui.read_url(STATE), tmp_path_factory, running), collected)
-        yield running

@@ -26,14 +26,13 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import kfp_runs
-from tests.cluster.concurrent import Scenarios
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
     by_name_pipeline,
     run_jobs,
     users_pipeline,
 )
 from tests.cluster.kfp_runs import Artifact, KfpBackend
-from tests.cluster.kfp_session import Context, Queued
 from tools.cluster.controlplane import Cluster
 from tools.cluster.node_config import NODE_NAME
 
@@ -47,10 +46,13 @@ def kfp_backend(cluster: Cluster) -> KfpBackend:
     return kfp_runs.prepare(cluster, ["launcher", "pytorch", "chainermn", "ps"])
 
 
-def queue(ctx: Context) -> Queued:
-    """This module's scenarios, for the session's side-by-side runs (tests/cluster/kfp_session.py)."""
-    return [(name, functools.partial(scenario, ctx.kfp_backend, ctx.tmp.mktemp(name)))
-            for name, scenario in SCENARIOS.items()]  # fmt: skip
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """Every run of this module, side by side from its start (tests/cluster/concurrent.py)."""
+    with scenarios() as running:
+        for name, scenario in SCENARIOS.items():
+            running.start(name, functools.partial(scenario, kfp_backend, tmp_path_factory.mktemp(name)))
+        yield running
 
 
 def _by_type(artifacts: list[Artifact], kind: str) -> list[Artifact]:
@@ -234,26 +236,24 @@ SCENARIOS = {
 
 
 def test_a_placeholder_free_pipeline_of_components_imported_by_name_runs_two_distinct_jobs(
-    kfp_scenarios: Scenarios,
+    started: Scenarios,
 ) -> None:
-    kfp_scenarios.result("by-name")
+    started.result("by-name")
 
 
-def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("parallel-for")
+def test_a_parallel_for_over_pytorch_train_gives_each_iteration_its_own_job(started: Scenarios) -> None:
+    started.result("parallel-for")
 
 
-def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(
-    kfp_scenarios: Scenarios,
-) -> None:
-    kfp_scenarios.result("failed-job")
+def test_a_failed_training_job_fails_the_run_with_the_operators_reason_in_the_step_log(started: Scenarios) -> None:
+    started.result("failed-job")
 
 
-def test_kubetrain_submit_uploads_and_starts_a_run_that_succeeds(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("submit")
+def test_kubetrain_submit_uploads_and_starts_a_run_that_succeeds(started: Scenarios) -> None:
+    started.result("submit")
 
 
 def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_training_pods_not_the_launcher_pod(
-    kfp_scenarios: Scenarios,
+    started: Scenarios,
 ) -> None:
-    kfp_scenarios.result("placement")
+    started.result("placement")

@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import re
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from tests.cluster import kfp_runs
-from tests.cluster.concurrent import Scenarios
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_runs import KfpBackend
-from tests.cluster.kfp_session import Context, Queued
 from tools.cluster.controlplane import Cluster
 
 PACKAGE = kfp_runs.REPO_ROOT / "pipelines" / "mnist_pytorch.yaml"
@@ -33,15 +33,23 @@ def kfp_backend(cluster: Cluster) -> KfpBackend:
     return kfp_runs.prepare(cluster, ["launcher", "pytorch"])
 
 
-def queue(ctx: Context) -> Queued:
-    """The scenarios, for the session's side-by-side runs (tests/cluster/kfp_session.py); each one's runs follow one another."""
-    return [(f"caching-{name}", functools.partial(scenario, ctx.kfp_backend)) for name, scenario in SCENARIOS.items()]
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend) -> Iterator[Scenarios]:
+    """The scenarios side by side (tests/cluster/concurrent.py); each one's runs follow one another.
 
+    The refresh comes last, alone: it rewrites the dataset's directory on the claim, which the
+    others' trainings read and their downloads find (dataset_writer swaps it in with two renames).
+    """
+    with scenarios() as running:
+        for name, scenario in SCENARIOS.items():
+            running.start(name, functools.partial(scenario, kfp_backend))
 
-def queue_last(ctx: Context) -> Queued:
-    """The refresh, alone once every other scenario has ended: it rewrites the dataset's directory on
-    the claim, which every other run's training reads and download finds (two renames swap it in)."""
-    return [("caching-refresh", functools.partial(_refresh_dataset_downloads_again_past_the_cache, ctx.kfp_backend))]
+        def refresh_after_the_others() -> None:
+            running.wait_ended(list(SCENARIOS))
+            _refresh_dataset_downloads_again_past_the_cache(kfp_backend)
+
+        running.start("refresh", refresh_after_the_others)
+        yield running
 
 
 def _run(kfp_backend: KfpBackend, name: str, *, enable_caching: bool | None = None) -> str:
@@ -129,17 +137,17 @@ SCENARIOS = {
 }
 
 
-def test_a_second_run_reuses_the_cached_download_and_trains_again(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("caching-second-run")
+def test_a_second_run_reuses_the_cached_download_and_trains_again(started: Scenarios) -> None:
+    started.result("second-run")
 
 
-def test_caching_forced_on_serves_the_first_runs_model_metrics_and_report(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("caching-forced")
+def test_caching_forced_on_serves_the_first_runs_model_metrics_and_report(started: Scenarios) -> None:
+    started.result("forced")
 
 
-def test_enable_caching_false_runs_the_download_and_trains_again(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("caching-no-cache")
+def test_enable_caching_false_runs_the_download_and_trains_again(started: Scenarios) -> None:
+    started.result("no-cache")
 
 
-def test_refresh_dataset_downloads_again_past_the_cache(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("caching-refresh")
+def test_refresh_dataset_downloads_again_past_the_cache(started: Scenarios) -> None:
+    started.result("refresh")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cluster import kfp_runs
-from tests.cluster.concurrent import Scenarios
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
     by_name_pipeline,
@@ -31,7 +32,6 @@ from tests.cluster.kfp_pipelines import (
     wait_retried,
 )
 from tests.cluster.kfp_runs import KfpBackend
-from tests.cluster.kfp_session import Context, Queued
 from tools.cluster.controlplane import STATE, Cluster
 
 pytestmark = pytest.mark.timeout(2400)
@@ -43,31 +43,31 @@ def kfp_backend(cluster: Cluster) -> KfpBackend:
     return kfp_runs.prepare(cluster, ["launcher", "pytorch"])
 
 
-def queue(ctx: Context) -> Queued:
-    """The three scenarios, for the session's side-by-side runs (tests/cluster/kfp_session.py); the lost step first."""
-    backend = ctx.kfp_backend
-    return [
-        ("retry-lost", functools.partial(_lost_step_adopts_its_job, backend, ctx.tmp.mktemp("lost"))),
-        ("retry-killed", functools.partial(_retried_step_reattaches, backend, ctx.tmp.mktemp("killed"), ids="**IDS, ")),
-        (
-            "retry-placeholder-free",
-            functools.partial(_retried_step_reattaches, backend, ctx.tmp.mktemp("free"), ids=""),
-        ),
-    ]
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """The three scenarios side by side (tests/cluster/concurrent.py), each with its own run."""
+    with scenarios() as running:
+        running.start(
+            "lost", functools.partial(_lost_step_adopts_its_job, kfp_backend, tmp_path_factory.mktemp("lost"))
+        )
+        for name, ids in (("killed", "**IDS, "), ("placeholder-free", "")):
+            running.start(name, functools.partial(_retried_step_reattaches, kfp_backend, tmp_path_factory.mktemp(name),
+                                                  ids=ids))  # fmt: skip
+        yield running
 
 
-def test_a_step_lost_with_its_pod_is_started_again_and_adopts_its_running_job(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("retry-lost")
+def test_a_step_lost_with_its_pod_is_started_again_and_adopts_its_running_job(started: Scenarios) -> None:
+    started.result("lost")
 
 
-def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("retry-killed")
+def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(started: Scenarios) -> None:
+    started.result("killed")
 
 
-def test_a_retried_placeholder_free_step_reattaches_to_its_job(kfp_scenarios: Scenarios) -> None:
+def test_a_retried_placeholder_free_step_reattaches_to_its_job(started: Scenarios) -> None:
     # No run_id/task_id/task_name: the step reads its identity from its output URI, which the
     # driver drew once and the retried executor pod reuses, so the retry names the same job.
-    kfp_scenarios.result("retry-placeholder-free")
+    started.result("placeholder-free")
 
 
 def _job_pods_running(kfp_backend: KfpBackend, job: str) -> bool:

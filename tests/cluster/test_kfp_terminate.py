@@ -12,14 +12,14 @@ import functools
 import json
 import os
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from tests.cluster import kfp_runs
-from tests.cluster.concurrent import Scenarios
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import GONE_WITHIN_SECONDS, launcher_pods, run_jobs, wait_for
 from tests.cluster.kfp_runs import KfpBackend
-from tests.cluster.kfp_session import Context, Queued
 from tools.cluster.controlplane import STATE, Cluster
 
 pytestmark = pytest.mark.timeout(2400)
@@ -39,18 +39,22 @@ def kfp_backend(cluster: Cluster) -> KfpBackend:
     return kfp_runs.prepare(cluster, ["launcher", "pytorch"])
 
 
-def queue(ctx: Context) -> Queued:
-    """Every moment's run, for the session's side-by-side runs (tests/cluster/kfp_session.py)."""
-    return [(f"terminate-{moment}-{attempt}", functools.partial(_terminate_at, ctx.kfp_backend, moment, attempt))
-            for attempt in range(REPEATS) for moment in MOMENTS]  # fmt: skip
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend) -> Iterator[Scenarios]:
+    """Every moment's run, side by side from the module's start."""
+    with scenarios() as running:
+        for attempt in range(REPEATS):
+            for moment in MOMENTS:
+                running.start(f"{moment}-{attempt}", functools.partial(_terminate_at, kfp_backend, moment, attempt))
+        yield running
 
 
 @pytest.mark.parametrize("attempt", range(REPEATS))
 @pytest.mark.parametrize("moment", MOMENTS)
 def test_terminating_a_run_deletes_its_training_job_at_every_moment_of_the_step(
-    kfp_scenarios: Scenarios, moment: str, attempt: int
+    started: Scenarios, moment: str, attempt: int
 ) -> None:
-    kfp_scenarios.result(f"terminate-{moment}-{attempt}")
+    started.result(f"{moment}-{attempt}")
 
 
 def _job_pods(kfp_backend: KfpBackend, job: str, field: str = "{.items[*].status.phase}") -> str:

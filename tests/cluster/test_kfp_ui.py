@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ pytest.importorskip("playwright", reason="playwright is not installed (pip insta
 from kubetrain.names import LABEL_RUN_ID
 from tests import ui_browser
 from tests.cluster import kfp_runs, kfp_ui
-from tests.cluster.concurrent import Scenarios
+from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
     TARGET,
@@ -45,7 +46,6 @@ from tests.cluster.kfp_pipelines import (
     wait_retried,
 )
 from tests.cluster.kfp_runs import KfpBackend
-from tests.cluster.kfp_session import Context, Queued
 from tests.cluster.kfp_ui import KfpUI
 from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.kfp import ui
@@ -79,7 +79,6 @@ CASES = [
 ]  # fmt: skip
 USERS = Case("users_two_trainings", ("download-dataset", "pytorch-train", "pytorch-train-2"),
              ("pytorch-train", "pytorch-train-2"), ("epochs", "6"), reports=("pytorch-train",))  # fmt: skip
-ALL = [f"ui-{case.name}" for case in (*CASES, USERS)] + ["ui-bad-input", "ui-terminate", "ui-retry"]
 
 
 @pytest.fixture(scope="module")
@@ -115,21 +114,18 @@ def _in_browser(ui_url: str, scenario: Callable[..., str | None], *args: object)
         return scenario(KfpUI(opened, ui_url), *args)
 
 
-def queue(ctx: Context) -> Queued:
-    """Every browser scenario, for the session's side-by-side runs (tests/cluster/kfp_session.py), the longest first."""
-    if ctx.ui_url is None:
-        return [(name, functools.partial(pytest.fail, f"no {STATE / ui.URL_FILE}: the KFP tier started without its UI"))
-                for name in ALL]  # fmt: skip
-    queued: Queued = [
-        (f"ui-{case.name}", functools.partial(_in_browser, ctx.ui_url, _pipeline_in_the_ui, ctx.kfp_backend, case,
-                                             ctx.tmp.mktemp(case.name)))
-        for case in [CASES[-1], *CASES[:-1], USERS]
-    ]  # fmt: skip
-    for name, scenario in (("ui-bad-input", _bad_input), ("ui-terminate", _terminate), ("ui-retry", _retry)):
-        queued.append(
-            (name, functools.partial(_in_browser, ctx.ui_url, scenario, ctx.kfp_backend, ctx.tmp.mktemp(name)))
-        )
-    return queued
+@pytest.fixture(scope="module")
+def started(kfp_backend: KfpBackend, ui_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """Every browser scenario side by side from the module's start, the longest first."""
+    _browser_needed()
+    with scenarios() as running:
+        for case in [CASES[-1], *CASES[:-1], USERS]:
+            running.start(case.name, functools.partial(_in_browser, ui_url, _pipeline_in_the_ui, kfp_backend, case,
+                                                        tmp_path_factory.mktemp(case.name)))  # fmt: skip
+        for name, scenario in (("bad-input", _bad_input), ("terminate", _terminate), ("retry", _retry)):
+            running.start(name, functools.partial(_in_browser, ui_url, scenario, kfp_backend,
+                                                  tmp_path_factory.mktemp(name)))  # fmt: skip
+        yield running
 
 
 def _users_package(tmp_path: Path) -> Path:
@@ -158,8 +154,8 @@ def _check_logs(text: str, task: str, *, outcome: str) -> str:
 
 
 @pytest.mark.parametrize("case", [*CASES, USERS], ids=lambda c: c.name)
-def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(kfp_scenarios: Scenarios, case: Case) -> None:
-    kfp_scenarios.result(f"ui-{case.name}")
+def test_a_pipeline_uploaded_and_run_in_the_ui_shows_its_results(started: Scenarios, case: Case) -> None:
+    started.result(case.name)
 
 
 def _pipeline_in_the_ui(page: KfpUI, kfp_backend: KfpBackend, case: Case, tmp_path: Path) -> str:
@@ -200,11 +196,7 @@ def _pipeline_in_the_ui(page: KfpUI, kfp_backend: KfpBackend, case: Case, tmp_pa
         assert job in models, (task, job, models)
     for task in case.reported():
         frame = page.html_visualization(task)
-        chart = frame.locator(kfp_ui.CHART).screenshot()
-        # The UI shows the report in a narrow frame (about 400 px of chart): a curve is some hundred
-        # pixels of its colour, a missing one none (anti-aliased text and axes have neither colour).
-        assert ui_browser.colored_fraction(chart, ui_browser.LOSS_BLUE) > 0.0005, f"{task}: no loss curve drawn"
-        assert ui_browser.colored_fraction(chart, ui_browser.ACCURACY_GREEN) > 0.0005, f"{task}: no accuracy curve"
+        _check_curves(frame, task)
         if task == first:
             ui_browser.screenshot(page.page, f"{shots}-html-report", tmp_path)
         assert "test_accuracy" in page.metrics_visualization(task)
@@ -213,6 +205,27 @@ def _pipeline_in_the_ui(page: KfpUI, kfp_backend: KfpBackend, case: Case, tmp_pa
     print(f"\nui {case.name}: Start → first training pod Running {pods_running - clicked:.0f}s, "
           f"whole scenario {time.monotonic() - started:.0f}s")  # fmt: skip
     return run_id
+
+
+def _check_curves(frame: Any, task: str) -> None:
+    """Both curves are painted in the report's chart, read from the chart's pixels.
+
+    The UI shows the report in a narrow frame (about 400 px of chart): a curve is some hundred
+    pixels of its colour, a missing one none (anti-aliased text and axes have neither colour).
+    Under load (four runs and four browsers on two cores) a first screenshot once came before the
+    frame was painted (none of either colour), so the chart is shot again, for up to 60 s.
+    """
+    shown = {"loss": 0.0, "accuracy": 0.0}
+    end = time.monotonic() + 60
+    while True:
+        chart = frame.locator(kfp_ui.CHART).screenshot()
+        shown = {"loss": ui_browser.colored_fraction(chart, ui_browser.LOSS_BLUE),
+                 "accuracy": ui_browser.colored_fraction(chart, ui_browser.ACCURACY_GREEN)}  # fmt: skip
+        if min(shown.values()) > 0.0005 or time.monotonic() > end:
+            break
+        time.sleep(2)
+    assert shown["loss"] > 0.0005, f"{task}: no loss curve drawn ({shown})"
+    assert shown["accuracy"] > 0.0005, f"{task}: no accuracy curve ({shown})"
 
 
 def _training_pod_running(kfp_backend: KfpBackend, run_id: str) -> bool:
@@ -228,10 +241,8 @@ def _job_states(page: KfpUI, run_id: str, task: str) -> set[str]:
     return {state for _, _, state in JOB_LINE.findall(page.logs(task, pod_may_be_unknown=True))}
 
 
-def test_the_compare_page_shows_two_runs_metrics_side_by_side(
-    kfp_scenarios: Scenarios, page: KfpUI, tmp_path: Path
-) -> None:
-    succeeded = [str(kfp_scenarios.result(f"ui-{case.name}")) for case in CASES[:2]]
+def test_the_compare_page_shows_two_runs_metrics_side_by_side(started: Scenarios, page: KfpUI, tmp_path: Path) -> None:
+    succeeded = [str(started.result(case.name)) for case in CASES[:2]]
     names = [page.run(r)["display_name"] for r in succeeded]
     text = page.compare(succeeded)
     for name in names:
@@ -240,16 +251,16 @@ def test_the_compare_page_shows_two_runs_metrics_side_by_side(
     ui_browser.screenshot(page.page, "compare", tmp_path)
 
 
-def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("ui-bad-input")
+def test_a_bad_input_fails_its_step_and_the_reason_reads_in_the_ui(started: Scenarios) -> None:
+    started.result("bad-input")
 
 
-def test_terminate_on_the_run_page_deletes_the_training_job(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("ui-terminate")
+def test_terminate_on_the_run_page_deletes_the_training_job(started: Scenarios) -> None:
+    started.result("terminate")
 
 
-def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.result("ui-retry")
+def test_retry_on_a_failed_runs_page_trains_one_new_job_under_the_same_name(started: Scenarios) -> None:
+    started.result("retry")
 
 
 def _bad_input(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
@@ -305,8 +316,8 @@ def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def test_the_ui_server_was_never_forbidden(cluster: Cluster, kfp_scenarios: Scenarios) -> None:
-    kfp_scenarios.wait_ended(ALL)
+def test_the_ui_server_was_never_forbidden(cluster: Cluster, started: Scenarios) -> None:
+    started.wait_ended([case.name for case in (*CASES, USERS)] + ["bad-input", "terminate", "retry"])
     # It runs as ml-pipeline-ui with upstream's Role: a permission the pages above needed and the
     # Role lacks shows up here, as on a cluster (the audit policy records that user's requests).
     user = f"system:serviceaccount:kubeflow:{ui.ACCOUNT}"

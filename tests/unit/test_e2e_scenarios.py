@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable
 
 import pytest
 
@@ -77,36 +76,3 @@ def test_a_name_queued_twice_and_a_parallel_below_one_are_refused() -> None:
             running.start("a", lambda: None)
     with pytest.raises(ValueError, match="KUBETRAIN_E2E_PARALLEL=0"):
         Scenarios(0)
-
-
-def test_the_session_queues_collected_modules_only_and_runs_a_last_scenario_alone_after_the_others(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from types import SimpleNamespace
-
-    from tests.cluster import kfp_session
-
-    events: list[str] = []
-
-    def step(name: str, seconds: float) -> Callable[[], None]:
-        def run() -> None:
-            events.append(f"{name} start")
-            time.sleep(seconds)
-            events.append(f"{name} end")
-
-        return run
-
-    modules = {
-        "test_kfp_retry": SimpleNamespace(queue=lambda ctx: [("lost", step("lost", 0.3))]),
-        "test_kfp_caching": SimpleNamespace(
-            queue=lambda ctx: [("second-run", step("second-run", 0.1))],
-            queue_last=lambda ctx: [("refresh", step("refresh", 0.0))],
-        ),
-        "test_kfp_terminate": SimpleNamespace(queue=lambda ctx: [("never", step("never", 0.0))]),
-    }
-    monkeypatch.setattr(kfp_session, "_module", modules.__getitem__)
-    with scenarios(3) as running:
-        context = kfp_session.Context(None, None, None, running)  # type: ignore[arg-type]
-        names = kfp_session.queue_all(context, {"test_kfp_retry", "test_kfp_caching"})
-    assert names == ["lost", "second-run", "refresh"]  # terminate's module was not collected
-    assert events.index("refresh start") > max(events.index("lost end"), events.index("second-run end"))
