@@ -9,20 +9,19 @@ layer cache makes a second build of unchanged sources take seconds. torch comes 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubetrain.images import image_ref
 from tools.cluster import node_config
+from tools.cluster.file_lock import locked
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TORCH_INDEX = "https://pypi.org/simple"
@@ -60,7 +59,10 @@ def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = 
         env["BUILDER"] = env.get("BUILDER", "buildah")
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with _one_build_at_a_time():
+    # One build at a time on this machine: two at once push the same layers to one registry (which
+    # answers HTTP 500) and one's storage clean-up empties the layer cache under the other. The
+    # e2e tier's two test sessions both prepare images; the second waits, then finds them built.
+    with locked(_storage() / "ensure.lock"):
         if env.get("BUILDER") == "buildah":
             _limit_storage(log)
         with log.open("w") as out:
@@ -72,21 +74,6 @@ def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = 
         if node is not None:
             refresh_node([image_ref(n) for n in names], ctr=node.bin_dir / "ctr", socket=node.containerd_socket)
     return Built(tuple(names), time.monotonic() - start, log)
-
-
-@contextmanager
-def _one_build_at_a_time() -> Iterator[None]:
-    """Hold the machine's image-build lock: two builds at once push the same layers to one registry
-    (which answers HTTP 500) and one's storage clean-up empties the layer cache under the other.
-    The e2e tier's two test sessions both prepare images; the second waits, then finds them built."""
-    lock = _storage() / "ensure.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with lock.open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def _storage() -> Path:

@@ -12,16 +12,15 @@ killed half-way leaves no `venv`, and the next `ensure` removes its leftovers.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
+
+from tools.cluster.file_lock import locked
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 REQUIREMENTS = REPO_ROOT / "tools" / "kfp" / "services-requirements.txt"
@@ -74,7 +73,7 @@ def ensure(log: Path | None = None, *, requirements: Path = REQUIREMENTS) -> Pat
     if _ready(link):
         return link
     link.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(link.parent / ".lock"):
+    with locked(link.parent / ".lock"):
         if _ready(link):  # built by whoever held the lock before us
             return link
         for stale in link.parent.glob("venv-*"):  # leftovers of killed builds: nobody else builds now
@@ -97,16 +96,6 @@ def ensure(log: Path | None = None, *, requirements: Path = REQUIREMENTS) -> Pat
 
 def _ready(link: Path) -> bool:
     return link.is_symlink() and python(link).exists()
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _build(venv: Path, requirements: Path, log: Path | None) -> None:
