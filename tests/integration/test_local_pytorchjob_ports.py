@@ -18,7 +18,7 @@ from kubetrain.backends.base import JobRef
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.data.download import download
 from kubetrain.status import JobPhase, parse_job_status
-from tests.integration.local_jobs import CLAIM, _follow, _pytorchjob, _template, _wait_for
+from tests.integration.local_jobs import CLAIM, _follow, _pytorchjob, _template, _wait_for, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -26,13 +26,6 @@ GATE = "/workspace/go"
 # Workers start training only once the test opened the gate (bounded: 120 s), so both jobs'
 # masters are listening on the shared port at the same time, whatever the machine's load.
 WORKER_GATE = f"i=0; until [ -e {GATE} ] || [ $i -ge 2400 ]; do sleep 0.05; i=$((i+1)); done; exec "
-
-
-def _free_port() -> int:
-    """A port nothing listens on, on any interface (other test runs may use the default 23456)."""
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
 
 
 def _listening(address: str, port: int) -> bool:
@@ -63,7 +56,7 @@ def _master_address(backend: LocalBackend, ref: JobRef) -> str:
 def test_two_jobs_with_the_same_master_port_train_side_by_side(backend: LocalBackend) -> None:
     claim = backend.claim_dir(CLAIM)
     download("builtin:digits", claim / "digits", quiet=True)
-    port = _free_port()
+    port = free_port()
     refs = [backend.submit(_ddp_job(name, port)) for name in ("ddp-a", "ddp-b")]
     masters = [_master_address(backend, ref) for ref in refs]
     assert masters[0] != masters[1]
