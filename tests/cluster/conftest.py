@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.cluster import verified
+from tools.ci.e2e import phase_line
 from tools.cluster.controlplane import Cluster, attach, down, start_errors, up
 
 
@@ -72,8 +73,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     terminalreporter.section("phases")
     for name, span in sorted(_SPANS.items(), key=lambda kv: kv[1].start):
-        clock = time.strftime("%H:%M:%S", time.gmtime(span.start)), time.strftime("%H:%M:%S", time.gmtime(span.end))
-        terminalreporter.write_line(f"phase {name}: start {clock[0]} end {clock[1]} {span.end - span.start:.0f} s")
+        terminalreporter.write_line(phase_line(name, span.start, end=span.end))
 
 
 @pytest.fixture(scope="session")

@@ -45,11 +45,15 @@ def halves() -> tuple[list[str], list[str]]:
     return kfp, [*others, "tests/unit/test_kfp_backend_compiler.py"]
 
 
-def phase_line(name: str, start: float, rc: int) -> str:
-    """One line as .ci/phase.sh prints it: `phase NAME: start HH:MM:SS end HH:MM:SS N s [FAILED exit N]`."""
-    clock = [time.strftime("%H:%M:%S", time.gmtime(t)) for t in (start, time.time())]
+def phase_line(name: str, start: float, rc: int = 0, end: float | None = None) -> str:
+    """One line as .ci/phase.sh prints it: `phase NAME: start HH:MM:SS end HH:MM:SS N s [FAILED exit N]`.
+
+    `start` and `end` (default: now) are epoch seconds; the clock times are UTC.
+    """
+    end = time.time() if end is None else end
+    clock = [time.strftime("%H:%M:%S", time.gmtime(t)) for t in (start, end)]
     failed = f" FAILED exit {rc}" if rc else ""
-    return f"phase {name}: start {clock[0]} end {clock[1]} {time.time() - start:.0f} s{failed}"
+    return f"phase {name}: start {clock[0]} end {clock[1]} {end - start:.0f} s{failed}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
