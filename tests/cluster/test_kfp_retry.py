@@ -2,9 +2,9 @@
 
 Two ways a step is retried, as KFP 2.17 ships Argo (`templateDefaults.retryStrategy.retryPolicy:
 OnError`, tools/cluster/kfp/manifests.py):
-- A step whose pod vanished (its node lost, the pod force-deleted) is started again by Argo: v4.0.5
-  re-creates the deleted pod for the same node, under the same name. The new launcher finds the same
-  job by the identity read from its output URI, adopts it while it trains, and records itself on it
+- A step whose pod vanished (its node lost, the pod force-deleted) is started again by Argo in a new
+  pod (a new uid; v4.0.5 names it after a new retry node). The new launcher finds the same job by
+  the identity read from its output URI, adopts it while it trains, and records itself on it
   before kubetrain's reaper's grace period runs out.
 - A step that *failed* (its launcher killed with the pod still there) is not retried by Argo: the run
   fails, the reaper deletes the job, and a retry of the run (the UI's Retry, RetryRun) trains one
@@ -32,7 +32,7 @@ from tests.cluster.kfp_pipelines import (
     wait_retried,
 )
 from tests.cluster.kfp_runs import KfpBackend
-from tools.cluster.controlplane import STATE, Cluster
+from tools.cluster.controlplane import STATE, Cluster, ControlPlaneError
 
 pytestmark = pytest.mark.timeout(2400)
 
@@ -70,28 +70,57 @@ def test_a_retried_placeholder_free_step_reattaches_to_its_job(started: Scenario
     started.result("placeholder-free")
 
 
+def _recreated_step_log(kfp_backend: KfpBackend, run_id: str, lost_uid: str) -> str:
+    """The log of the step's new pod (any uid but the lost one's); '' until it has one."""
+    for pod in launcher_pods(kfp_backend, run_id, "pytorch_train"):
+        uid = kfp_backend.kubectl("get", "pod", pod, "-o", "jsonpath={.metadata.uid}", "--ignore-not-found")
+        if uid and uid != lost_uid:
+            try:
+                return kfp_backend.kubectl("logs", pod, "-c", "main")
+            except ControlPlaneError:  # not started yet
+                return ""
+    return ""
+
+
 def _job_pods_running(kfp_backend: KfpBackend, job: str) -> bool:
     phases = kfp_backend.kubectl("get", "pods", "-l", f"training.kubeflow.org/job-name={job}",
                                  "-o", "jsonpath={.items[*].status.phase}").split()  # fmt: skip
     return bool(phases) and all(p == "Running" for p in phases)
 
 
+# The lost step's training: one process that waits for the test's gate file on the claim, so the
+# job runs exactly as long as the adoption takes, whatever the machine's load (a fixed number of
+# epochs had to outlast the slowest re-creation seen, and the run then waited for all of them).
+GATED_TRAINING = """
+import os, pathlib, sys, time
+gate = pathlib.Path(sys.argv[1])
+end = time.monotonic() + 900
+while not gate.exists():
+    if time.monotonic() > end:
+        sys.exit(f"no gate {gate} within 900 s")
+    time.sleep(0.2)
+pathlib.Path(os.environ["KUBETRAIN_OUTPUT_DIR"]).mkdir(parents=True, exist_ok=True)
+"""
+
+
 def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # A node lost under a running step: its launcher dies without a word (SIGKILL, so it cannot
     # delete the job) and its pod object goes (force-deleted, as the node lifecycle controller
-    # does). Argo re-creates the pod (same node, same name, a new uid).
+    # does). Argo starts the step again in a new pod.
+    gate = f"gates/lost-{uuid.uuid4().hex[:8]}"
     package = by_name_pipeline(
         tmp_path,
         "lost",
-        """
+        f"""
         @dsl.pipeline(name="lost-step")
         def pipeline() -> None:
             data = claim(download_dataset(source="builtin:digits"))
-            task = claim(pytorch_train(dataset=data.outputs["dataset"], workers=0, epochs=100, delete_after="never"))
+            task = claim(pytorch_train(dataset=data.outputs["dataset"], workers=0, delete_after="never",
+                                       command=["python", "-c", {GATED_TRAINING!r}, "/workspace/{gate}"]))
             task.set_retry(num_retries=2)
     """,
     )
-    # One pod (the master alone): adoption needs a job that runs on, not two ranks' CPU beside the other scenarios.
+    (STATE / "node" / "workspace-kubeflow" / gate).parent.mkdir(mode=0o755, exist_ok=True)
     run_id = kfp_backend.start(package, {}, f"lost-{uuid.uuid4().hex[:6]}")
     wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
     job = run_jobs(kfp_backend, run_id)[0].split("/")[-1]
@@ -101,6 +130,10 @@ def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     lost_uid = kfp_backend.kubectl("get", "pod", lost, "-o", "jsonpath={.metadata.uid}")
     kfp_backend.kill_main_container(lost)
     kfp_backend.kubectl("delete", "pod", lost, "--grace-period=0", "--force", "--wait=false")
+    adopted = f"adopted existing PyTorchJob kubeflow/{job}"
+    wait_for("the step's new pod to adopt the job",
+             lambda: adopted in _recreated_step_log(kfp_backend, run_id, lost_uid), 600)  # fmt: skip
+    (STATE / "node" / "workspace-kubeflow" / gate).touch()
 
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
@@ -111,7 +144,7 @@ def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     assert kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}") == uid
     assert f"uid {uid}" not in (STATE / "kfp" / "reaper.log").read_text()
     log = kfp_backend.kubectl("logs", again, "-c", "main")
-    assert f"adopted existing PyTorchJob kubeflow/{job}" in log, log[-3000:]
+    assert adopted in log, log[-3000:]
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
@@ -134,6 +167,9 @@ def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path, *, ids: st
             task = claim(train(dataset=data.outputs["dataset"], IDS_HERE
                                epochs=40, delete_after="never"))
             task.set_retry(num_retries=2)
+            # Without the run's ids, an earlier run of this pipeline on the same backend would be a
+            # cache hit: no job to kill.
+            task.set_caching_options(False)
     """.replace("IDS_HERE", ids),
     )
     run_id = kfp_backend.start(package, {}, f"retried-{uuid.uuid4().hex[:6]}")
