@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from kubetrain.images import image_ref
 from tools.cluster import node_config
@@ -63,9 +64,10 @@ def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = 
     # answers HTTP 500) and one's storage clean-up empties the layer cache under the other. The
     # e2e tier's two test sessions both prepare images; the second waits, then finds them built.
     with locked(_storage() / "ensure.lock"):
-        if env.get("BUILDER") == "buildah":
-            _limit_storage(log)
         with log.open("w") as out:
+            if env.get("BUILDER") == "buildah":
+                _tidy_storage(out)
+            out.flush()  # the build's output follows in the same file
             done = subprocess.run([*argv, *names], stdout=out, stderr=subprocess.STDOUT, env=env, check=False,
                                   cwd=REPO_ROOT)  # fmt: skip
         if done.returncode != 0:
@@ -80,23 +82,27 @@ def _storage() -> Path:
     return Path(os.environ.get("BUILDAH_STORAGE") or Path.home() / ".cache" / "kubetrain" / "images")
 
 
-def _limit_storage(log: Path) -> None:
-    """Empty buildah's storage when it outgrows STORAGE_LIMIT_BYTES or the disk runs short.
+def _tidy_storage(out: IO[str]) -> None:
+    """Before a build (under the build lock, so none runs): drop what killed builds left, and keep room.
 
-    Every source change leaves the previous build's kubetrain layers behind (buildah keeps the
-    intermediate images its layer cache needs, and cannot tell them from stale ones); emptying
-    it costs one cold build (a few minutes, torch downloaded again) instead of a full disk.
+    A build killed half-way (its session stopped, a full disk) leaves its working container, which
+    holds an overlay mount and its layers' space; no build is running, so every one is stale.
+    Then buildah's storage is emptied when it outgrows STORAGE_LIMIT_BYTES or the disk runs short:
+    every source change leaves the previous build's kubetrain layers behind (buildah keeps the
+    intermediate images its layer cache needs, and cannot tell them from stale ones); emptying it
+    costs one cold build (a few minutes, torch downloaded again) instead of a full disk.
     """
     storage = _storage()
     if not storage.is_dir():
         return
+    buildah = ["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "runroot")]
+    subprocess.run([*buildah, "rm", "--all"], stdout=out, stderr=subprocess.STDOUT, check=False)
     used = sum(_size(f) for f in storage.rglob("*"))
     free = shutil.disk_usage(storage).free
     if used > STORAGE_LIMIT_BYTES or free < MIN_FREE_BYTES:
-        with log.open("a") as out:
-            out.write(f"images: buildah storage {used / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free: emptied\n")
-            subprocess.run(["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "runroot"),
-                            "rmi", "--all", "--force"], stdout=out, stderr=subprocess.STDOUT, check=False)  # fmt: skip
+        out.write(f"images: buildah storage {used / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free: emptied\n")
+        out.flush()
+        subprocess.run([*buildah, "rmi", "--all", "--force"], stdout=out, stderr=subprocess.STDOUT, check=False)
 
 
 MANIFEST_TYPES = ", ".join([
