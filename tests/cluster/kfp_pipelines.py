@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import runpy
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,18 @@ def claim(task):
 """
 
 
+# kfp keeps the pipeline being defined in a class attribute (`dsl.Pipeline._default_pipeline`):
+# two scenarios defining theirs at once in two threads fail with "Nested pipelines are not
+# allowed" (seen in CI once scenarios ran side by side). One definition and compilation at a time.
+_COMPILING = threading.Lock()
+
+
+def _compile(source: Path, package: Path) -> None:
+    """Define `pipeline` by running `source`, and compile it to `package`."""
+    with _COMPILING:
+        compiler.Compiler().compile(runpy.run_path(str(source))["pipeline"], str(package))
+
+
 def users_pipeline(tmp_path: Path, name: str, body: str) -> Path:
     """Write a user's pipeline file (the prelude, then `body` defining `pipeline`), compile it; the YAML."""
     source = tmp_path / f"{name}.py"
@@ -52,7 +65,7 @@ def users_pipeline(tmp_path: Path, name: str, body: str) -> Path:
                                    train=str(COMPONENTS / "pytorch_train.yaml"))  # fmt: skip
     source.write_text(prelude + textwrap.dedent(body))
     package = tmp_path / f"{name}.yaml"
-    compiler.Compiler().compile(runpy.run_path(str(source))["pipeline"], str(package))
+    _compile(source, package)
     return package
 
 
@@ -74,7 +87,7 @@ def by_name_pipeline(tmp_path: Path, name: str, body: str) -> Path:
     source = tmp_path / f"{name}.py"
     source.write_text(BY_NAME_PRELUDE + textwrap.dedent(body))
     package = tmp_path / f"{name}.yaml"
-    compiler.Compiler().compile(runpy.run_path(str(source))["pipeline"], str(package))
+    _compile(source, package)
     assert "PIPELINE_JOB_ID" not in source.read_text() and "pipeline_job_uuid" not in package.read_text()
     return package
 
