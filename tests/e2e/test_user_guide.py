@@ -18,6 +18,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.timeout(900)]
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
+# The guide's DDP program (docs/examples/ddp_train.py) rendezvouses through env://: rank 0's store
+# listens on every interface at the operator's default port, which every other local PyTorchJob of
+# the session uses too.
+@pytest.mark.alone
 def test_the_user_guides_pipeline_reads_the_data_and_loads_every_frameworks_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
