@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -158,6 +159,29 @@ def test_each_job_holds_its_own_address_block(tmp_path: Path) -> None:
     assert loopback_address(258, 253) == "127.1.2.254"
     with pytest.raises(ValueError, match="at most 254 pods"):
         loopback_address(1, 254)
+
+
+# Holds a block from the default directory until its stdin closes, after printing the slot.
+HOLD_BLOCK = "import sys; from kubetrain.backends.local.addresses import allocate_block; " \
+             "b = allocate_block(); print(b.slot, flush=True); sys.stdin.read()"  # fmt: skip
+
+
+def test_jobs_started_under_different_tmpdirs_get_different_addresses(tmp_path: Path) -> None:
+    """`kubetrain run` gives each run's steps a TMPDIR of their own; two runs at once met at 127.0.1.1:23456."""
+    holders = []
+    try:
+        for name in ("first-run", "second-run"):
+            (tmp_path / name).mkdir()
+            env = {**os.environ, "TMPDIR": str(tmp_path / name)}
+            holders.append(subprocess.Popen([sys.executable, "-c", HOLD_BLOCK], env=env, text=True,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE))  # fmt: skip
+        slots = [int(h.stdout.readline()) for h in holders if h.stdout is not None]
+        assert len(slots) == 2 and slots[0] != slots[1], slots
+    finally:
+        for holder in holders:
+            holder.communicate(timeout=30)
+    left = [str(p) for name in ("first-run", "second-run") for p in (tmp_path / name).rglob("*")]
+    assert not left, left  # nothing under TMPDIR
 
 
 def test_one_streams_unfinished_line_is_not_joined_to_the_others(tmp_path: Path) -> None:

@@ -32,8 +32,15 @@ def loopback_address(slot: int, ordinal: int) -> str:
 
 
 def default_lock_dir() -> Path:
-    """Where slot locks live: shared by every kubetrain process of this user on this machine."""
-    return Path(tempfile.gettempdir()) / f"kubetrain-loopback-{os.getuid()}"
+    """Where slot locks live: shared by every kubetrain process of this user on this machine.
+
+    /tmp, not TMPDIR: the loopback addresses are the machine's, so every process handing them out
+    must meet in one directory whatever its environment. `kubetrain run` points each run's steps at
+    a TMPDIR of their own; under TMPDIR two runs side by side both handed out slot 1 and their
+    PyTorchJobs' rank 0 met at 127.0.1.1:23456.
+    """
+    root = Path("/tmp")
+    return (root if root.is_dir() else Path(tempfile.gettempdir())) / f"kubetrain-loopback-{os.getuid()}"
 
 
 class AddressBlock:
