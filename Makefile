@@ -17,6 +17,8 @@ PYTEST_ARGS ?=
 # The unit and integration tests on two workers, a test file per worker at a time (its module
 # fixtures, such as a trained model or a started server, are then built once). PYTEST_XDIST= runs them in one.
 PYTEST_XDIST ?= -n 2 --dist loadfile
+# CI's log names the slowest tests, so where the unit tier's time goes needs no second run.
+PYTEST_DURATIONS := --durations=25
 LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
 
@@ -51,7 +53,7 @@ test: setup
 	@source .ci/phase.sh; \
 	phase lint $(PY) -m ruff check $(LINT_PATHS); \
 	phase types $(PY) -m mypy; \
-	phase unit-and-integration-tests $(PY) -m pytest --ignore=tests/cluster $(PYTEST_XDIST) $(PYTEST_ARGS)
+	phase unit-and-integration-tests $(PY) -m pytest --ignore=tests/cluster $(PYTEST_XDIST) $(PYTEST_DURATIONS) $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -m "not slow" --ignore=tests/cluster $(PYTEST_ARGS)
