@@ -8,7 +8,8 @@ OnError`, tools/cluster/kfp/manifests.py):
   before kubetrain's reaper's grace period runs out.
 - A step that *failed* (its launcher killed with the pod still there) is not retried by Argo: the run
   fails, the reaper deletes the job, and a retry of the run (the UI's Retry, RetryRun) trains one
-  new job under the same name.
+  new job under the same name. Here for a placeholder-free step, whose identity comes from its
+  output URI; with the run's ids it is the browser module's Retry scenario (test_kfp_ui.py).
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ def kfp_backend(cluster: Cluster) -> KfpBackend:
 
 @pytest.fixture(scope="module")
 def started(kfp_backend: KfpBackend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
-    """The three scenarios side by side (tests/cluster/concurrent.py), each with its own run."""
+    """The two scenarios side by side (tests/cluster/concurrent.py), each with its own run."""
     with scenarios() as running:
         running.start(
             "lost", functools.partial(_lost_step_adopts_its_job, kfp_backend, tmp_path_factory.mktemp("lost"))
         )
-        for name, ids in (("killed", "**IDS, "), ("placeholder-free", "")):
-            running.start(name, functools.partial(_retried_step_reattaches, kfp_backend, tmp_path_factory.mktemp(name),
-                                                  ids=ids))  # fmt: skip
+        running.start(
+            "placeholder-free",
+            functools.partial(_retried_step_reattaches, kfp_backend, tmp_path_factory.mktemp("placeholder-free")),
+        )
         yield running
 
 
@@ -60,11 +62,9 @@ def test_a_step_lost_with_its_pod_is_started_again_and_adopts_its_running_job(st
     started.result("lost")
 
 
-def test_a_launcher_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job(started: Scenarios) -> None:
-    started.result("killed")
-
-
-def test_a_retried_placeholder_free_step_reattaches_to_its_job(started: Scenarios) -> None:
+def test_a_placeholder_free_step_killed_mid_job_has_its_job_reaped_and_a_retry_trains_one_job_of_its_name(
+    started: Scenarios,
+) -> None:
     # No run_id/task_id/task_name: the step reads its identity from its output URI, which the
     # driver drew once and the retried executor pod reuses, so the retry names the same job.
     started.result("placeholder-free")
@@ -148,7 +148,7 @@ def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
-def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path, *, ids: str) -> None:
+def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # The launcher container dies mid-job (SIGKILLed, as a node loss or an OOM kill ends it: no
     # SIGTERM, so it cannot delete the job). Its step has ended, so kubetrain's reaper deletes the
     # job by its uid (issue 33: whatever kills the step, its job stops). KFP 2.17's own
@@ -164,13 +164,12 @@ def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path, *, ids: st
         @dsl.pipeline(name="retried-training")
         def pipeline() -> None:
             data = claim(download(source="builtin:digits"))
-            task = claim(train(dataset=data.outputs["dataset"], IDS_HERE
-                               epochs=40, delete_after="never"))
+            task = claim(train(dataset=data.outputs["dataset"], epochs=40, delete_after="never"))
             task.set_retry(num_retries=2)
             # Without the run's ids, an earlier run of this pipeline on the same backend would be a
             # cache hit: no job to kill.
             task.set_caching_options(False)
-    """.replace("IDS_HERE", ids),
+    """,
     )
     run_id = kfp_backend.start(package, {}, f"retried-{uuid.uuid4().hex[:6]}")
     wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)

@@ -288,14 +288,18 @@ def _terminate(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
 
 
 def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
-    # As docs/cluster.md says: the launcher dies mid-job (SIGKILL: it cannot delete the job), its
-    # step has *failed*, which KFP 2.17's Argo does not retry; the reaper deletes the job and the
-    # run fails. Retry on the page starts a new launcher, which trains one new job of the same name.
+    # As docs/cluster.md says: the launcher dies mid-job (SIGKILL, as a node loss or an OOM kill
+    # ends it: it cannot delete the job), its step has *failed*, which KFP 2.17's Argo does not
+    # retry even under set_retry (templateDefaults retryPolicy OnError); kubetrain's reaper deletes
+    # the job by its uid and the run fails. Retry on the page starts a new launcher, which trains
+    # one new job of the same name: never two at once. (test_kfp_retry.py ran the same through
+    # RetryRun; merged here, where Retry is the user's click.)
     package = users_pipeline(tmp_path, "ui_retried", """
         @dsl.pipeline(name="ui-retried-training")
         def pipeline(epochs: int = 40) -> None:
             data = claim(download(source="builtin:digits"))
-            claim(train(dataset=data.outputs["dataset"], **IDS, epochs=epochs, delete_after="never"))
+            task = claim(train(dataset=data.outputs["dataset"], **IDS, epochs=epochs, delete_after="never"))
+            task.set_retry(num_retries=2)
     """)  # fmt: skip
     page.upload(package, f"retried-{uuid.uuid4().hex[:6]}")
     run_id = page.start_run({"epochs": "30"})
@@ -303,8 +307,10 @@ def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     job = run_jobs(kfp_backend, run_id)[0].split("/")[-1]
     uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")
     kfp_backend.kill_main_container(launcher_pods(kfp_backend, run_id, "pytorch_train")[0])
-    assert page.wait_state(run_id) == "FAILED"
+    assert page.wait_state(run_id) == "FAILED"  # set_retry did not retry the failed step
     wait_for("the killed step's job reaped", lambda: not run_jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
+    assert f"deleted PyTorchJob kubeflow/{job} (uid {uid})" in (STATE / "kfp" / "reaper.log").read_text()
+    assert len(launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
     page.open_run(run_id)
     page.run_action("Retry")
     state = wait_retried(kfp_backend, run_id, lambda: str(page.run(run_id).get("state", "")))
