@@ -13,6 +13,7 @@ import runpy
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from kfp import compiler
 from kubetrain.names import LABEL_RUN_ID
 from tests.cluster import kfp_runs
 from tests.cluster.kfp_runs import KfpBackend
+from tools.cluster.controlplane import STATE
 
 COMPONENTS = kfp_runs.REPO_ROOT / "components"
 # The reaper sweeps every 2 s and waits out its 30 s grace (tools/cluster/kfp/backend.py); KFP and
@@ -90,6 +92,31 @@ def by_name_pipeline(tmp_path: Path, name: str, body: str) -> Path:
     _compile(source, package)
     assert "PIPELINE_JOB_ID" not in source.read_text() and "pipeline_job_uuid" not in package.read_text()
     return package
+
+
+# A training that waits for its gate file on the workspace claim: the job runs exactly as long as
+# the scenario needs, whatever the machine's load. A killed step's job must outlast the reaper's
+# grace (30 s) to be reaped; a real training of 30 epochs ended in 25 s on a quiet machine, its job
+# Succeeded and was never reaped (the browser module's Retry, run alone). The retried step's job
+# finds the gate there and ends at once.
+GATED_TRAINING = """
+import os, pathlib, sys, time
+gate = pathlib.Path(sys.argv[1])
+end = time.monotonic() + 900
+while not gate.exists():
+    if time.monotonic() > end:
+        sys.exit(f"no gate {gate} within 900 s")
+    time.sleep(0.2)
+pathlib.Path(os.environ["KUBETRAIN_OUTPUT_DIR"]).mkdir(parents=True, exist_ok=True)
+"""
+
+
+def gate(name: str) -> tuple[Path, list[str]]:
+    """A new gate: (its path on this machine, to touch; the gated training's command in a pod)."""
+    relative = f"gates/{name}-{uuid.uuid4().hex[:8]}"
+    path = STATE / "node" / "workspace-kubeflow" / relative
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return path, ["python", "-c", GATED_TRAINING, f"/workspace/{relative}"]
 
 
 def wait_for(what: str, check: object, timeout: float) -> None:

@@ -26,6 +26,7 @@ from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
     by_name_pipeline,
+    gate,
     launcher_pods,
     run_jobs,
     users_pipeline,
@@ -88,26 +89,12 @@ def _job_pods_running(kfp_backend: KfpBackend, job: str) -> bool:
     return bool(phases) and all(p == "Running" for p in phases)
 
 
-# The lost step's training: one process that waits for the test's gate file on the claim, so the
-# job runs exactly as long as the adoption takes, whatever the machine's load (a fixed number of
-# epochs had to outlast the slowest re-creation seen, and the run then waited for all of them).
-GATED_TRAINING = """
-import os, pathlib, sys, time
-gate = pathlib.Path(sys.argv[1])
-end = time.monotonic() + 900
-while not gate.exists():
-    if time.monotonic() > end:
-        sys.exit(f"no gate {gate} within 900 s")
-    time.sleep(0.2)
-pathlib.Path(os.environ["KUBETRAIN_OUTPUT_DIR"]).mkdir(parents=True, exist_ok=True)
-"""
-
-
 def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # A node lost under a running step: its launcher dies without a word (SIGKILL, so it cannot
     # delete the job) and its pod object goes (force-deleted, as the node lifecycle controller
     # does). Argo starts the step again in a new pod.
-    gate = f"gates/lost-{uuid.uuid4().hex[:8]}"
+    # The job runs until the test opens its gate, so it trains as long as the adoption takes.
+    opened, gated = gate("lost")
     package = by_name_pipeline(
         tmp_path,
         "lost",
@@ -116,11 +103,10 @@ def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
         def pipeline() -> None:
             data = claim(download_dataset(source="builtin:digits"))
             task = claim(pytorch_train(dataset=data.outputs["dataset"], workers=0, delete_after="never",
-                                       command=["python", "-c", {GATED_TRAINING!r}, "/workspace/{gate}"]))
+                                       command={gated!r}))
             task.set_retry(num_retries=2)
     """,
     )
-    (STATE / "node" / "workspace-kubeflow" / gate).parent.mkdir(mode=0o755, exist_ok=True)
     run_id = kfp_backend.start(package, {}, f"lost-{uuid.uuid4().hex[:6]}")
     wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
     job = run_jobs(kfp_backend, run_id)[0].split("/")[-1]
@@ -133,7 +119,7 @@ def _lost_step_adopts_its_job(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     adopted = f"adopted existing PyTorchJob kubeflow/{job}"
     wait_for("the step's new pod to adopt the job",
              lambda: adopted in _recreated_step_log(kfp_backend, run_id, lost_uid), 600)  # fmt: skip
-    (STATE / "node" / "workspace-kubeflow" / gate).touch()
+    opened.touch()
 
     run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
@@ -157,14 +143,16 @@ def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # starts a new launcher, which submits one job and trains: never two at once. (Adoption of a
     # job that still exists, with the retried step's pod re-recorded on it, is proven against the
     # stand-in API server: tests/integration/test_reaper.py, test_k8s_launcher.py.)
+    # The first job waits on its gate until it is reaped; the retried one finds it open.
+    opened, gated = gate("retried")
     package = users_pipeline(
         tmp_path,
         "retried",
-        """
+        f"""
         @dsl.pipeline(name="retried-training")
         def pipeline() -> None:
             data = claim(download(source="builtin:digits"))
-            task = claim(train(dataset=data.outputs["dataset"], epochs=40, delete_after="never"))
+            task = claim(train(dataset=data.outputs["dataset"], delete_after="never", command={gated!r}))
             task.set_retry(num_retries=2)
             # Without the run's ids, an earlier run of this pipeline on the same backend would be a
             # cache hit: no job to kill.
@@ -181,6 +169,7 @@ def _retried_step_reattaches(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     run = kfp_backend.wait(run_id)
     assert run.state == "FAILED", run.state  # set_retry did not retry it (see above)
     assert len(launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
+    opened.touch()
     # Argo's retry replaces the failed pod by a new one of the same name.
     kfp_backend.client._run_api.run_service_retry_run(run_id=run_id)
     state = wait_retried(kfp_backend, run_id, lambda: str(kfp_backend.client.get_run(run_id).state))

@@ -39,6 +39,7 @@ from tests.cluster.kfp_pipelines import (
     GONE_WITHIN_SECONDS,
     TARGET,
     check_shipped_run,
+    gate,
     launcher_pods,
     run_jobs,
     users_pipeline,
@@ -294,11 +295,15 @@ def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # the job by its uid and the run fails. Retry on the page starts a new launcher, which trains
     # one new job of the same name: never two at once. (test_kfp_retry.py ran the same through
     # RetryRun; merged here, where Retry is the user's click.)
-    package = users_pipeline(tmp_path, "ui_retried", """
+    # The first job waits on its gate until it is reaped (kfp_pipelines.GATED_TRAINING says why);
+    # the retried one finds it open.
+    opened, gated = gate("ui-retried")
+    package = users_pipeline(tmp_path, "ui_retried", f"""
         @dsl.pipeline(name="ui-retried-training")
         def pipeline(epochs: int = 40) -> None:
             data = claim(download(source="builtin:digits"))
-            task = claim(train(dataset=data.outputs["dataset"], **IDS, epochs=epochs, delete_after="never"))
+            task = claim(train(dataset=data.outputs["dataset"], **IDS, epochs=epochs, delete_after="never",
+                               command={gated!r}))
             task.set_retry(num_retries=2)
     """)  # fmt: skip
     page.upload(package, f"retried-{uuid.uuid4().hex[:6]}")
@@ -311,6 +316,7 @@ def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     wait_for("the killed step's job reaped", lambda: not run_jobs(kfp_backend, run_id), GONE_WITHIN_SECONDS)
     assert f"deleted PyTorchJob kubeflow/{job} (uid {uid})" in (STATE / "kfp" / "reaper.log").read_text()
     assert len(launcher_pods(kfp_backend, run_id, "pytorch_train")) == 1
+    opened.touch()
     page.open_run(run_id)
     page.run_action("Retry")
     state = wait_retried(kfp_backend, run_id, lambda: str(page.run(run_id).get("state", "")))
