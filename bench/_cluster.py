@@ -11,7 +11,6 @@ Operator SDK's `wait_for_job_conditions` does by default: GET the job every 15 s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config, watch
 
+from bench.cpu_by_process import cpu_seconds, read_stat
 from kubetrain.manifests import build_pytorchjob
 from kubetrain.manifests.kinds import PYTORCHJOB
 from kubetrain.specs import JobMeta, PyTorchJobSpec
@@ -228,8 +228,7 @@ class ProcessSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def _cpu(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(read_stat(str(self.pid))[1])
 
     def _rss(self) -> float:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -57,6 +57,18 @@ def kind_of(pid: str, comm: str) -> str:
     return comm
 
 
+def read_stat(pid: str) -> tuple[str, list[str]]:
+    """A process's command name and the fields of /proc/<pid>/stat after it; OSError once it has ended."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(fields: list[str]) -> float:
+    """The CPU time (utime + stime) in a process's stat fields as read_stat returns them."""
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
 def machine_busy() -> float:
     """CPU seconds the whole machine has spent not idle since boot."""
     with open("/proc/stat") as f:
@@ -70,13 +82,10 @@ def sample(seen: dict[tuple[str, str], Seen], *, first_round: bool) -> None:
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
+            comm, fields = read_stat(pid)
         except OSError:  # ended meanwhile
             continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        cpu = (int(fields[11]) + int(fields[12])) / TICKS
+        cpu = cpu_seconds(fields)
         key = (pid, fields[19])  # the start time tells a reused pid apart
         if key in seen:
             seen[key].last = cpu
