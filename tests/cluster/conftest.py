@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.cluster import verified
-from tools.ci.e2e import phase_line
+from tools.ci.e2e import Jiffies, cpu_jiffies, phase_line
 from tools.cluster.controlplane import Cluster, attach, down, start_errors, up
 
 
@@ -29,14 +29,19 @@ from tools.cluster.controlplane import Cluster, attach, down, start_errors, up
 class _Span:
     start: float
     end: float
+    cpu_start: Jiffies  # the machine's CPU ticks at start and end (the phase line's busy cores)
+    cpu_end: Jiffies
 
 
 _SPANS: dict[str, _Span] = {}
 
 
-def _record(name: str, start: float, end: float) -> None:
-    span = _SPANS.setdefault(name, _Span(start, end))
-    span.start, span.end = min(span.start, start), max(span.end, end)
+def _record(name: str, start: float, end: float, cpu_start: Jiffies, cpu_end: Jiffies) -> None:
+    span = _SPANS.setdefault(name, _Span(start, end, cpu_start, cpu_end))
+    if start < span.start:
+        span.start, span.cpu_start = start, cpu_start
+    if end > span.end:
+        span.end, span.cpu_end = end, cpu_end
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,9 +57,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     # The first scenario's span includes the cluster's start (its fixture), reported on its own too.
-    start = time.time()
+    start, cpu = time.time(), cpu_jiffies()
     yield
-    _record(f"e2e:{item.path.stem}", start, time.time())
+    _record(f"e2e:{item.path.stem}", start, time.time(), cpu, cpu_jiffies())
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -73,21 +78,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     terminalreporter.section("phases")
     for name, span in sorted(_SPANS.items(), key=lambda kv: kv[1].start):
-        terminalreporter.write_line(phase_line(name, span.start, end=span.end))
+        terminalreporter.write_line(phase_line(name, span.start, end=span.end, cpu=(span.cpu_start, span.cpu_end)))
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """The control plane, started once; stopped at the end unless it was running before (`make cluster-up`)."""
-    start = time.time()
+    start, cpu = time.time(), cpu_jiffies()
     try:
         # tools/ci/e2e.py starts the cluster once for the sessions it runs side by side.
         started = attach() if os.environ.get("KUBETRAIN_E2E_ATTACH") == "1" else up()
     except start_errors() as e:
         pytest.exit(f"the e2e cluster could not start: {e}", returncode=3)
-    _record("e2e:cluster-up", start, time.time())
+    _record("e2e:cluster-up", start, time.time(), cpu, cpu_jiffies())
     yield started
     if started.started_here:
-        start = time.time()
+        start, cpu = time.time(), cpu_jiffies()
         down()
-        _record("e2e:cluster-down", start, time.time())
+        _record("e2e:cluster-down", start, time.time(), cpu, cpu_jiffies())

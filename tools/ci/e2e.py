@@ -54,15 +54,39 @@ def halves() -> tuple[list[str], list[str]]:
     return kfp, [*others, *NEEDS_BUILT_PIECES]
 
 
-def phase_line(name: str, start: float, rc: int = 0, end: float | None = None) -> str:
-    """One line as .ci/phase.sh prints it: `phase NAME: start HH:MM:SS end HH:MM:SS N s [FAILED exit N]`.
+Jiffies = tuple[int, int]
 
-    `start` and `end` (default: now) are epoch seconds; the clock times are UTC.
+
+def cpu_jiffies(stat: Path = Path("/proc/stat")) -> Jiffies:
+    """(busy, total) clock ticks of all the machine's CPUs since boot (the first line of /proc/stat).
+
+    Idle and iowait are the idle part; steal counts as busy (the cores were not ours to use).
+    """
+    fields = [int(f) for f in stat.read_text().split("\n", 1)[0].split()[1:9]]
+    total = sum(fields)  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return total - fields[3] - fields[4], total
+
+
+def busy_cores(since: Jiffies, until: Jiffies, cores: int) -> float:
+    """How many of the machine's `cores` were busy on average between two cpu_jiffies readings."""
+    total = until[1] - since[1]
+    return (until[0] - since[0]) / total * cores if total > 0 else 0.0
+
+
+def phase_line(name: str, start: float, rc: int = 0, end: float | None = None,
+               cpu: tuple[Jiffies, Jiffies] | None = None) -> str:  # fmt: skip
+    """One line as .ci/phase.sh prints it: `phase NAME: start HH:MM:SS end HH:MM:SS N s[, cpu B of C] [FAILED exit N]`.
+
+    `start` and `end` (default: now) are epoch seconds; the clock times are UTC. `cpu`, the
+    cpu_jiffies readings at the start and the end, adds how many cores the whole machine kept busy
+    meanwhile (whatever ran beside the phase included): near all of them, the phase waited on CPU.
     """
     end = time.time() if end is None else end
     clock = [time.strftime("%H:%M:%S", time.gmtime(t)) for t in (start, end)]
+    cores = os.cpu_count() or 1
+    busy = f", cpu {busy_cores(*cpu, cores):.2f} of {cores}" if cpu is not None else ""
     failed = f" FAILED exit {rc}" if rc else ""
-    return f"phase {name}: start {clock[0]} end {clock[1]} {end - start:.0f} s{failed}"
+    return f"phase {name}: start {clock[0]} end {clock[1]} {end - start:.0f} s{busy}{failed}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,10 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines: list[str] = []
 
     def step(name: str, command: list[str]) -> int:
-        start = time.time()
+        start, cpu = time.time(), cpu_jiffies()
         rc = subprocess.run(command, env=env if command[:3] == cluster else sessions, cwd=REPO_ROOT,
                             check=False).returncode  # fmt: skip
-        lines.append(phase_line(name, start, rc))
+        lines.append(phase_line(name, start, rc, cpu=(cpu, cpu_jiffies())))
         print(lines[-1], flush=True)
         return rc
 
@@ -108,7 +132,7 @@ def _both_halves(step: Step, pytest: list[str], kfp: list[str], others: list[str
         return step("e2e-kfp", [*pytest, *kfp]) or step("e2e-others", [*pytest, *others])
     LOGS.mkdir(exist_ok=True)
     log = LOGS / "others.log"
-    start = time.time()
+    start, cpu = time.time(), cpu_jiffies()
     with log.open("w") as out:
         background = subprocess.Popen([*pytest, *others], env=env, cwd=REPO_ROOT, stdout=out,
                                       stderr=subprocess.STDOUT)  # fmt: skip
@@ -117,7 +141,7 @@ def _both_halves(step: Step, pytest: list[str], kfp: list[str], others: list[str
         finally:
             rc_others = background.wait()
     print(f"\n----- the other half (tests/cluster, not test_kfp_*), side by side: {log} -----\n{log.read_text()}")
-    lines.append(phase_line("e2e-others", start, rc_others))
+    lines.append(phase_line("e2e-others", start, rc_others, cpu=(cpu, cpu_jiffies())))
     print(lines[-1], flush=True)
     return rc_kfp or rc_others
 
