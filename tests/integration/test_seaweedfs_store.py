@@ -96,7 +96,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=object_store.STOP_GRACE_S)  # it never ends on SIGTERM (object_store says why)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -129,14 +129,15 @@ def test_wrong_or_missing_credentials_are_refused(endpoint: str) -> None:
 
 def test_cluster_down_leaves_no_store_process_and_frees_its_ports(tmp_path: Path) -> None:
     # Started and stopped as the KFP tier does (tools/cluster/processes.py: SIGTERM to its group,
-    # SIGKILL after the grace). weed 4.53 stops its volume server on SIGTERM but then waits in gRPC's
-    # graceful stop for its own in-process streams, so it is the SIGKILL that ends it.
+    # SIGKILL after its own short grace). weed 4.53 stops its volume server on SIGTERM but then
+    # waits in gRPC's graceful stop for its own in-process streams, so it is the SIGKILL that ends it.
     assert WEED is not None
     state = tmp_path / "cluster"
     ports = _free_ports()
     argv = object_store.prepare_seaweedfs(state, WEED, ip="127.0.0.1", ports=ports, access_key="a" * 8,
                                           secret_key="b" * 16)  # fmt: skip
-    processes.start(state, "s3", argv, env=os.environ, log=state / "s3.log", cwd=state)
+    processes.start(state, "s3", argv, env=os.environ, log=state / "s3.log", cwd=state,
+                    stop_grace_seconds=object_store.STOP_GRACE_S)  # fmt: skip
     deadline = time.monotonic() + READY_S
     while _status(object_store.wait_ready_url("127.0.0.1", ports)) != 200:
         assert time.monotonic() < deadline, (state / "s3.log").read_text()[-3000:]

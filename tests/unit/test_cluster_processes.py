@@ -206,3 +206,24 @@ def test_a_health_probe_answered_by_another_program_says_so_in_one_line(tmp_path
     finally:
         holder.kill()
         holder.wait()
+
+
+# Ignores SIGTERM, as weed does (tools/cluster/kfp/object_store.py: STOP_GRACE_S).
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ignoring SIGTERM", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_process_with_a_grace_of_its_own_is_killed_after_it_not_after_the_clusters(state: Path) -> None:
+    out = state / "stubborn.log"
+    record = processes.start(state, "stubborn", [sys.executable, "-c", STUBBORN], env=dict(os.environ), log=out,
+                             cwd=state.parent, stop_grace_seconds=0.2)  # fmt: skip
+    _wait_for_line(out)
+    assert [r.stop_grace_seconds for r in processes.records(state)] == [0.2]  # kept in its record
+    start = time.monotonic()
+    ended = processes.stop_all(state, grace_seconds=300)
+    assert record.pid in ended and _gone(record.pid)
+    assert time.monotonic() - start < 150, "stop_all waited out the cluster's grace, not the process's own"

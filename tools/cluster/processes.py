@@ -47,12 +47,17 @@ class PortTakenError(ProcessError):
 
 @dataclass(frozen=True)
 class ProcessRecord:
-    """A process the harness started: its name, pid, process group and command."""
+    """A process the harness started: its name, pid, process group and command.
+
+    `stop_grace_seconds`, when set, replaces stop_all's grace for this process: for a server known
+    never to end on SIGTERM, so that the rest of the cluster need not wait for it.
+    """
 
     name: str
     pid: int
     pgid: int
     argv: tuple[str, ...]
+    stop_grace_seconds: float | None = None
 
     @staticmethod
     def path(state: Path, name: str) -> Path:
@@ -71,8 +76,12 @@ def marked_env(state: Path, env: Mapping[str, str] | None = None) -> dict[str, s
     return {**(os.environ if env is None else env), MARKER: str(state.resolve())}
 
 
-def start(state: Path, name: str, argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path) -> ProcessRecord:
-    """Start `argv` in a session of its own, marked and recorded; stdout and stderr to `log`."""
+def start(state: Path, name: str, argv: list[str], *, env: Mapping[str, str], log: Path, cwd: Path,
+          stop_grace_seconds: float | None = None) -> ProcessRecord:  # fmt: skip
+    """Start `argv` in a session of its own, marked and recorded; stdout and stderr to `log`.
+
+    `stop_grace_seconds`: its own SIGTERM-to-SIGKILL grace in stop_all (ProcessRecord says when).
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         try:
@@ -82,7 +91,8 @@ def start(state: Path, name: str, argv: list[str], *, env: Mapping[str, str], lo
             )  # fmt: skip
         except OSError as e:
             raise ProcessError(f"{name}: could not start {argv[0]}: {e}") from e
-    record = ProcessRecord(name=name, pid=proc.pid, pgid=proc.pid, argv=tuple(argv))
+    record = ProcessRecord(name=name, pid=proc.pid, pgid=proc.pid, argv=tuple(argv),
+                           stop_grace_seconds=stop_grace_seconds)  # fmt: skip
     record.save(state)
     _CHILDREN[proc.pid] = proc
     return record
@@ -105,7 +115,8 @@ def records(state: Path) -> list[ProcessRecord]:
 
 def _load(path: Path) -> ProcessRecord:
     data = json.loads(path.read_text())
-    return ProcessRecord(name=data["name"], pid=data["pid"], pgid=data["pgid"], argv=tuple(data["argv"]))
+    return ProcessRecord(name=data["name"], pid=data["pid"], pgid=data["pgid"], argv=tuple(data["argv"]),
+                         stop_grace_seconds=data.get("stop_grace_seconds"))  # fmt: skip
 
 
 def running(record: ProcessRecord) -> bool:
@@ -211,11 +222,7 @@ def stop_all(state: Path, *, keep: set[int] | None = None, grace_seconds: float 
         files = {path: _load(path) for path in _record_files(state)}
         mine = {path: record for path, record in files.items() if record.pid not in keep}
         targets = {r.pid for r in mine.values() if running(r)}
-        _signal_all(targets, signal.SIGTERM)
-        deadline = time.monotonic() + grace_seconds
-        while _still_running(targets) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        left = _still_running(targets)
+        left = _terminate(targets, _own_graces(mine.values()), grace_seconds)
         _signal_all(left, signal.SIGKILL)
         # A SIGKILLed process is gone only once the kernel has torn it down (seconds on a loaded
         # machine): return when it has, as the full stop below does.
@@ -225,12 +232,10 @@ def stop_all(state: Path, *, keep: set[int] | None = None, grace_seconds: float 
         for path in mine:
             path.unlink(missing_ok=True)
         return sorted(targets)
-    targets = {r.pid for r in records(state) if running(r)} | set(members(state))
-    _signal_all(targets, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while _still_running(targets) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = _still_running(targets) | set(members(state))  # anything started meanwhile by a dying parent
+    recorded = records(state)
+    targets = {r.pid for r in recorded if running(r)} | set(members(state))
+    left = _terminate(targets, _own_graces(recorded), grace_seconds)
+    left |= set(members(state))  # anything started meanwhile by a dying parent
     if left:
         _signal_all(left, signal.SIGKILL)
         deadline = time.monotonic() + grace_seconds
@@ -242,6 +247,25 @@ def stop_all(state: Path, *, keep: set[int] | None = None, grace_seconds: float 
     if survivors:
         raise ProcessError("still running after SIGKILL: " + ", ".join(describe(p) for p in sorted(survivors)))
     return sorted(targets | left)
+
+
+def _own_graces(recorded: Iterable[ProcessRecord]) -> dict[int, float]:
+    return {r.pid: r.stop_grace_seconds for r in recorded if r.stop_grace_seconds is not None}
+
+
+def _terminate(targets: set[int], graces: dict[int, float], grace_seconds: float) -> set[int]:
+    """SIGTERM `targets`, then wait until each has ended or its grace has passed; those still running.
+
+    A process's grace is its own (`graces`) if it has one, else `grace_seconds`.
+    """
+    _signal_all(targets, signal.SIGTERM)
+    start = time.monotonic()
+    while True:
+        left = _still_running(targets)
+        waited = time.monotonic() - start
+        if all(waited >= graces.get(pid, grace_seconds) for pid in left):  # also when none is left
+            return left
+        time.sleep(0.1)
 
 
 def _still_running(pids: Iterable[int]) -> set[int]:

@@ -159,7 +159,9 @@ def _start_store(run: Path, venv: Path, weed: Path | None, env: dict[str, str]) 
     if weed is not None:
         keys = {"access_key": manifests.S3_ACCESS_KEY, "secret_key": manifests.S3_SECRET_KEY}
         argv = object_store.prepare_seaweedfs(run, weed, ip=gateway, ports=WEED_PORTS, **keys)
-        processes.start(run, "s3", argv, env=env, log=run / "s3.log", cwd=run)
+        processes.start(
+            run, "s3", argv, env=env, log=run / "s3.log", cwd=run, stop_grace_seconds=object_store.STOP_GRACE_S
+        )
         ready = object_store.wait_ready_url(gateway, WEED_PORTS)
         operators.wait_for("the S3 store (SeaweedFS)", lambda: _http_answers(ready, ok_only=True), 120, run / "s3.log")
         return

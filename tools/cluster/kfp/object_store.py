@@ -31,6 +31,11 @@ SEAWEEDFS = "seaweedfs"
 MOTO = "moto"
 DEFAULT = SEAWEEDFS
 ADMIN_IDENTITY = "kubeflow-admin"  # the name upstream's postStart hook gives the keys' identity
+# weed 4.53 never ends on SIGTERM: it stops its volume server, then waits in gRPC's graceful stop
+# for its own in-process streams. Its SIGKILL comes after this grace rather than after the
+# cluster's (10 s, which every `cluster-down` then spent waiting); the store's data goes with the
+# cluster's state anyway.
+STOP_GRACE_S = 2.0
 
 
 class ObjectStoreError(RuntimeError):
