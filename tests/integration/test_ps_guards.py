@@ -326,7 +326,19 @@ def test_a_diverging_learning_rate_fails_the_job_with_a_reason(tmp_path: Path) -
         job.start_all()
         rc = job.wait_exit("master", deadline_s=240)
         log = job.tail("master", lines=200)
-    assert rc == ExitCode.JOB_FAILED, log
+        assert rc == ExitCode.JOB_FAILED, log
+        written = (tmp_path / "run" / "output" / "metrics.json").read_bytes()
+        master_log = job.procs[("master", 0)].log
+        before = master_log.read_text(errors="replace")
+        # Its Job restarts a failed master (backoffLimit): the restart fails again with the same
+        # reason, at once, without waiting on the stopped shards or rewriting the outputs.
+        job.start("master")
+        rc_again = job.wait_exit("master", deadline_s=120)
+        again = master_log.read_text(errors="replace")[len(before) :]
     assert "the model diverged" in log
-    metrics = json.loads((tmp_path / "run" / "output" / "metrics.json").read_text())
+    metrics = json.loads(written)
     assert metrics["status"] == "failed" and "the model diverged" in metrics["failure_reason"]
+    assert rc_again == ExitCode.JOB_FAILED, again
+    assert "had failed before this restart" in again and "no final model" not in again, again
+    assert again.rstrip().endswith(f"JobAbortedError: {metrics['failure_reason']}"), again
+    assert (tmp_path / "run" / "output" / "metrics.json").read_bytes() == written

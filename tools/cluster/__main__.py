@@ -1,9 +1,4 @@
-"""`python -m tools.cluster up|down|status|prebuild`: the e2e cluster (`make cluster-up`, `make cluster-down`).
-
-`prebuild` needs no cluster: it builds what the cluster's first start and the e2e sessions would
-otherwise build on demand (kubetrain's four images into buildah's layer cache, the KFP services'
-venv), so CI runs it in the background while `make test` runs (`make prebuild`, .ci/run).
-"""
+"""`python -m tools.cluster up|down|status`: the e2e cluster (`make cluster-up`, `make cluster-down`)."""
 
 from __future__ import annotations
 
@@ -12,14 +7,13 @@ import sys
 
 from kubetrain.presets import IMAGE_NAMES
 from tools.cluster import controlplane, images, node
-from tools.cluster.kfp import backend, services_venv, ui
+from tools.cluster.kfp import backend, ui
 
 
 def main(argv: list[str] | None = None) -> int:
-    """up: start (or find) the cluster and print its kubeconfigs; down: stop everything; status: what runs;
-    prebuild: build the images and the services venv the cluster will need (no cluster involved)."""
+    """up: start (or find) the cluster and print its kubeconfigs; down: stop everything; status: what runs."""
     parser = argparse.ArgumentParser(prog="python -m tools.cluster", description=__doc__)
-    parser.add_argument("action", choices=("up", "down", "status", "prebuild"))
+    parser.add_argument("action", choices=("up", "down", "status"))
     parser.add_argument(
         "--no-real-node",
         action="store_true",
@@ -45,12 +39,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cluster down: {len(ended)} process(es) ended; nothing of the cluster is running")
         elif args.action == "status":
             print("\n".join(controlplane.status()))
-        elif args.action == "prebuild":
-            logs = controlplane.REPO_ROOT / ".ci-logs"
-            logs.mkdir(exist_ok=True)
-            built = images.ensure(list(IMAGE_NAMES), logs / "prebuild-images.log", push=False)
-            print(f"prebuild: images {', '.join(built.names)} in buildah's layer cache ({built.seconds:.0f} s)")
-            print(f"prebuild: KFP services venv {services_venv.ensure(logs / 'prebuild-services-venv.log')}")
         else:
             real_node = False if args.no_real_node else None
             kfp = False if args.no_kfp or args.no_real_node else None

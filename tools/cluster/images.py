@@ -47,18 +47,14 @@ class Built:
     log: Path
 
 
-def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = None, push: bool = True) -> Built:
+def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = None) -> Built:
     """Build `names` (what is unchanged comes from the layer cache) and push them to the node's registry.
 
     With `node` (a running real node), the node then forgets its copy of any of them it holds from
-    an earlier build (refresh_node), so its pods run what was just built. `push=False` only fills
-    the layer cache (`python -m tools.cluster prebuild`, before any registry runs): the same build
-    arguments, so the e2e session's own call later finds every layer built.
+    an earlier build (refresh_node), so its pods run what was just built.
     """
     env = {**os.environ, "TORCH_INDEX_URL": os.environ.get("TORCH_INDEX_URL", DEFAULT_TORCH_INDEX)}
-    argv = ["bash", str(REPO_ROOT / "images" / "build.sh")]
-    if push:
-        argv += ["--mirror", f"127.0.0.1:{node_config.REGISTRY_PORT}"]
+    argv = ["bash", str(REPO_ROOT / "images" / "build.sh"), "--mirror", f"127.0.0.1:{node_config.REGISTRY_PORT}"]
     if not _docker_daemon():
         argv += ["--base", "local"]
         env["BUILDER"] = env.get("BUILDER", "buildah")

@@ -208,6 +208,14 @@ def _record_outcome(state_dir: Path, book: TaskBook) -> None:
         log.warning("%s", e)
 
 
+def _failure_written(output: Path) -> bool:
+    """Whether metrics.json in `output` records a failed job (written by a master that failed it)."""
+    try:
+        return bool(json.loads((output / "metrics.json").read_text(encoding="utf-8")).get("status") == "failed")
+    except (OSError, ValueError, AttributeError):
+        return False  # none yet, or torn: the outputs are written again
+
+
 def run(config: MasterConfig) -> int:
     """Run the master until the job ends; the exit code."""
     settings = config.job_settings()
@@ -233,6 +241,12 @@ def run(config: MasterConfig) -> int:
         )
     if book.phase not in (DONE, FAILED):
         clear_outcome(config.state_dir)  # left by an earlier job in this dir: must not end this one
+    if book.phase == FAILED and _failure_written(config.output):
+        # Restarted by its Job's backoffLimit after it failed the job: the outcome is recorded (before
+        # the outputs), the outputs written and the shards stopped. Serving again would only wait on
+        # stopped shards (15 s a restart, three restarts by default) to fail with the same reason.
+        log.info("the job had failed before this restart, its outputs written: failing again at once")
+        raise JobAbortedError(book.failure_reason)
     core = MasterCore(book, store, times)
     with core.lock:
         core.save()
