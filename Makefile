@@ -22,7 +22,7 @@ PYTEST_DURATIONS := --durations=25
 LINT_PATHS := $(wildcard src tests tools bench components pipelines)
 
 
-.PHONY: debian-packages ui-packages setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages prebuild cluster-up cluster-down e2e ui-screenshots lock
+.PHONY: debian-packages ui-packages setup demo test test-fast lint typecheck compile golden bench clean controlplane kfp-backend node-packages cluster-up cluster-down e2e ui-screenshots lock
 
 setup: $(STAMP)
 
@@ -119,12 +119,6 @@ kfp-backend: ui-packages
 
 ui-packages:
 	@bash tools/ci/apt_install_missing.sh $(UI_PACKAGES)
-
-# What the e2e tier would otherwise build on demand, with no cluster running: kubetrain's four images
-# (into buildah's layer cache; the e2e session pushes them) and the KFP services' venv. CI runs it in
-# the background beside `make test` (.ci/run): on a cold machine it is downloads and disk, not CPU.
-prebuild: setup node-packages
-	$(PY) -m tools.cluster prebuild
 
 cluster-up: setup controlplane $(if $(KFP),kfp-backend)
 	$(PY) -m tools.cluster up
