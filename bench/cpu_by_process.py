@@ -17,11 +17,17 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.ci.e2e import cpu_jiffies
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -70,10 +76,8 @@ def cpu_seconds(fields: list[str]) -> float:
 
 
 def machine_busy() -> float:
-    """CPU seconds the whole machine has spent not idle since boot."""
-    with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS
+    """CPU seconds the whole machine has spent not idle since boot (CI's phase lines read the same)."""
+    return cpu_jiffies()[0] / TICKS
 
 
 def sample(seen: dict[tuple[str, str], Seen], *, first_round: bool) -> None:

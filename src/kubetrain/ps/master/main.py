@@ -243,8 +243,8 @@ def run(config: MasterConfig) -> int:
         clear_outcome(config.state_dir)  # left by an earlier job in this dir: must not end this one
     if book.phase == FAILED and _failure_written(config.output):
         # Restarted by its Job's backoffLimit after it failed the job: the outcome is recorded (before
-        # the outputs), the outputs written and the shards stopped. Serving again would only wait on
-        # stopped shards (15 s a restart, three restarts by default) to fail with the same reason.
+        # the outputs), the outputs written and the shards told to stop. Serving again would only wait
+        # on those shards (15 s a restart, three restarts by default) to fail with the same reason.
         log.info("the job had failed before this restart, its outputs written: failing again at once")
         raise JobAbortedError(book.failure_reason)
     core = MasterCore(book, store, times)
