@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -219,11 +220,56 @@ def test_the_constraints_pin_every_package_the_project_needs() -> None:
         assert re.sub(r"[-_.]+", "-", name).lower() in pinned, f"{name} ({requirement}) is not pinned in {CONSTRAINTS}"
 
 
+def _requirements(extras: str) -> list[str]:
+    """What images/requirements.py prints for these extras, as the image build runs it."""
+    done = subprocess.run([sys.executable, str(IMAGES / "requirements.py"), str(REPO / "pyproject.toml"), extras],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return done.stdout.split()
+
+
+def _names(requirements: list[str]) -> list[str]:
+    return [re.sub(r"[-_.]+", "-", re.split(r"[<>=!~\[ (;]", r, maxsplit=1)[0]).lower() for r in requirements]
+
+
+def _requirements_extras(dockerfile: str) -> str:
+    """The extras a Dockerfile passes to images/requirements.py (its one call)."""
+    (found,) = re.findall(r"requirements\.py /etc/kubetrain/pyproject\.toml \"([^\"]*)\"", dockerfile)
+    return found
+
+
+IMAGE_EXTRAS = {"launcher": "", "pytorch": "torch", "chainermn": "chainer", "ps": "torch,ps"}
+
+
+@pytest.mark.parametrize("name", IMAGE_NAMES)
+def test_the_dependency_layer_installs_what_the_wheel_with_its_extras_requires(name: str) -> None:
+    # The image installs the dependencies first (a layer a source change leaves cached), then the
+    # wheel with --no-deps: the two together must be what `pip install kubetrain[extras]` installs.
+    from importlib.metadata import requires
+
+    dockerfile = dockerfiles()[name].read_text()
+    extras = _requirements_extras(dockerfile).replace("${LAUNCHER_EXTRAS}", "")
+    assert extras == IMAGE_EXTRAS[name], f"{name}: requirements.py is given {extras!r}"
+    wanted = []
+    for requirement in requires("kubetrain") or []:
+        spec, _, marker = requirement.partition(";")
+        if not marker or set(re.findall(r"""extra == ['"]([\w-]+)['"]""", marker)) & set(extras.split(",")):
+            wanted.append(spec.strip())
+    assert sorted(_names(_requirements(extras))) == sorted(_names(wanted))
+    assert "pip install -c /etc/kubetrain/constraints.txt --no-deps /wheels/kubetrain-*.whl" in _pip_installs(name)
+
+
+def test_requirements_py_refuses_an_unknown_extra() -> None:
+    done = subprocess.run([sys.executable, str(IMAGES / "requirements.py"), str(REPO / "pyproject.toml"), "torhc"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode != 0 and "no extra 'torhc'" in done.stderr, done.stderr
+
+
 def test_the_launcher_image_takes_the_object_store_extras_only_when_asked() -> None:
     # The drivers and their SDKs are about 150 MB: a variant (LAUNCHER_EXTRAS=s3,gcs), not the default.
-    installs = " ".join(_pip_installs("launcher"))
-    assert "kubetrain-*.whl)${LAUNCHER_EXTRAS:+[$LAUNCHER_EXTRAS]}" in installs, installs
     dockerfile = (REPO / "images" / "launcher" / "Dockerfile").read_text()
+    assert _requirements_extras(dockerfile) == "${LAUNCHER_EXTRAS}"
+    assert not {"s3fs", "gcsfs"} & set(_names(_requirements("")))
+    assert {"s3fs", "gcsfs"} <= set(_names(_requirements("s3,gcs")))
     assert 'ARG LAUNCHER_EXTRAS=""' in dockerfile
     build = (REPO / "images" / "build.sh").read_text()
     assert '--build-arg "LAUNCHER_EXTRAS=$LAUNCHER_EXTRAS"' in build
