@@ -84,11 +84,12 @@ fi
 build pipelines kfp-compiler ./backend/src/v2/cmd/compiler 0
 if [ "${1:-}" != compiler ]; then
   # Driver, launcher and argoexec are copied into pods (the launcher into the user's own image),
-  # so they are static; the API server needs cgo (its storage layer names sqlite3 symbols).
+  # so they are static. So is the API server: patches/apiserver-without-cgo.patch drops the one
+  # sqlite3 reference that needed cgo (it runs against MariaDB).
   build pipelines driver ./backend/src/v2/cmd/driver 0
   build pipelines launcher-v2 ./backend/src/v2/cmd/launcher-v2 0
   build pipelines persistence-agent ./backend/src/agent/persistence 0
-  build pipelines apiserver ./backend/src/apiserver 1
+  build pipelines apiserver ./backend/src/apiserver 0
   build argo-workflows workflow-controller ./cmd/workflow-controller 0
   build argo-workflows argoexec ./cmd/argoexec 0
 fi
