@@ -86,8 +86,19 @@ class KfpUI:
         """The run as the API returns it to the page."""
         return self.api(f"/apis/v2beta1/runs/{run_id}")
 
+    def leave(self) -> None:
+        """Blank the page while a scenario waits (on the run, a pod, a job).
+
+        An open run page refetches the run and its ML Metadata every 10 s (the frontend's
+        RunDetailsV2, QUERY_REFETCH_INTERVAL) and redraws its graph: with eight scenarios' pages
+        open for minutes, that is CPU the runs themselves need on two cores. What the scenarios
+        check on the page is checked on a freshly opened one (open_run).
+        """
+        self.page.goto("about:blank")
+
     def wait_state(self, run_id: str, timeout: float = 1500) -> str:
-        """Poll the run (as the page does) until it is final; its state."""
+        """Poll the run through the UI server's proxy until it is final, the page left blank; its state."""
+        self.leave()
         end = time.monotonic() + timeout
         state = ""
         while time.monotonic() < end:

@@ -171,6 +171,7 @@ def _pipeline_in_the_ui(page: KfpUI, kfp_backend: KfpBackend, case: Case, tmp_pa
     clicked = time.monotonic()
     parameters = page.run(run_id).get("runtime_config", {}).get("parameters", {})
     assert str(parameters.get(key)) in (value, f"{value}.0"), parameters  # the form's value reached the run
+    page.leave()
 
     # While the first training job runs, its task's Logs tab already shows the launcher's lines.
     first = case.training[0]
