@@ -8,7 +8,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=/dev/null
 source "$here/pins.env"
-export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath" CGO_ENABLED=0
+# -gcflags=all=-dwarf=false: `-s -w` drops the debug info at link time only; not generating it
+# at all saves about 15% of every piece's compile CPU (docs/testing.md), for the same binary.
+export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath -gcflags=all=-dwarf=false" CGO_ENABLED=0
 export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/controlplane"
 # Every key also holds the toolchain and the flags, so a binary built another way is never reused.

@@ -15,7 +15,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 # shellcheck source=/dev/null
 source "$here/pins.env"
-export GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath -buildvcs=false"
+# -dwarf=false: see tools/controlplane/build.sh.
+export GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath -buildvcs=false -gcflags=all=-dwarf=false"
 export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/kfp"
 # The toolchain is part of the key: a binary built by another Go is never reused.

@@ -9,7 +9,8 @@
 #        build.sh --print-bin   prints where the bin dir is (or would be) and builds nothing
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath -buildvcs=false" CGO_ENABLED=0
+# -dwarf=false: see tools/controlplane/build.sh.
+export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath -buildvcs=false -gcflags=all=-dwarf=false" CGO_ENABLED=0
 export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/seaweedfs"
 toolchain="$(go version) $GOFLAGS CGO_ENABLED=$CGO_ENABLED"
