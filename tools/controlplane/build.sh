@@ -83,7 +83,7 @@ if [ "${1:-}" = node ] || [ "${KUBETRAIN_NODE:-0}" = 1 ]; then
   for plugin in ipam/host-local main/bridge main/loopback meta/portmap; do
     build cni "cni-${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin"
   done
-  build coredns coredns github.com/coredns/coredns
+  build coredns coredns kubetrain.local/coredns
   build registry registry github.com/distribution/distribution/v3/cmd/registry
   build pause pause kubetrain.local/pause
 fi
