@@ -5,7 +5,9 @@ runs, the browser scenarios), the others on the operators, pod starts and timeou
 operators, the local backend's contract). One after another they took 1,347 s and 1,015 s on the
 idle 2-core machine; side by side their waits overlap. Steps, each printing one phase line:
 
-1. the cluster starts, or is found running (`make cluster-up`: then it is left running);
+1. the four images start building in the background (tools/cluster/images.py prebuild: into the
+   layer cache, nothing pushed), and the cluster starts, or is found running (`make cluster-up`:
+   then it is left running);
 2. the KFP half (tests/cluster/test_kfp_*.py, which also writes the components' lastVerified) in
    the foreground, and the other half in a second pytest session whose output goes to
    .e2e-logs/others.log, printed once it ends;
@@ -13,23 +15,28 @@ idle 2-core machine; side by side their waits overlap. Steps, each printing one 
 4. the cluster stops, if step 1 started it.
 
 The two sessions share the cluster's namespaces but no job, run or pod name; image builds take
-turns (tools/cluster/images.py holds a lock). `--one-after-another` runs the halves in turn (to
-tell a problem of running side by side from a plain one). PYTEST_ARGS (shell words) go to every
-pytest session. The exit status is non-zero when any step failed.
+turns (tools/cluster/images.py holds a lock). Each half runs the modules that need no image first:
+on a cold machine the images take minutes to build (torch's 5 GB layer), with one core to spare,
+and those modules use it; the first scenario that needs an image waits on the lock, then pushes.
+`--one-after-another` runs the halves in turn (to tell a problem of running side by side from a
+plain one). PYTEST_ARGS (shell words) go to every pytest session. The exit status is non-zero when any step failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tools.cluster import controlplane, processes
+from kubetrain.images import IMAGE_NAMES
+from tools.cluster import controlplane, images, processes
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = REPO_ROOT / "tests" / "cluster"
@@ -46,12 +53,54 @@ NEEDS_BUILT_PIECES = [
 ]
 
 
+# The helpers through which a scenario builds and pushes kubetrain's images (images.ensure).
+IMAGE_HELPERS = frozenset({"real_pods", "kfp_runs"})
+
+
 def halves() -> tuple[list[str], list[str]]:
-    """(the KFP backend's test modules, every other e2e module and the tests that need built pieces)."""
+    """(the KFP backend's test modules, every other e2e module and the tests that need built pieces).
+
+    In each, the modules that need no image come first (their order is all that differs).
+    """
     modules = sorted(p for p in CLUSTER.glob("test_*.py") if p != AUDIT)
-    kfp = [str(p.relative_to(REPO_ROOT)) for p in modules if p.name.startswith("test_kfp_")]
-    others = [str(p.relative_to(REPO_ROOT)) for p in modules if not p.name.startswith("test_kfp_")]
-    return kfp, [*others, *NEEDS_BUILT_PIECES]
+    kfp = [p for p in modules if p.name.startswith("test_kfp_")]
+    others = [p for p in modules if not p.name.startswith("test_kfp_")]
+    image_free = {m for m in modules if not needs_images(m)}
+
+    def ordered(group: list[Path], also_first: Sequence[str] = ()) -> list[str]:
+        first = [str(p.relative_to(REPO_ROOT)) for p in group if p in image_free]
+        rest = [str(p.relative_to(REPO_ROOT)) for p in group if p not in image_free]
+        return [*first, *also_first, *rest]
+
+    return ordered(kfp), ordered(others, NEEDS_BUILT_PIECES)
+
+
+def needs_images(module: Path) -> bool:
+    """Whether a tests/cluster module reaches an image helper (IMAGE_HELPERS), directly or through another helper."""
+    seen: set[str] = set()
+    todo = [module.stem]
+    while todo:
+        name = todo.pop()
+        if name in IMAGE_HELPERS:
+            return True
+        if name in seen or not (CLUSTER / f"{name}.py").exists():
+            continue
+        seen.add(name)
+        todo.extend(_cluster_imports(CLUSTER / f"{name}.py"))
+    return False
+
+
+def _cluster_imports(path: Path) -> list[str]:
+    """The tests.cluster modules `path` imports, in any of the three forms an import can name them."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module == "tests.cluster":
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.cluster."):
+            names.append((node.module or "").split(".")[2])
+        elif isinstance(node, ast.Import):
+            names += [a.name.split(".")[2] for a in node.names if a.name.startswith("tests.cluster.")]
+    return names
 
 
 Jiffies = tuple[int, int]
@@ -110,17 +159,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         return rc
 
     started_here = not processes.members(controlplane.STATE)  # else `make cluster-up` started it: left running
-    if step("e2e-cluster-up", [*cluster, "up"]) != 0:
-        return 3
-    kfp, others = halves()
+    prebuild = Prebuild(lines)
     try:
-        rc = _both_halves(step, pytest, kfp, others, sessions, lines, one_after_another=args.one_after_another)
-        rc = step("e2e-rbac-audit", [*pytest, str(AUDIT.relative_to(REPO_ROOT))]) or rc
+        if step("e2e-cluster-up", [*cluster, "up"]) != 0:
+            return 3
+        kfp, others = halves()
+        try:
+            rc = _both_halves(step, pytest, kfp, others, sessions, lines, one_after_another=args.one_after_another)
+            rc = step("e2e-rbac-audit", [*pytest, str(AUDIT.relative_to(REPO_ROOT))]) or rc
+        finally:
+            if started_here:
+                step("e2e-cluster-down", [*cluster, "down"])
     finally:
-        if started_here:
-            step("e2e-cluster-down", [*cluster, "down"])
+        rc_images = prebuild.wait()
     print("\n".join(["", "e2e phases:", *lines]), flush=True)
-    return rc
+    return rc or rc_images
+
+
+class Prebuild:
+    """The four images built into the layer cache in a thread, from the tier's first second; one phase line."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.rc = 0
+        self.thread = threading.Thread(target=self._run, name="images-prebuild", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        start, cpu = time.time(), cpu_jiffies()
+        try:
+            images.prebuild(list(IMAGE_NAMES), LOGS / "images-prebuild.log")
+        except (images.ImageBuildError, OSError) as e:
+            self.rc = 1
+            print(f"e2e: the images' prebuild failed: {str(e).splitlines()[0]} (see {LOGS / 'images-prebuild.log'})",
+                  flush=True)  # fmt: skip
+        self.lines.append(phase_line("e2e-images-prebuild", start, self.rc, cpu=(cpu, cpu_jiffies())))
+        print(self.lines[-1], flush=True)
+
+    def wait(self) -> int:
+        """Wait for it to end; 1 if it failed, else 0."""
+        self.thread.join()
+        return self.rc
 
 
 Step = Callable[[str, list[str]], int]

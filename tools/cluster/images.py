@@ -53,8 +53,28 @@ def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = 
     With `node` (a running real node), the node then forgets its copy of any of them it holds from
     an earlier build (refresh_node), so its pods run what was just built.
     """
+
+    def forget_old_copies() -> None:
+        if node is not None:
+            refresh_node([image_ref(n) for n in names], ctr=node.bin_dir / "ctr", socket=node.containerd_socket)
+
+    return _build(names, log, ["--mirror", f"127.0.0.1:{node_config.REGISTRY_PORT}"], then=forget_old_copies)
+
+
+def prebuild(names: list[str], log: Path) -> Built:
+    """Build `names` into the layer cache and push nothing: no registry needs to run yet.
+
+    `make e2e` calls it before the cluster starts, so that a cold build (torch's 5 GB layer unpacked
+    and committed) overlaps the cluster's start and the scenarios that need no image; the
+    scenarios' own ensure() then finds every layer cached and only pushes.
+    """
+    return _build(names, log, [])
+
+
+def _build(names: list[str], log: Path, extra: list[str], then: Callable[[], None] | None = None) -> Built:
+    """images/build.sh with `extra` arguments for `names`, then `then` while this build's lock is still held."""
     env = {**os.environ, "TORCH_INDEX_URL": os.environ.get("TORCH_INDEX_URL", DEFAULT_TORCH_INDEX)}
-    argv = ["bash", str(REPO_ROOT / "images" / "build.sh"), "--mirror", f"127.0.0.1:{node_config.REGISTRY_PORT}"]
+    argv = ["bash", str(REPO_ROOT / "images" / "build.sh"), *extra]
     if not _docker_daemon():
         argv += ["--base", "local"]
         env["BUILDER"] = env.get("BUILDER", "buildah")
@@ -73,8 +93,8 @@ def ensure(names: list[str], log: Path, *, node: node_config.NodePaths | None = 
         if done.returncode != 0:
             raise ImageBuildError(f"images/build.sh {' '.join(names)} failed (exit {done.returncode}); "
                                   f"{log}:\n{log.read_text()[-3000:]}")  # fmt: skip
-        if node is not None:
-            refresh_node([image_ref(n) for n in names], ctr=node.bin_dir / "ctr", socket=node.containerd_socket)
+        if then is not None:
+            then()
     return Built(tuple(names), time.monotonic() - start, log)
 
 
