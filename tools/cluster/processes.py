@@ -91,11 +91,24 @@ def start(state: Path, name: str, argv: list[str], *, env: Mapping[str, str], lo
             )  # fmt: skip
         except OSError as e:
             raise ProcessError(f"{name}: could not start {argv[0]}: {e}") from e
+    _await_marker(proc)
     record = ProcessRecord(name=name, pid=proc.pid, pgid=proc.pid, argv=tuple(argv),
                            stop_grace_seconds=stop_grace_seconds)  # fmt: skip
     record.save(state)
     _CHILDREN[proc.pid] = proc
     return record
+
+
+def _await_marker(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    """Return once /proc shows `proc`'s environment (and so its marker), or it has ended, or `timeout` passed.
+
+    Popen returns when the child's exec closes its close-on-exec pipe, which the kernel does a moment
+    before it lays out the new program's environment; meanwhile /proc/PID/environ reads empty, and
+    members() would not know the process for the cluster's (seen on a loaded machine).
+    """
+    deadline = time.monotonic() + timeout
+    while _environ_marker(proc.pid) is None and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 # Popen objects of the processes started here, so that stopping them also reaps them: a child of
