@@ -8,8 +8,8 @@ idle 2-core machine; side by side their waits overlap. Steps, each printing one 
 1. the four images start building in the background (tools/cluster/images.py prebuild: into the
    layer cache, nothing pushed), and the cluster starts, or is found running (`make cluster-up`:
    then it is left running);
-2. the KFP half (tests/cluster/test_kfp_*.py but KFP_BESIDE_THE_OTHERS; its sessions also write
-   the components' lastVerified) in the foreground, and the other half in a second pytest session whose output goes to
+2. the KFP half (tests/cluster/test_kfp_*.py, which also writes the components' lastVerified) in
+   the foreground, and the other half in a second pytest session whose output goes to
    .e2e-logs/others.log, printed once it ends;
 3. the RBAC audit (test_zz_audit_rbac.py) last, alone: it reads what every launcher did in both;
 4. the cluster stops, if step 1 started it.
@@ -53,12 +53,6 @@ NEEDS_BUILT_PIECES = [
 ]
 
 
-# KFP modules that run in the other half, at its end: they mostly wait on Argo (the cold run of
-# 2026-11-28: test_kfp_caching 233 s at 1.31 cores busy), while the other half's modules are CPU-bound
-# and ended 538 s before the KFP half; beside test_kfp_ui they use the cores it leaves idle. KFP
-# modules can run side by side (each names its own runs and none depends on KFP's cache being cold).
-KFP_BESIDE_THE_OTHERS = ("test_kfp_caching.py",)
-
 # The helpers through which a scenario builds and pushes kubetrain's images (images.ensure).
 IMAGE_HELPERS = frozenset({"real_pods", "kfp_runs"})
 
@@ -66,19 +60,17 @@ IMAGE_HELPERS = frozenset({"real_pods", "kfp_runs"})
 def halves() -> tuple[list[str], list[str]]:
     """(the KFP backend's test modules, every other e2e module and the tests that need built pieces).
 
-    In each, the modules that need no image come first; the KFP modules in KFP_BESIDE_THE_OTHERS
-    run last in the second half.
+    In each, the modules that need no image come first (their order is all that differs).
     """
     modules = sorted(p for p in CLUSTER.glob("test_*.py") if p != AUDIT)
-    kfp = [p for p in modules if p.name.startswith("test_kfp_") and p.name not in KFP_BESIDE_THE_OTHERS]
-    others = [p for p in modules if p not in kfp]
+    kfp = [p for p in modules if p.name.startswith("test_kfp_")]
+    others = [p for p in modules if not p.name.startswith("test_kfp_")]
     image_free = {m for m in modules if not needs_images(m)}
 
     def ordered(group: list[Path], also_first: Sequence[str] = ()) -> list[str]:
         first = [str(p.relative_to(REPO_ROOT)) for p in group if p in image_free]
-        rest = [p for p in group if p not in image_free]
-        rest.sort(key=lambda p: p.name in KFP_BESIDE_THE_OTHERS)  # stable: those last
-        return [*first, *also_first, *(str(p.relative_to(REPO_ROOT)) for p in rest)]
+        rest = [str(p.relative_to(REPO_ROOT)) for p in group if p not in image_free]
+        return [*first, *also_first, *rest]
 
     return ordered(kfp), ordered(others, NEEDS_BUILT_PIECES)
 
