@@ -23,11 +23,13 @@ def download_dataset(
     (kfp.kubernetes.mount_pvc); the kubetrain pipelines do, and cache this step: a later run with
     the same inputs skips it and its Dataset names the same directory on the claim. builtin: and a
     source pinned by sha256 (or #sha256= on every file) always mean the same bytes. A URL with no
-    checksum is fetched once, then served from KFP's cache and the claim until a run passes
-    refresh=True: that run misses the cache (its inputs differ), downloads again into the same
-    directory, and every later cache hit resolves to the new copy. The step warns when it
-    downloads an unpinned source; to bound a copy's age, pin a checksum or schedule a recurring
-    run with refresh=True.
+    checksum is fetched once, then served from KFP's cache and the claim until a run that KFP's
+    cache does not serve passes refresh=True: it downloads again into the same directory, and every
+    later cache hit resolves to the new copy. refresh=True is an input like any other, so only the
+    first run with it misses the cache; submit a refresh with enable_caching=False (kfp.Client's
+    create_run_from_pipeline_package and create_recurring_run take it; the kubetrain pipelines
+    cache only this step). The step warns when it downloads an unpinned source; to bound a copy's
+    age, pin a checksum or schedule a recurring run with refresh=True and enable_caching=False.
 
     Args:
         source: builtin:digits (no network), an http(s)/s3/gs/file URL of an .npz or archive, a
@@ -37,7 +39,8 @@ def download_dataset(
         sha256: Expected sha256 of a single-file source; empty to skip the check.
         shards: Number of training shards to write (parameter-server tasks stay inside one shard).
         workspace_pvc: Name of the ReadWriteMany PersistentVolumeClaim shared with the training jobs.
-        refresh: Download again even when the workspace already holds this source.
+        refresh: Download again even when the workspace already holds this source (in a run
+            KFP's cache does not serve: submit it with enable_caching=False).
 
     Returns:
         dataset: `dataset.json`; its metadata gives the claim (workspace_pvc), the pod-side

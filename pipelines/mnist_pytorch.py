@@ -27,7 +27,8 @@ def mnist_pytorch(
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
         refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
-            KFP's cache and the claim).
+            KFP's cache and the claim); submit the run with enable_caching=False, or KFP's cache
+            serves a second refresh with the same inputs.
         workers: Worker replicas besides the master.
         epochs: Training epochs.
         batch_size: Records per process per step.
