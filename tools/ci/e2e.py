@@ -19,7 +19,8 @@ turns (tools/cluster/images.py holds a lock). Each half runs the modules that ne
 on a cold machine the images take minutes to build (torch's 5 GB layer), with one core to spare,
 and those modules use it; the first scenario that needs an image waits on the lock, then pushes.
 `--one-after-another` runs the halves in turn (to tell a problem of running side by side from a
-plain one). PYTEST_ARGS (shell words) go to every pytest session. The exit status is non-zero when any step failed.
+plain one). PYTEST_ARGS (shell words) go to every pytest session. The exit status is non-zero
+when any step failed.
 """
 
 from __future__ import annotations
