@@ -65,7 +65,7 @@ def test_versions_are_the_pins_not_typed_again() -> None:
     mpi = {d["name"]: d["version"] for d in _meta("chainermn_train")["dependencies"]["kubeflow"]}
     assert (
         f"github.com/kubeflow/mpi-operator {mpi['MPI Operator']}"
-        in (REPO / "tools/controlplane/mpi-operator/go.mod").read_text()
+        in (REPO / "tools/controlplane/k8s/go.mod").read_text()
     )
 
 

@@ -15,9 +15,14 @@ export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/controlplane"
 # Every key also holds the toolchain and the flags, so a binary built another way is never reused.
 toolchain="$(go version) $GOFLAGS CGO_ENABLED=$CGO_ENABLED"
-hash=$(cat "$here/pins.env" "$here"/*/* <(echo "$toolchain") | sha256sum | cut -c1-16)
+files() { find "$@" -type f -print0 | sort -z | xargs -0 cat; }  # every file below, in a fixed order
+hash=$(cat "$here/pins.env" <(files "$here"/*/) <(echo "$toolchain") | sha256sum | cut -c1-16)
 bin="$cache/$hash/bin"
-mkdir -p "$bin"
+# --list: print each piece as `module dir<TAB>binary<TAB>package` and build nothing (the one list of
+# pieces; bench/go_compile_units.py reads it).
+list=0
+if [ "${1:-}" = --list ]; then list=1; shift; fi
+[ "$list" = 1 ] || mkdir -p "$bin"
 jobs="${KUBETRAIN_GO_JOBS:-2}"
 
 k8s_ldflags() {
@@ -30,8 +35,9 @@ k8s_ldflags() {
 build() {  # build DIR OUTPUT PACKAGE [LDFLAGS]
   local dir=$1 out=$2 pkg=$3 ldflags=${4:--s -w}
   local key piece
-  # Every file of the wrapper module (go.mod, go.sum, any source) and the link flags.
-  key=$(cat "$here/pins.env" "$here/$dir"/* <(echo "$ldflags $toolchain") | sha256sum | cut -c1-16)
+  if [ "$list" = 1 ]; then printf '%s\t%s\t%s\n' "$here/$dir" "$out" "$pkg"; return; fi
+  # Every file of the wrapper module (go.mod, go.sum, any source, in subfolders too) and the link flags.
+  key=$(cat "$here/pins.env" <(files "$here/$dir") <(echo "$ldflags $toolchain") | sha256sum | cut -c1-16)
   piece="$cache/pieces/$dir-$key"
   if [ ! -x "$piece/$out" ]; then
     echo "controlplane: building $out ($pkg)" >&2
@@ -49,32 +55,36 @@ build() {  # build DIR OUTPUT PACKAGE [LDFLAGS]
 
 # Module downloads are network-bound: fetch every wrapper module's graph in the background while
 # the first pieces compile (Go's module cache is safe to share between concurrent commands).
-(for d in "$here"/*/; do [ -f "$d/go.mod" ] && (cd "$d" && go mod download >/dev/null 2>&1); done) &
-prefetch=$!
-trap 'kill $prefetch 2>/dev/null || true' EXIT
+if [ "$list" = 0 ]; then
+  (for d in "$here"/*/; do [ -f "$d/go.mod" ] && (cd "$d" && go mod download >/dev/null 2>&1); done) &
+  prefetch=$!
+  trap 'kill $prefetch 2>/dev/null || true' EXIT
+fi
 
 build k8s kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$(k8s_ldflags)"
 build k8s kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$(k8s_ldflags)"
 build k8s kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$(k8s_ldflags)"
 build k8s kubectl k8s.io/kubernetes/cmd/kubectl "$(k8s_ldflags)"
-build etcd etcd kubetrain.local/etcd
+build k8s etcd kubetrain.local/k8sbins/etcd
 
-# kwok and the operators: each from its own wrapper module (its go.mod requires the pinned release
-# and names the command with a `tool` directive; go.sum checksums everything). `go install pkg@v`
-# is not used: it asks the proxy for the module's version list, which the proxy refuses for some.
-build kwok kwok sigs.k8s.io/kwok/cmd/kwok
-build kwok kwokctl sigs.k8s.io/kwok/cmd/kwokctl
+# kwok and the operators, from the same module as the control plane (k8s/go.mod requires each
+# pinned release and names its command with a `tool` directive; go.sum checksums everything): one
+# module graph, so the Kubernetes libraries they share compile once. training-operator keeps a
+# module of its own (k8s/go.mod says why). `go install pkg@v` is not used: it asks the proxy for
+# the module's version list, which the proxy refuses for some.
+build k8s kwok sigs.k8s.io/kwok/cmd/kwok
+build k8s kwokctl sigs.k8s.io/kwok/cmd/kwokctl
+build k8s mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
+build k8s jobset-controller sigs.k8s.io/jobset
+build k8s trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 build training-operator training-operator github.com/kubeflow/training-operator/cmd/training-operator.v1
-build mpi-operator mpi-operator github.com/kubeflow/mpi-operator/cmd/mpi-operator
-build jobset jobset-controller sigs.k8s.io/jobset
-build trainer trainer-controller-manager github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 
-# The real node (`build.sh node`, or KUBETRAIN_NODE=1): kubelet and kube-proxy from their own module
-# (so the control plane's pins did not change), containerd with its runc shim, the CNI plugins,
-# CoreDNS, the image registry the node pulls from, and a pause process for pod sandboxes.
+# The real node (`build.sh node`, or KUBETRAIN_NODE=1): kubelet and kube-proxy (the control plane's
+# module), containerd with its runc shim, the CNI plugins, CoreDNS, the image registry the node
+# pulls from, and a pause process for pod sandboxes.
 if [ "${1:-}" = node ] || [ "${KUBETRAIN_NODE:-0}" = 1 ]; then
-  build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$(k8s_ldflags)"
-  build kubelet kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$(k8s_ldflags)"
+  build k8s kubelet k8s.io/kubernetes/cmd/kubelet "$(k8s_ldflags)"
+  build k8s kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$(k8s_ldflags)"
   ctrd="github.com/containerd/containerd/v2"
   ctrd_ldflags="-s -w -X $ctrd/version.Version=$CONTAINERD_VERSION -X $ctrd/version.Package=$ctrd"
   for cmd in containerd containerd-shim-runc-v2 ctr; do
@@ -84,7 +94,7 @@ if [ "${1:-}" = node ] || [ "${KUBETRAIN_NODE:-0}" = 1 ]; then
     build cni "cni-${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin"
   done
   build coredns coredns kubetrain.local/coredns
-  build registry registry github.com/distribution/distribution/v3/cmd/registry
+  build registry registry kubetrain.local/registry
   build pause pause kubetrain.local/pause
 fi
-echo "$bin"
+[ "$list" = 1 ] || echo "$bin"

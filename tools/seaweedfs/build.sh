@@ -7,6 +7,7 @@
 #
 # Usage: build.sh               builds if needed, prints the bin dir
 #        build.sh --print-bin   prints where the bin dir is (or would be) and builds nothing
+#        build.sh --list        prints the piece (`module dir<TAB>binary<TAB>package`), builds nothing
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # -dwarf=false: see tools/controlplane/build.sh.
@@ -18,6 +19,10 @@ key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" <(echo "$toolchain") | 
 bin="$cache/$key/bin"
 if [ "${1:-}" = --print-bin ]; then  # the one place the key is computed: callers ask here
   echo "$bin"
+  exit 0
+fi
+if [ "${1:-}" = --list ]; then  # the piece, as bench/go_compile_units.py reads every build script's
+  printf '%s\t%s\t%s\n' "$here" weed github.com/seaweedfs/seaweedfs/weed
   exit 0
 fi
 if [ ! -x "$bin/weed" ]; then

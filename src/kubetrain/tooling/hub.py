@@ -53,9 +53,9 @@ INFO: dict[str, ComponentInfo] = {
 # The Go modules whose pinned versions the wrapper go.mod files in tools/controlplane/ require.
 GO_MODULES = {
     "Training Operator": ("training-operator", "github.com/kubeflow/training-operator"),
-    "MPI Operator": ("mpi-operator", "github.com/kubeflow/mpi-operator"),
-    "Trainer": ("trainer", "github.com/kubeflow/trainer/v2"),
-    "JobSet": ("jobset", "sigs.k8s.io/jobset"),
+    "MPI Operator": ("k8s", "github.com/kubeflow/mpi-operator"),
+    "Trainer": ("k8s", "github.com/kubeflow/trainer/v2"),
+    "JobSet": ("k8s", "sigs.k8s.io/jobset"),
 }
 
 
