@@ -139,8 +139,15 @@ def test_kubetrains_labels_and_deadline_stay() -> None:
     assert lowered["spec"]["runPolicy"]["activeDeadlineSeconds"] == built - 1
 
 
-def test_an_apparmor_annotation_is_refused() -> None:
-    key = "container.apparmor.security.beta.kubernetes.io/pytorch"
+@pytest.mark.parametrize(
+    "key",
+    [
+        "container.apparmor.security.beta.kubernetes.io/pytorch",
+        "seccomp.security.alpha.kubernetes.io/pod",
+        "container.seccomp.security.alpha.kubernetes.io/pytorch",  # the old per-container one (issue 48.7)
+    ],
+)
+def test_a_security_profile_annotation_is_refused(key: str) -> None:
     _refused(_at((*WORKER, "metadata", "annotations", key), "unconfined"), f"{WHERE}.metadata.annotations.{key}")
 
 

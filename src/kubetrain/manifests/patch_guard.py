@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kubetrain.errors import ManifestError
+from kubetrain.specs.scheduling import is_security_profile_key
 
 # Keys past the security line: wherever they occur, they stay exactly as built (absent included).
 _FORBIDDEN: dict[str, str] = {
@@ -68,8 +69,6 @@ _KEPT_LISTS: dict[str, str] = {
     "containers": "container",
 }
 _DEADLINE = "activeDeadlineSeconds"
-# Pod annotations that set a security profile (the "baseline" standard forbids changing them).
-_PROFILE_ANNOTATIONS = ("container.apparmor.security.beta.kubernetes.io/", "seccomp.security.alpha.kubernetes.io/")
 _LIST_RULE = (
     "a list in a merge patch replaces the whole list: repeat kubetrain's items as `kubetrain render` prints them, "
     "and add yours"
@@ -165,11 +164,12 @@ def _check_metadata(built: Any, patched: Any) -> None:
             for name, value in values.items():
                 if now_values.get(name) != value:
                     raise _refuse(f"{where}.{name}", f"may not change or remove kubetrain's {key[:-1]} ({value!r})")
-    for where, added in _find(patched, "annotations"):
-        if isinstance(added, Mapping):
-            for name in added:
-                if str(name).startswith(_PROFILE_ANNOTATIONS):
-                    raise _refuse(f"{where}.{name}", "may not set a security profile: the pods keep RuntimeDefault")
+        # The same rule as the labels and annotations inputs (specs.scheduling).
+        for where, added in _find(patched, key):
+            if isinstance(added, Mapping):
+                for name in added:
+                    if is_security_profile_key(name):
+                        raise _refuse(f"{where}.{name}", "may not set a security profile: the pods keep RuntimeDefault")
 
 
 def _check_deadlines(built: Any, patched: Any) -> None:
