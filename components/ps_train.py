@@ -103,7 +103,7 @@ def ps_train(
             to queue the job with Kueue. Kubernetes label keys and values; kubetrain's own keys
             (kubetrain.io/*, app.kubernetes.io/managed-by, sidecar.istio.io/inject) are refused.
         annotations: Annotations of the job and of every training pod (any string values; the
-            same keys are kubetrain's own and refused).
+            same keys are kubetrain's own and refused, and so are AppArmor and seccomp profiles).
         priority_class: PriorityClass of every training pod (priorityClassName); empty
             for the cluster's default.
         manifest_patch: A JSON merge patch (RFC 7386) applied to the job's manifest, for what the
@@ -113,7 +113,9 @@ def ps_train(
             or ports, privileged, security contexts, added containers, Secrets, projected or CSI
             volumes) nor change what the step owns: image, command and args, the service account and
             its token, kubetrain's volumes, mounts, env, labels and annotations, and the deadline
-            (which may only be lowered). A list replaces the whole list: repeat kubetrain's items.
+            (which may only be lowered). Lists replace, but for containers, env, volumes, volumeMounts,
+            ports and replicatedJobs, whose items merge by name (mountPath, containerPort): name
+            only the items you add or change.
 
     Returns:
         model: The model files and metrics.json; metadata has framework, job name and status.

@@ -36,8 +36,26 @@ def test_timeout_can_suspend_instead_of_delete(env: Env) -> None:
     with pytest.raises(JobTimeoutError, match="suspended it"):
         env.launch(pytorch_manifest(workers=0), timeout=1.0, on_timeout="suspend")
     [patch] = env.requests("patch", "pytorchjobs")
-    assert patch.body == {"spec": {"runPolicy": {"suspend": True}}}
+    assert patch.body == {"spec": {"runPolicy": {"suspend": True}}, "metadata": {"uid": env.created_uid("train")}}
     assert env.api.objects[("pytorchjobs", NS, "train")]["spec"]["runPolicy"]["suspend"] is True
+    assert env.api.deletions == []
+
+
+def test_a_timeout_suspends_only_its_own_job_not_one_that_took_its_name(env: Env) -> None:
+    """Issue 48.12: the suspend patch had no uid precondition, so it suspended another user's job that
+    had replaced the launcher's (same name, new uid) while the launcher waited."""
+    key = ("pytorchjobs", NS, "train")
+
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(PYTORCHJOB, NS, "train")
+        with api.cv:  # someone's job now holds the name (no event: the launcher cannot tell)
+            api.objects[key]["metadata"]["uid"] = "someone-elses-job"
+
+    with pytest.raises(JobTimeoutError):
+        env.launch(pytorch_manifest(workers=0), script, timeout=1.0, on_timeout="suspend")
+    [patch] = env.requests("patch", "pytorchjobs")
+    assert patch.body["metadata"] == {"uid": env.created_uid("train")}
+    assert "suspend" not in env.api.objects[key]["spec"].get("runPolicy", {})
     assert env.api.deletions == []
 
 

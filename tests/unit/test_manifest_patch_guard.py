@@ -78,10 +78,15 @@ def test_a_pod_level_addition_past_the_line_is_refused_naming_the_field(pod: dic
     assert "may not" in message
 
 
-def test_a_new_volume_keeps_kubetrains_volumes_or_is_refused() -> None:
+def test_a_new_volume_is_added_beside_kubetrains_and_dropping_them_is_refused() -> None:
     manifest = _manifest()
-    # Replacing the list without kubetrain's workspace volume drops /workspace: refused.
-    _refused(_pod({"volumes": [{"name": "cache", "emptyDir": {}}]}), f"{WHERE}.spec.volumes[workspace]", manifest)
+    built = manifest["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"]
+    # Named items merge by name (issue 48.11): the patch names only the volume it adds.
+    patched = apply_manifest_patch(manifest, _pod({"volumes": [{"name": "cache", "emptyDir": {}}]}), crd_dir=CRD_DIR)
+    volumes = patched["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"]
+    assert volumes == [*built, {"name": "cache", "emptyDir": {}}]
+    # Deleting the list drops /workspace: refused.
+    _refused(_pod({"volumes": None}), f"{WHERE}.spec.volumes[workspace]", manifest)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +98,7 @@ def test_a_new_volume_keeps_kubetrains_volumes_or_is_refused() -> None:
         ({"securityContext": {"privileged": True}}, "securityContext.privileged"),
         ({"securityContext": {"capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}, "allowPrivilegeEscalation": False,
                               "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}}, "securityContext"),
-        ({"ports": [{"containerPort": 80, "hostPort": 80}]}, "ports[0].hostPort"),
+        ({"ports": [{"containerPort": 80, "hostPort": 80}]}, "ports[1].hostPort"),  # after kubetrain's port
         ({"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}, "env[T].valueFrom.secretKeyRef"),
         ({"envFrom": [{"secretRef": {"name": "s"}}]}, "envFrom[0].secretRef"),
     ],
@@ -104,19 +109,51 @@ def test_a_container_change_past_the_line_is_refused_naming_the_field(changes: d
     _refused(patch, f"{WHERE}.spec.containers[pytorch].{field}", manifest)
 
 
-def test_a_containers_patch_that_drops_kubetrains_env_or_mounts_is_refused_not_applied() -> None:
+def test_a_containers_patch_names_what_it_adds_and_keeps_kubetrains_env_and_mounts() -> None:
     manifest = _manifest()
-    # What the sweep did: the container list given with only a new env var; the pod lost /workspace.
-    patch = _pod({"containers": [{"name": "pytorch", "image": _container(manifest)[0]["image"],
-                                  "env": [{"name": "OMP_NUM_THREADS", "value": "1"}]}]})  # fmt: skip
-    message = _refused(patch, f"{WHERE}.spec.containers[pytorch].env[", manifest)
-    assert "repeat kubetrain's items" in message
     (container,) = _container(manifest)
-    del container["volumeMounts"]
-    _refused(_pod({"containers": [container]}), f"{WHERE}.spec.containers[pytorch].volumeMounts[workspace]", manifest)
-    changed = json.loads(json.dumps(_container(manifest)))
-    changed[0]["env"][0]["value"] = "changed"
-    _refused(_pod({"containers": changed}), f"{WHERE}.spec.containers[pytorch].env[", manifest)
+    # What the sweep did: the container given with only a new env var. The pod used to lose
+    # /workspace (round 1), then the patch was refused (round 4); now it merges by name.
+    patch = _pod({"containers": [{"name": "pytorch", "env": [{"name": "OMP_NUM_THREADS", "value": "1"}],
+                                  "resources": {"limits": {"memory": "2Gi"}}}]})  # fmt: skip
+    patched = apply_manifest_patch(manifest, patch, crd_dir=CRD_DIR)
+    (merged,) = patched["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    assert merged == {**container, "env": [*container["env"], {"name": "OMP_NUM_THREADS", "value": "1"}],
+                      "resources": {**container.get("resources", {}), "limits": {"memory": "2Gi"}}}  # fmt: skip
+    # Removing or changing kubetrain's items is still refused.
+    _refused(_pod({"containers": [{"name": "pytorch", "volumeMounts": None}]}),
+             f"{WHERE}.spec.containers[pytorch].volumeMounts[workspace]", manifest)  # fmt: skip
+    name = container["env"][0]["name"]
+    message = _refused(_pod({"containers": [{"name": "pytorch", "env": [{"name": name, "value": "changed"}]}]}),
+                       f"{WHERE}.spec.containers[pytorch].env[{name}]", manifest)  # fmt: skip
+    assert "may not drop or change kubetrain's env var" in message
+
+
+def test_a_containers_patch_fits_every_job_name_though_the_args_carry_the_jobs_path() -> None:
+    """Issue 48.11: the patch had to repeat the container, whose args hold runs/<job name>/, so one
+    patch matched one job only; named items now merge, so the same patch serves every run."""
+    patch = _pod({"containers": [{"name": "pytorch", "resources": {"requests": {"cpu": "2"}}}]})
+    for name in ("pytorch-0123456789ab", "pytorch-ba9876543210"):
+        plan = JobPlan(name=name, params=TrainingParams(output_dir=f"/workspace/runs/{name}/output"), pod=PodOptions())
+        manifest = build_manifest(PyTorchRequest(**IDS, workers=1).to_spec(plan))
+        patched = apply_manifest_patch(manifest, patch, crd_dir=CRD_DIR)
+        (container,) = patched["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+        assert f"/workspace/runs/{name}/output" in container["args"]
+        assert container["resources"]["requests"]["cpu"] == "2"
+
+
+def test_the_parameter_servers_env_need_not_be_repeated() -> None:
+    """The PS pods' env holds the job's addresses: a patch names the replicated job and the env var."""
+    manifest = build_manifest(PSRequest(**IDS, workers=1).to_spec(PLAN))
+    env = [{"name": "OMP_NUM_THREADS", "value": "1"}]
+    pod = {"containers": [{"name": "ps", "env": env}]}
+    patch = {"spec": {"replicatedJobs": [{"name": "worker", "template": {"spec": {"template": {"spec": pod}}}}]}}
+    patched = apply_manifest_patch(manifest, patch, crd_dir=CRD_DIR)
+    for built, job in zip(manifest["spec"]["replicatedJobs"], patched["spec"]["replicatedJobs"], strict=True):
+        (before,) = built["template"]["spec"]["template"]["spec"]["containers"]
+        (after,) = job["template"]["spec"]["template"]["spec"]["containers"]
+        assert job["name"] == built["name"]
+        assert after["env"] == (before["env"] + env if job["name"] == "worker" else before["env"])
 
 
 def test_a_second_container_is_refused() -> None:
@@ -139,8 +176,15 @@ def test_kubetrains_labels_and_deadline_stay() -> None:
     assert lowered["spec"]["runPolicy"]["activeDeadlineSeconds"] == built - 1
 
 
-def test_an_apparmor_annotation_is_refused() -> None:
-    key = "container.apparmor.security.beta.kubernetes.io/pytorch"
+@pytest.mark.parametrize(
+    "key",
+    [
+        "container.apparmor.security.beta.kubernetes.io/pytorch",
+        "seccomp.security.alpha.kubernetes.io/pod",
+        "container.seccomp.security.alpha.kubernetes.io/pytorch",  # the old per-container one (issue 48.7)
+    ],
+)
+def test_a_security_profile_annotation_is_refused(key: str) -> None:
     _refused(_at((*WORKER, "metadata", "annotations", key), "unconfined"), f"{WHERE}.metadata.annotations.{key}")
 
 

@@ -106,6 +106,15 @@ def test_by_default_nothing_new_is_emitted() -> None:
         ({"labels": {"kubetrain.io/kfp-task-id": "other"}}, r"labels\['kubetrain.io/kfp-task-id'\].*a key of your own"),
         ({"labels": {"app.kubernetes.io/managed-by": "me"}}, r"labels\['app.kubernetes.io/managed-by'\].*kubetrain sets"),
         ({"annotations": {"sidecar.istio.io/inject": "true"}}, r"annotations\['sidecar.istio.io/inject'\]"),
+        # Issue 48.7: the annotations input turned AppArmor (or seccomp) off, as a patch may not.
+        ({"annotations": {"container.apparmor.security.beta.kubernetes.io/pytorch": "unconfined"}},
+         r"annotations\['container.apparmor.security.beta.kubernetes.io/pytorch'\].*security profile"),
+        ({"annotations": {"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}},
+         r"annotations\['seccomp.security.alpha.kubernetes.io/pod'\].*security profile"),
+        ({"annotations": {"container.seccomp.security.alpha.kubernetes.io/pytorch": "unconfined"}},
+         r"annotations\['container.seccomp.security.alpha.kubernetes.io/pytorch'\].*security profile"),
+        ({"labels": {"container.apparmor.security.beta.kubernetes.io/pytorch": "unconfined"}},
+         r"labels\['container.apparmor.security.beta.kubernetes.io/pytorch'\].*security profile"),
         ({"labels": {"team": "two words"}}, r"labels\['team'\]: got 'two words'; expected a label value"),
         ({"labels": {"-team": "a"}}, r"labels\['-team'\]: got '-team'; expected a qualified key"),
         ({"labels": {"replicas": 3}}, r"labels\['replicas'\]: got 3; expected a string value \(quote numbers"),
@@ -124,6 +133,9 @@ def test_specs_refuse_what_the_requests_refuse() -> None:
     """The specs hold the rules themselves, so the presets (and `kubetrain render`) refuse the same."""
     with pytest.raises(SpecError, match=r"labels\['kubetrain.io/component'\]"):
         JobMeta(name="job", user_labels={"kubetrain.io/component": "mine"})
+    key = "container.apparmor.security.beta.kubernetes.io/pytorch"
+    with pytest.raises(SpecError, match=r"annotations\[.*security profile"):
+        JobMeta(name="job", user_annotations={key: "unconfined"})
     with pytest.raises(SpecError, match=r"priority_class: got 'a'; expected none on a TrainJob"):
         pytorch_trainjob_spec(name="job", params=TrainingParams(), pod=PodOptions(priority_class="a"))
 

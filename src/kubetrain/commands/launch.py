@@ -126,6 +126,15 @@ def make_backend(args: argparse.Namespace) -> Backend:
     )
 
 
+def say_missing_data(manifest: dict[str, Any], backend: Backend) -> None:
+    """Locally, name the directory of a data set the job would find missing or empty, before it starts."""
+    from kubetrain.backends.local.backend import LocalBackend  # only --local needs the local backend
+    from kubetrain.backends.local.data_notice import missing_data_notice
+
+    if isinstance(backend, LocalBackend) and (notice := missing_data_notice(manifest, backend.claim_dir)):
+        print(notice, file=sys.stderr, flush=True)
+
+
 def dry_run(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
     """Print what the API server would store for `manifest`; nothing is created."""
     if args.local:
@@ -160,6 +169,7 @@ def _launch(args: argparse.Namespace, cancel: threading.Event) -> int:
         return dry_run(args, manifest)
     backend = make_backend(args)
     try:
+        say_missing_data(manifest, backend)
         result = run_job(
             manifest,
             backend=backend,

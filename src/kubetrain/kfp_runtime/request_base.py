@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, cast
@@ -25,7 +24,8 @@ from kubetrain.manifests.patch import apply_manifest_patch, check_json_depth
 from kubetrain.manifests.validate import validate_manifest
 from kubetrain.names import is_dns1123_label, is_dns1123_subdomain, is_quantity
 from kubetrain.presets import PodOptions, TrainingParams, UserProgram
-from kubetrain.specs import MAX_REPLICAS, JobSpec, RunPolicy
+from kubetrain.specs import MAX_REPLICAS, JobSpec, RunPolicy, limits
+from kubetrain.specs.limits import Count, check_learning_rate, check_seconds
 from kubetrain.specs.scheduling import check_priority_class, check_user_metadata
 
 Framework = Literal["pytorch", "chainermn", "ps"]
@@ -38,19 +38,20 @@ DEFAULT_ARCHITECTURE = "mlp"
 # longer holds the step (and its GPUs' quota) for the whole timeout_seconds.
 DEFAULT_START_TIMEOUT_SECONDS = 600
 
-# The whole-number inputs every training component takes: the least value and what it counts,
+# The whole-number inputs every training component takes, with their bounds and what they count,
 # so an error names the input as the component names it (not the spec field it becomes).
-COUNT_INPUTS: Mapping[str, tuple[int, str]] = {
-    "epochs": (1, "passes over the training data"),
-    "batch_size": (1, "records per process per step"),
-    "seed": (0, "the random seed"),
-    "gpus": (0, "GPUs per training pod; 0 for none"),
-    "backoff_limit": (0, "pod restarts the operator allows; 0 for none"),
+COUNT_INPUTS: Mapping[str, Count] = {
+    "epochs": limits.EPOCHS,
+    "batch_size": limits.BATCH_SIZE,
+    "seed": limits.SEED,
+    "gpus": limits.GPUS,
+    "backoff_limit": limits.BACKOFF_LIMIT,
 }
 
 
-# The inputs that count replicas (pods) of a role, capped at MAX_REPLICAS; each request has some.
-REPLICA_INPUTS = ("workers", "elastic_min_workers", "elastic_max_workers", "ps_replicas")
+def replica_count(minimum: int, meaning: str) -> Count:
+    """A count of replicas (pods) of one role: from `minimum` to MAX_REPLICAS."""
+    return Count(minimum, MAX_REPLICAS, meaning, "each replica is a pod; MAX_REPLICAS")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,23 +79,6 @@ class JobIdentity:
     annotations: Mapping[str, str]
 
 
-def check_positive_int(name: str, value: object, minimum: int = 1, meaning: str = "") -> None:
-    """An integer input of at least `minimum` (bools are not integers here); `meaning` says what it counts."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        hint = f" ({meaning})" if meaning else ""
-        raise InvalidInputError(f"{name}: got {value!r}; expected an integer >= {minimum}{hint}")
-
-
-def check_seconds(name: str, value: object, *, zero: str = "") -> None:
-    """A number of seconds > 0, or >= 0 when `zero` says what 0 means."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    # inf would pass "> 0" and then fail as a traceback where it becomes activeDeadlineSeconds.
-    seconds = cast(float, value) if number else math.nan
-    if not math.isfinite(seconds) or not (seconds >= 0 if zero else seconds > 0):
-        expected = f"a number of seconds >= 0 ({zero})" if zero else "a positive number of seconds"
-        raise InvalidInputError(f"{name}: got {value!r}; expected {expected}")
-
-
 def check_name_input(name: str, value: object, what: str, *, empty: str = "or empty for the default") -> None:
     """A Kubernetes object name given as an input; empty (when `empty` says what it means) for the default."""
     if (value or not empty) and (not isinstance(value, str) or not is_dns1123_subdomain(value)):
@@ -118,7 +102,7 @@ class TrainingRequest(abc.ABC):
     models: ClassVar[tuple[str, ...]]
     default_image: ClassVar[str]
     # The framework's own whole-number inputs (workers, ps_replicas, ...), as COUNT_INPUTS.
-    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {}
+    count_inputs: ClassVar[Mapping[str, Count]] = {}
 
     run_id: str
     task_id: str
@@ -155,17 +139,9 @@ class TrainingRequest(abc.ABC):
                     "dsl.PIPELINE_TASK_ID_PLACEHOLDER as task_id and dsl.PIPELINE_TASK_NAME_PLACEHOLDER as "
                     "task_name (the KFP backend resolves these only as the task's arguments, not as input defaults)"
                 )
-        for name, (minimum, meaning) in {**COUNT_INPUTS, **self.count_inputs}.items():
-            check_positive_int(name, getattr(self, name), minimum, meaning)
-        for name in REPLICA_INPUTS:
-            value = getattr(self, name, None)
-            if isinstance(value, int) and value > MAX_REPLICAS:
-                raise InvalidInputError(
-                    f"{name}: got {value!r}; expected at most {MAX_REPLICAS} (each replica is a pod; MAX_REPLICAS)"
-                )
-        lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
-            raise InvalidInputError(f"learning_rate: got {lr!r}; expected a finite number > 0")
+        for name, count in {**COUNT_INPUTS, **self.count_inputs}.items():
+            count.check(name, getattr(self, name))
+        check_learning_rate(self.learning_rate)
         # Refused here, before anything is submitted, rather than by every replica's parser.
         check_choice("architecture", self.architecture, self.models)
         check_seconds("timeout_seconds", self.timeout_seconds)

@@ -25,6 +25,7 @@ from kubetrain.kfp_runtime.request_base import (
     JobPlan,
     TrainingRequest,
     check_choice,
+    replica_count,
 )
 from kubetrain.presets import (
     CHAINERMN_IMAGE,
@@ -43,7 +44,8 @@ from kubetrain.presets import (
 )
 from kubetrain.ps.common.model_names import MODEL_NAMES as PS_MODEL_NAMES
 from kubetrain.ps.common.model_names import is_module_path
-from kubetrain.specs import JobSpec
+from kubetrain.specs import JobSpec, limits
+from kubetrain.specs.limits import Count
 from kubetrain.train.model_shapes import MODEL_NAMES as DDP_MODEL_NAMES
 
 __all__ = [
@@ -70,10 +72,10 @@ class PyTorchRequest(ProgramRequest):
     default_program: ClassVar[tuple[str, ...]] = TORCH_PROGRAM
     operator_api: ClassVar[str] = "pytorchjob"
     default_runtime: ClassVar[str] = TORCH_RUNTIME
-    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {
-        "workers": (0, "worker replicas besides the master; 0 for a master-only job"),
-        "elastic_min_workers": (0, "the least workers of an elastic job; 0 for a fixed-size job"),
-        "elastic_max_workers": (0, "the most workers of an elastic job; 0 for a fixed-size job"),
+    count_inputs: ClassVar[Mapping[str, Count]] = {
+        "workers": replica_count(0, "worker replicas besides the master; 0 for a master-only job"),
+        "elastic_min_workers": replica_count(0, "the least workers of an elastic job; 0 for a fixed-size job"),
+        "elastic_max_workers": replica_count(0, "the most workers of an elastic job; 0 for a fixed-size job"),
     }
 
     workers: int = 1
@@ -149,9 +151,9 @@ class ChainerMNRequest(ProgramRequest):
     default_program: ClassVar[tuple[str, ...]] = CHAINERMN_PROGRAM
     operator_api: ClassVar[str] = "mpijob"
     default_runtime: ClassVar[str] = MPI_RUNTIME
-    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {
-        "workers": (1, "MPI worker replicas; mpirun needs at least one"),
-        "slots_per_worker": (1, "MPI ranks per worker"),
+    count_inputs: ClassVar[Mapping[str, Count]] = {
+        "workers": replica_count(1, "MPI worker replicas; mpirun needs at least one"),
+        "slots_per_worker": limits.SLOTS_PER_WORKER,
     }
 
     workers: int = 2
@@ -186,10 +188,10 @@ class PSRequest(TrainingRequest):
     framework: ClassVar[Framework] = "ps"
     models: ClassVar[tuple[str, ...]] = PS_MODEL_NAMES
     default_image: ClassVar[str] = PS_IMAGE
-    count_inputs: ClassVar[Mapping[str, tuple[int, str]]] = {
-        "ps_replicas": (1, "parameter servers holding the model's shards"),
-        "workers": (1, "workers pulling tasks from the master"),
-        "records_per_task": (1, "records in each task the master hands out"),
+    count_inputs: ClassVar[Mapping[str, Count]] = {
+        "ps_replicas": replica_count(1, "parameter servers holding the model's shards"),
+        "workers": replica_count(1, "workers pulling tasks from the master"),
+        "records_per_task": limits.RECORDS_PER_TASK,
     }
 
     ps_replicas: int = 2

@@ -74,12 +74,38 @@ def job_name(request: TrainingRequest) -> str:
     )
 
 
-def plan_job(request: TrainingRequest, *, name: str, data_dir: str, task_config: object, mount_path: str) -> JobPlan:
+def check_data_dir(data_dir: object, *, mount_path: str, field: str) -> None:
+    """The dataset directory must lie on the workspace volume: absolute, under `mount_path`, no '.' or '..'.
+
+    Every pod mounts the workspace claim at `mount_path`, and the local backend maps exactly that
+    prefix to the claim's directory: `/workspace/../etc` would read the image's (or, locally, this
+    machine's) /etc instead of the data set.
+    """
+    parts = data_dir.split("/") if isinstance(data_dir, str) else [".."]
+    under = isinstance(data_dir, str) and (data_dir + "/").startswith(mount_path.rstrip("/") + "/")
+    if not under or any(part in (".", "..") for part in parts):
+        raise InvalidInputError(
+            f"{field}: got {data_dir!r}; expected the data set's directory on the workspace volume, an absolute "
+            f"path under {mount_path} without '.' or '..' segments (e.g. {mount_path}/datasets/digits)"
+        )
+
+
+def plan_job(
+    request: TrainingRequest,
+    *,
+    name: str,
+    data_dir: str,
+    task_config: object,
+    mount_path: str,
+    data_field: str = "data",
+) -> JobPlan:
     """The job's plan: its name, the program's directories under the workspace mount, the pods' options.
 
     The step's outputs go to `runs/NAME/output` on the workspace, its checkpoints to
-    `runs/NAME/checkpoints`; `kubetrain render` plans with this same function.
+    `runs/NAME/checkpoints`; `kubetrain render` plans with this same function. `data_field` names
+    where `data_dir` came from, for the error when it is not on the workspace.
     """
+    check_data_dir(data_dir, mount_path=mount_path, field=data_field)
     params = request.training_params(
         data_dir=data_dir,
         output_dir=posixpath.join(mount_path, RUNS_DIR, name, "output"),
@@ -234,7 +260,14 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
         print(warning, file=sys.stderr, flush=True)
     workspace: WorkspaceView = open_workspace(request.workspace_pvc, kind=kind)
     name = job_name(request)
-    plan = plan_job(request, name=name, data_dir=data_dir, task_config=task_config, mount_path=workspace.mount_path)
+    plan = plan_job(
+        request,
+        name=name,
+        data_dir=data_dir,
+        task_config=task_config,
+        mount_path=workspace.mount_path,
+        data_field="dataset (the Dataset artifact's 'path' metadata)",
+    )
     params = plan.params
     request.preflight(kind)
     manifest = request.manifest(plan)  # patched and validated: checked before anything is submitted

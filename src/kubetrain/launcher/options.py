@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kubetrain.errors import InvalidInputError
+from kubetrain.specs.limits import check_seconds
 
 DeleteAfter = Literal["never", "success", "always"]
 OnTimeout = Literal["delete", "suspend"]
@@ -76,12 +77,10 @@ class AwaitOptions:
     tuning: Tuning = field(default_factory=Tuning)
 
     def __post_init__(self) -> None:
-        if not self.timeout_seconds > 0:
-            raise InvalidInputError(f"timeout_seconds: got {self.timeout_seconds!r}; expected a positive number")
-        if self.start_timeout_seconds is not None and not self.start_timeout_seconds > 0:
-            raise InvalidInputError(
-                f"start_timeout_seconds: got {self.start_timeout_seconds!r}; expected a positive number or None"
-            )
+        # Bounded (366 days): inf or 1e30 would overflow the clocks and waits the deadline feeds.
+        check_seconds("timeout_seconds", self.timeout_seconds)
+        if self.start_timeout_seconds is not None:
+            check_seconds("start_timeout_seconds", self.start_timeout_seconds)
         if self.delete_after not in DELETE_AFTER_CHOICES:
             raise InvalidInputError(
                 f"delete_after: got {self.delete_after!r}; expected one of {', '.join(DELETE_AFTER_CHOICES)}"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import ManifestError
+from kubetrain.manifests.bounds import check_manifest_bounds
 from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCH_CONTAINER, PYTORCHJOB, TRAINJOB, JobKind, kind_of
 from kubetrain.manifests.schema import crd_dir_from_env, validate_against_crd
 from kubetrain.names import DNS1035_MAX, is_dns1035_label
@@ -255,8 +256,9 @@ _VALIDATORS = {
 def validate_manifest(manifest: Mapping[str, Any], *, crd_dir: Path | None = None) -> JobKind:
     """Check a manifest of any supported kind; return its kind or raise ManifestError.
 
-    Controller and webhook rules always apply. The CRD schema (with undeclared fields as errors)
-    applies when `crd_dir` is given or `KUBETRAIN_CRD_DIR` is set.
+    Controller and webhook rules always apply, and so do the input bounds (`bounds`). The CRD
+    schema (with undeclared fields as errors) applies when `crd_dir` is given or
+    `KUBETRAIN_CRD_DIR` is set.
     """
     if not isinstance(manifest, Mapping):
         raise ManifestError("<root>", f"a manifest must be a mapping, got {type(manifest).__name__}")
@@ -265,6 +267,7 @@ def validate_manifest(manifest: Mapping[str, Any], *, crd_dir: Path | None = Non
     if not metadata.get("name"):
         _fail("metadata.name", "is required (kubetrain does not use generateName: names must be stable for retries)")
     _VALIDATORS[kind.kind](manifest)
+    check_manifest_bounds(manifest)
     directory = crd_dir or crd_dir_from_env()
     if directory is not None:
         validate_against_crd(manifest, directory)

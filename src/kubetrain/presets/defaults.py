@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -19,7 +18,9 @@ from kubetrain.specs import (
     Volume,
     VolumeMount,
     Workspace,
+    limits,
 )
+from kubetrain.specs.limits import check_learning_rate
 
 WORKSPACE_MOUNT = "/workspace"
 PS_MASTER_PORT = 50051
@@ -42,12 +43,10 @@ class TrainingParams:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SpecError(name, value, "an integer ≥ 1")
-        if not isinstance(self.lr, (int, float)) or isinstance(self.lr, bool) or not 0 < self.lr < math.inf:
-            raise SpecError("lr", self.lr, "a finite learning rate > 0")
+        limits.EPOCHS.check("epochs", self.epochs)
+        limits.BATCH_SIZE.check("batch_size", self.batch_size)
+        limits.SEED.check("seed", self.seed)
+        check_learning_rate(self.lr, "lr", noun="learning rate")
         for name in ("data_dir", "output_dir"):
             if not getattr(self, name):
                 raise SpecError(name, getattr(self, name), "a directory path")

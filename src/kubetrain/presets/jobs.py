@@ -35,6 +35,7 @@ from kubetrain.specs import (
     PyTorchJobSpec,
     ReplicaSpec,
     RunPolicy,
+    limits,
 )
 
 
@@ -148,6 +149,7 @@ def ps_job_spec(
     """
     if model_module and not is_module_path(model_module):
         raise SpecError("model_module", model_module, "an importable module path such as my_team.ctr_model")
+    limits.RECORDS_PER_TASK.check("records_per_task", records_per_task)
     pod = pod or PodOptions()
     master_addr = master_address(name=name, port=PS_MASTER_PORT)
     ps_addrs = ",".join(ps_addresses(name=name, port=PS_SERVER_PORT, count=ps))

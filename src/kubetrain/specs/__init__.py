@@ -1,5 +1,6 @@
 """Typed, self-validating job specs (no kfp, kubernetes or torch imports)."""
 
+from kubetrain.specs import limits
 from kubetrain.specs.common import (
     MAX_REPLICAS,
     EnvVar,
@@ -47,4 +48,5 @@ __all__ = [
     "Volume",
     "VolumeMount",
     "Workspace",
+    "limits",
 ]

@@ -22,6 +22,7 @@ from kubetrain.names import (
     is_label_value,
     is_quantity,
 )
+from kubetrain.specs import limits
 from kubetrain.specs.scheduling import NodeAffinity, check_priority_class
 
 RestartPolicy = Literal["Never", "OnFailure", "ExitCode", "Always"]
@@ -135,7 +136,7 @@ class Resources:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not is_quantity(value)):
                 raise SpecError(f"resources.{name}", value, "a Kubernetes quantity such as '500m', '2', '4Gi'")
-        check_non_negative(self.gpus, "resources.gpus")
+        limits.GPUS.check("resources.gpus", self.gpus)
         if not is_label_key(self.gpu_resource):
             raise SpecError(
                 "resources.gpu_resource", self.gpu_resource, "an extended resource name like nvidia.com/gpu"
@@ -243,11 +244,11 @@ class RunPolicy:
     suspend: bool = False
 
     def __post_init__(self) -> None:
-        check_non_negative(self.backoff_limit, "run_policy.backoff_limit")
+        if self.backoff_limit is not None:
+            limits.BACKOFF_LIMIT.check("run_policy.backoff_limit", self.backoff_limit)
         check_non_negative(self.ttl_seconds_after_finished, "run_policy.ttl_seconds_after_finished")
-        check_non_negative(self.active_deadline_seconds, "run_policy.active_deadline_seconds")
-        if self.active_deadline_seconds == 0:
-            raise SpecError("run_policy.active_deadline_seconds", 0, "a positive number of seconds, or None")
+        if self.active_deadline_seconds is not None:
+            limits.DEADLINE_SECONDS.check("run_policy.active_deadline_seconds", self.active_deadline_seconds)
         if self.clean_pod_policy is not None and self.clean_pod_policy not in CLEAN_POD_POLICIES:
             raise SpecError("run_policy.clean_pod_policy", self.clean_pod_policy, "one of None, Running, All")
         if not isinstance(self.suspend, bool):

@@ -13,6 +13,7 @@ from typing import Literal
 
 from kubetrain.errors import SpecError
 from kubetrain.names import DNS1035_MAX, LABEL_RUN_ID, LABEL_TASK_ID, is_dns1035_label, sanitize_label_value
+from kubetrain.specs import limits
 from kubetrain.specs.common import (
     ReplicaSpec,
     RunPolicy,
@@ -222,12 +223,7 @@ class MPIJobSpec:
             raise SpecError("launcher.replicas", self.launcher.replicas, "exactly 1")
         if self.worker.replicas < 1:
             raise SpecError("worker.replicas", self.worker.replicas, "≥ 1")
-        if (
-            isinstance(self.slots_per_worker, bool)
-            or not isinstance(self.slots_per_worker, int)
-            or self.slots_per_worker < 1
-        ):
-            raise SpecError("slots_per_worker", self.slots_per_worker, "an integer ≥ 1")
+        limits.SLOTS_PER_WORKER.check("slots_per_worker", self.slots_per_worker)
         if self.mpi_implementation not in ("OpenMPI", "Intel", "MPICH"):
             raise SpecError("mpi_implementation", self.mpi_implementation, "OpenMPI, Intel or MPICH")
         if self.launcher_creation_policy not in ("AtStartup", "WaitForWorkersReady"):

@@ -31,11 +31,26 @@ KUBETRAIN_KEY_PREFIX = "kubetrain.io/"
 RESERVED_KEYS = (LABEL_MANAGED_BY, ISTIO_INJECT)
 # The API server refuses an object whose annotations (keys and values) exceed 256 KiB in total.
 ANNOTATIONS_MAX_BYTES = 256 * 1024
+# Annotations that set a pod's or a container's security profile, AppArmor's and the old seccomp
+# ones (the kubelet still honours them): `...apparmor.../<container>: unconfined` turns AppArmor
+# off, and the "baseline" Pod Security Standard forbids changing them. kubetrain's pods keep
+# RuntimeDefault, so no input and no manifest_patch may set one, on the job or on a pod.
+SECURITY_PROFILE_PREFIXES = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
+SECURITY_PROFILE_PROBLEM = "a key of your own: it would set a security profile, and the pods keep RuntimeDefault"
 
 
 def is_reserved_key(key: str) -> bool:
     """True for a label or annotation key kubetrain sets itself."""
     return key.startswith(KUBETRAIN_KEY_PREFIX) or key in RESERVED_KEYS
+
+
+def is_security_profile_key(key: object) -> bool:
+    """True for a label or annotation key that sets an AppArmor or seccomp profile."""
+    return isinstance(key, str) and key.startswith(SECURITY_PROFILE_PREFIXES)
 
 
 def check_user_metadata(labels: Mapping[str, str], annotations: Mapping[str, str]) -> None:
@@ -54,6 +69,8 @@ def check_user_metadata(labels: Mapping[str, str], annotations: Mapping[str, str
                     f"a key of your own: kubetrain sets {KUBETRAIN_KEY_PREFIX}* and {', '.join(RESERVED_KEYS)} itself "
                     "(the KFP run and task it re-attaches by, the manager, the sidecar switch); choose another key",
                 )
+            if is_security_profile_key(key):
+                raise SpecError(where, key, SECURITY_PROFILE_PROBLEM)
             if not isinstance(value, str):
                 raise SpecError(where, value, "a string value (quote numbers and booleans)")
             if field_name == "labels" and not is_label_value(value):

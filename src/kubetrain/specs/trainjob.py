@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kubetrain.errors import SpecError
+from kubetrain.specs import limits
 from kubetrain.specs.common import ReplicaSpec, Workspace, check_name
 from kubetrain.specs.jobs import JobMeta, check_derived_names
 
@@ -58,8 +59,8 @@ class TrainJobSpec:
             or self.num_proc_per_node < 1
         ):  # fmt: skip
             raise SpecError("num_proc_per_node", self.num_proc_per_node, "an integer ≥ 1, or None for the runtime's")
-        if self.active_deadline_seconds is not None and self.active_deadline_seconds < 1:
-            raise SpecError("active_deadline_seconds", self.active_deadline_seconds, "≥ 1 second, or None")
+        if self.active_deadline_seconds is not None:
+            limits.DEADLINE_SECONDS.check("active_deadline_seconds", self.active_deadline_seconds)
         reserved = sorted({e.name for e in self.trainer.env} & set(TORCH_RESERVED_ENV))
         if reserved:
             # The Trainer's webhook refuses these: the torch plugin sets them itself.

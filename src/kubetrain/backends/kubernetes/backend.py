@@ -9,7 +9,7 @@
 - connection errors, 5xx and 429 are retried with backoff and jitter (Retry-After honoured);
 - pods by the operator's label, logs with an explicit container, `previous` and `tail_lines`;
 - delete with foreground propagation (pods go with the job; TrainJobs in the background, see
-  `delete`), always with the job's uid as precondition; suspend by merge patch;
+  `delete`) and suspend (or annotate) by merge patch, always with the job's uid as precondition;
 - a job submitted from a KFP step names the step pod (`steps`), for the reaper.
 """
 
@@ -222,21 +222,32 @@ class KubernetesBackend(Backend):
             return existing
         kind = ref.kind
         what = f"record the step pod on {kind.kind} {ref.namespace}/{ref.name}"
-        # metadata.uid in a patch is a precondition: the API server refuses it for another object.
-        patch = {"metadata": {"uid": ref.uid, "annotations": step}}
-        return self._patch(ref, patch, what)
+        return self._patch(ref, {"metadata": {"annotations": step}}, what)
 
     def _patch(self, ref: JobRef, patch: Mapping[str, Any], what: str) -> JobObject:
-        """A merge patch of the job `ref` names, with the API's retries; the patched object."""
-        kind = ref.kind
+        """A merge patch of the job of `ref.uid` (see :meth:`_send_patch`); BackendError when it fails."""
         try:
-            result = self._retry.call(
-                what, self._custom.patch_namespaced_custom_object,
-                kind.group, kind.version, ref.namespace, kind.plural, ref.name, patch,
-                _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
+            return self._send_patch(ref, patch, what)
         except ApiException as e:
             raise api_error(what, e) from e
+
+    def _send_patch(self, ref: JobRef, patch: Mapping[str, Any], what: str) -> JobObject:
+        """A merge patch of the job of `ref.uid`, with the API's retries; the patched object.
+
+        `metadata.uid` in a merge patch is a precondition: the API server answers 409 and changes
+        nothing when the object of that name now is another one (ours deleted, someone's new job
+        under the same name), so a patch never lands on a job this backend did not submit or adopt.
+        """
+        kind = ref.kind
+        if not ref.uid:
+            raise InvalidInputError(f"{what}: the reference has no uid; patch only a job this backend "
+                                    "submitted or adopted (submit returns its reference with the uid)")  # fmt: skip
+        guarded = {**patch, "metadata": {**(patch.get("metadata") or {}), "uid": ref.uid}}
+        result = self._retry.call(
+            what, self._custom.patch_namespaced_custom_object,
+            kind.group, kind.version, ref.namespace, kind.plural, ref.name, guarded,
+            _request_timeout=REQUEST_TIMEOUT,
+        )  # fmt: skip
         return dict(result)
 
     def _wait_gone(self, ref: JobRef) -> None:
@@ -363,12 +374,20 @@ class KubernetesBackend(Backend):
                 raise api_error(what, e) from e
 
     def suspend(self, ref: JobRef) -> None:
-        """Suspend the job by merge patch: the operator deletes its pods and keeps the object."""
+        """Suspend the job of `ref.uid` by merge patch: the operator deletes its pods and keeps the
+        object. Another object of the same name is left alone (uid precondition), as by :meth:`delete`."""
         kind = ref.kind
         top_level = kind in (JOBSET, TRAINJOB)
         patch = {"spec": {"suspend": True}} if top_level else {"spec": {"runPolicy": {"suspend": True}}}
         what = f"suspend {kind.kind} {ref.namespace}/{ref.name}"
-        self._patch(ref, patch, what)
+        try:
+            self._send_patch(ref, patch, what)
+        except ApiException as e:
+            if e.status != 409:
+                raise api_error(what, e) from e
+            # The uid precondition failed: this job is gone, and another object took its name.
+            logger.warning("%s: uid %s is gone; the object of that name now is another one, left alone", what,
+                           ref.uid)  # fmt: skip
 
     def step_jobs(self) -> StepJobs:
         """The reaper's reads in this backend's namespace (kubetrain.reaper): jobs that answer to a
