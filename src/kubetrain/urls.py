@@ -3,9 +3,15 @@
 A presigned URL carries its signature (and often a session token) in the query string, and a URL
 may carry `user:password@` before the host. Either would otherwise end up in `dataset.json`, a
 Dataset artifact's metadata (which the KFP UI and every later step can read), a log or an error
-message. :func:`redact_url` keeps what identifies the file (scheme, host, path, harmless
-parameters such as ``X-Amz-Expires``) and replaces the secrets; :func:`redact_text` does the same
-to every URL inside a message. This is the one place that decides what counts as a secret.
+message. :func:`redact_url` keeps what identifies the file (scheme, host, path, and the values of
+the few query parameters known to be harmless, such as ``X-Amz-Expires``) and replaces every other
+query value and the userinfo; :func:`redact_text` does the same to every URL inside a message. This
+is the one place that decides what counts as a secret.
+
+Why every unknown value goes: a secret's parameter may be called anything (``jwt``, ``code``,
+``hdnts``, ``hash``, ``pw``, a signed URL nested in ``url=``), so a list of secret names always
+misses one, while the harmless parameters worth showing are few and known. The full URL is used
+only where it is needed, never shown: to fetch, and to key the download cache.
 """
 
 from __future__ import annotations
@@ -13,33 +19,62 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-__all__ = ["REDACTED", "has_userinfo", "is_secret_parameter", "redact_text", "redact_url"]
+__all__ = ["REDACTED", "has_userinfo", "is_harmless_parameter", "redact_text", "redact_url"]
 
 REDACTED = "REDACTED"
 
-# A query parameter whose (lower-cased) name contains one of these holds a secret or part of one:
-# X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature, sig (Azure SAS),
-# signature, token, access_token, key, AWSAccessKeyId, api_key, client_secret, password, ...
-# Matching by part of the name errs towards redacting a harmless parameter (SignedHeaders) rather
-# than printing a secret under a spelling nobody listed.
-_SECRET_NAME_PARTS = ("sig", "token", "secret", "passw", "pwd", "credential", "key", "auth", "session")
+# Query (and fragment) parameters whose values identify the file or say how long a signature
+# holds, and are never secret (lower-cased): AWS SigV4/SigV2 and Google Cloud Storage signed URLs,
+# an Azure SAS's version/start/expiry/resource/permissions/protocol, object versions, and
+# kubetrain's own `#sha256=`. Every other parameter's value is redacted.
+_HARMLESS_PARAMETERS = frozenset(
+    {
+        "x-amz-algorithm",
+        "x-amz-date",
+        "x-amz-expires",
+        "x-amz-signedheaders",
+        "expires",
+        "x-goog-algorithm",
+        "x-goog-date",
+        "x-goog-expires",
+        "x-goog-signedheaders",
+        "sv",
+        "st",
+        "se",
+        "sr",
+        "sp",
+        "spr",
+        "ss",
+        "srt",
+        "version",
+        "versionid",
+        "generation",
+        "alt",
+        "sha256",
+    }
+)
 
 # A URL inside free text: a scheme, "://", then anything up to whitespace or a quote/bracket.
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
 
 
-def is_secret_parameter(name: str) -> bool:
-    """Whether a query parameter called `name` holds a secret (a signature, token, key, ...)."""
-    lowered = urllib.parse.unquote_plus(name).lower()
-    return any(part in lowered for part in _SECRET_NAME_PARTS)
+def is_harmless_parameter(name: str) -> bool:
+    """Whether a query parameter called `name` may be shown with its value (it identifies, never grants)."""
+    return urllib.parse.unquote_plus(name).lower() in _HARMLESS_PARAMETERS
 
 
 def _redact_pairs(text: str) -> str:
-    """`a=1&sig=xyz` -> `a=1&sig=REDACTED`: each pair kept verbatim unless its name is a secret's."""
+    """`a=1&version=2` -> `a=REDACTED&version=2`: only a harmless parameter keeps its value.
+
+    An item without `=` is a value with no name (`?TOKEN`): redacted too unless it is a harmless name.
+    """
     pairs = []
     for pair in text.split("&"):
         name, sep, _value = pair.partition("=")
-        pairs.append(f"{name}={REDACTED}" if sep and is_secret_parameter(name) else pair)
+        if not pair or is_harmless_parameter(name):
+            pairs.append(pair)
+        else:
+            pairs.append(f"{name}={REDACTED}" if sep else REDACTED)
     return "&".join(pairs)
 
 
@@ -52,9 +87,10 @@ def has_userinfo(url: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """`url` with its userinfo and the values of secret query (and fragment) parameters replaced.
+    """`url` with its userinfo and every query (and fragment) value but a harmless parameter's replaced.
 
-    A plain path or a URL with nothing secret comes back unchanged.
+    A plain path, or a URL with no userinfo and no query or fragment values but harmless ones, comes
+    back unchanged.
     """
     try:
         parts = urllib.parse.urlsplit(url)
@@ -62,11 +98,12 @@ def redact_url(url: str) -> str:
         # Not parseable as a URL (a bad IPv6 literal): keep nothing after the scheme and host part.
         scheme, sep, _rest = url.partition("://")
         return f"{scheme}{sep}{REDACTED}" if sep else REDACTED
+    if not parts.scheme:
+        return url  # a plain path: a `?` or `#` in it is part of a file's name, not a query
     netloc = parts.netloc
     if "@" in netloc:
         netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
-    fragment = _redact_pairs(parts.fragment) if "=" in parts.fragment else parts.fragment
-    redacted = parts._replace(netloc=netloc, query=_redact_pairs(parts.query), fragment=fragment)
+    redacted = parts._replace(netloc=netloc, query=_redact_pairs(parts.query), fragment=_redact_pairs(parts.fragment))
     return urllib.parse.urlunsplit(redacted) if redacted != parts else url
 
 
