@@ -8,6 +8,11 @@ the few query parameters known to be harmless, such as ``X-Amz-Expires``) and re
 query value and the userinfo; :func:`redact_text` does the same to every URL inside a message. This
 is the one place that decides what counts as a secret.
 
+:func:`redact_credentials` is for text kubetrain does not write itself but echoes: the body of an
+error answer from an API server, a KFP endpoint or a proxy in front of them, which may repeat the
+request's headers (``Authorization: Bearer ...``) or a configuration holding a token. It redacts the
+known shapes of a credential there, besides every URL's secrets.
+
 Why every unknown value goes: a secret's parameter may be called anything (``jwt``, ``code``,
 ``hdnts``, ``hash``, ``pw``, a signed URL nested in ``url=``), so a list of secret names always
 misses one, while the harmless parameters worth showing are few and known. The full URL is used
@@ -19,7 +24,14 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-__all__ = ["REDACTED", "has_userinfo", "is_harmless_parameter", "redact_text", "redact_url"]
+__all__ = [
+    "REDACTED",
+    "has_userinfo",
+    "is_harmless_parameter",
+    "redact_credentials",
+    "redact_text",
+    "redact_url",
+]
 
 REDACTED = "REDACTED"
 
@@ -56,6 +68,30 @@ _HARMLESS_PARAMETERS = frozenset(
 
 # A URL inside free text: a scheme, "://", then anything up to whitespace or a quote/bracket.
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
+
+# A field holding a credential, as a header (`Authorization: Bearer X`), YAML (`token: X`), JSON
+# (`"password": "X"`), a query or form (`api_key=X`), a Go header map (`Authorization:[Bearer X]`)
+# or a Python repr: its name, the separator, an optional auth scheme, and the value that goes.
+_CREDENTIAL_FIELD = re.compile(
+    r"(?P<keep>(?<![A-Za-z0-9])[\w.-]*(?:authorization|token|secret|passw(?:or)?d|pwd|api[_-]?key|"
+    r"access[_-]?key|private[_-]?key|key-data|credential|signature)[\w.-]*"
+    r"[\"']?\s*[:=]\s*\[?\s*[\"']?\s*(?:(?:bearer|basic|digest|negotiate|token|aws4-hmac-sha256)\s+)?)"
+    r"[^\s\"',;&<>\[\]{}]+",
+    re.IGNORECASE,
+)
+# A cookie header holds several `name=value;` pairs, any of them a session: all of it goes, to the
+# end of its line (in a body joined into one line, to the end of the text).
+_COOKIE = re.compile(r"(?P<keep>(?<![A-Za-z0-9])(?:set-)?cookie[\"']?\s*[:=]\s*\[?\s*[\"']?)[^\r\n\"'\]]+", re.I)
+# A credential on its own: an auth scheme's value, a JWT (a Kubernetes service-account token), an
+# AWS access key id, a PEM private key (a kubeconfig's client key), however cut short.
+_BARE_CREDENTIALS = (
+    re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
+    re.compile(r"(?P<keep>)\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.?[A-Za-z0-9_-]*"),
+    re.compile(r"(?P<keep>)\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
+    re.compile(
+        r"(?P<keep>-----BEGIN [A-Z ]*PRIVATE KEY-----)[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+    ),
+)
 
 
 def is_harmless_parameter(name: str) -> bool:
@@ -116,3 +152,23 @@ def redact_text(text: str) -> str:
         return redact_url(url) + match.group(0)[len(url) :]
 
     return _URL_IN_TEXT.sub(one, text)
+
+
+def redact_credentials(text: str) -> str:
+    """`text` from elsewhere (an error body) with its URLs' secrets and the known credential shapes redacted.
+
+    What goes: the value of a field named like a credential (``Authorization``, ``Cookie``,
+    ``token``, ``password``, ``api_key``, ``client-key-data``, ...) however it is written, a
+    ``Bearer``/``Basic`` value, a JWT, an AWS access key id and a PEM private key. It errs towards
+    redacting: a body is echoed to say what went wrong, not to be parsed.
+    """
+
+    def keep_name(match: re.Match[str]) -> str:
+        return f"{match.group('keep')}{REDACTED}"
+
+    text = redact_text(text)
+    text = _COOKIE.sub(keep_name, text)
+    text = _CREDENTIAL_FIELD.sub(keep_name, text)
+    for pattern in _BARE_CREDENTIALS:
+        text = pattern.sub(keep_name, text)
+    return text

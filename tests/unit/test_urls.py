@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubetrain.urls import REDACTED, has_userinfo, redact_text, redact_url
+from kubetrain.urls import REDACTED, has_userinfo, redact_credentials, redact_text, redact_url
 
 PRESIGNED = (
     "https://bucket.s3.amazonaws.com/data/mnist.npz?X-Amz-Algorithm=AWS4-HMAC-SHA256"
@@ -73,3 +73,40 @@ def test_userinfo_is_detected_and_urls_inside_text_are_redacted() -> None:
     shown = redact_text(text)
     assert "0123456789abcdef" not in shown and "pw@" not in shown and "sig=zz" not in shown
     assert shown.endswith(": HTTP 403 Forbidden (see 'http://REDACTED@mirror/x.npz?sig=REDACTED')")
+
+
+TOKEN = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2EifQ.c2lnbmF0dXJlcGxhbnRlZA"
+
+
+@pytest.mark.parametrize(
+    ("body", "secret"),
+    [
+        (f"GET /apis HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer {TOKEN}\r\n", TOKEN),
+        ("authorization: Bearer opaque-token-1234", "opaque-token-1234"),
+        ("Proxy-Authorization: Basic YWxpY2U6aHVudGVyMg==", "YWxpY2U6aHVudGVyMg"),
+        ('{"headers": {"Authorization": ["Bearer opaque-token-5678"]}}', "opaque-token-5678"),
+        ("map[Accept:[*/*] Authorization:[Bearer opaque-token-9abc]]", "opaque-token-9abc"),
+        ("{'authorization': 'Bearer opaque-token-def0'}", "opaque-token-def0"),
+        ("users:\n- name: me\n  user:\n    token: kubeconfig-static-token\n", "kubeconfig-static-token"),
+        ("client-key-data: LS0tLS1CRUdJTiBSU0Egplanted", "LS0tLS1CRUdJTiBSU0Egplanted"),
+        ('{"password": "hunter2-planted", "user": "alice"}', "hunter2-planted"),
+        ("x-api-key=apikey-planted&page=2", "apikey-planted"),
+        ("Cookie: theme=dark; session=cookie-planted", "cookie-planted"),
+        (f"the token {TOKEN} was refused", TOKEN),
+        ("id AKIAIOSFODNN7EXAMPLE used", "AKIAIOSFODNN7EXAMPLE"),
+        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpkeyplanted\n-----END RSA PRIVATE KEY-----", "MIIEpkeyplanted"),
+        ("-----BEGIN PRIVATE KEY-----\nMIIEcutshort", "MIIEcutshort"),
+        ("upstream https://h/x?X-Amz-Signature=sigplanted failed", "sigplanted"),
+    ],
+)
+def test_an_echoed_body_loses_every_known_credential_shape(body: str, secret: str) -> None:
+    shown = redact_credentials(body)
+    assert secret not in shown
+    assert REDACTED in shown
+
+
+def test_an_echoed_body_keeps_what_says_what_went_wrong() -> None:
+    body = '{"code": 13, "message": "internal error: etcdserver: request timed out", "details": []}'
+    assert redact_credentials(body) == body
+    shown = redact_credentials("Authorization: Bearer abcdefgh12345678\nHost: api.example:6443")
+    assert shown == f"Authorization: Bearer {REDACTED}\nHost: api.example:6443"

@@ -32,7 +32,7 @@ from kubetrain import __version__
 from kubetrain.errors import BackendError, InvalidInputError
 from kubetrain.tooling.run_wait import RunEnd, wait_for_run
 from kubetrain.tooling.sources import LoadedPipeline
-from kubetrain.urls import has_userinfo, redact_url
+from kubetrain.urls import has_userinfo, redact_credentials, redact_url
 
 ClientFactory = Callable[..., Any]
 TOKEN_ENV = "KUBETRAIN_KFP_TOKEN"
@@ -264,8 +264,11 @@ def _translate(error: BaseException, host: str) -> Exception:
             "or set up kfp.Client's default credentials"
         )
     body = getattr(error, "body", None) or getattr(error, "reason", None) or str(error)
-    # One line: an API error's body is JSON, a proxy's an HTML page.
-    text = " ".join(str(body).split())[:300]
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    # One line: an API error's body is JSON, a proxy's an HTML page, and either may echo the
+    # request's headers (the bearer token): redacted before it is cut, so no cut hides a shape.
+    text = " ".join(redact_credentials(str(body)).split())[:300]
     return BackendError(f"{redact_url(host)}: KFP API call failed ({f'HTTP {status}: ' if status else ''}{text})")
 
 
