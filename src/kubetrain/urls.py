@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from typing import Any
 
 __all__ = [
     "REDACTED",
@@ -31,10 +32,12 @@ __all__ = [
     "redact_credentials",
     "redact_text",
     "redact_url",
+    "redact_values",
 ]
 
 REDACTED = "REDACTED"
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 # Query (and fragment) parameters whose values identify the file or say how long a signature
 # holds, and are never secret (lower-cased): AWS SigV4/SigV2 and Google Cloud Storage signed URLs,
 # an Azure SAS's version/start/expiry/resource/permissions/protocol, object versions, and
@@ -66,8 +69,9 @@ _HARMLESS_PARAMETERS = frozenset(
     }
 )
 
-# A URL inside free text: a scheme, "://", then anything up to whitespace or a quote/bracket.
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()\[\]{}]+")
+# A URL inside free text: a scheme, "://", then anything up to whitespace or a quote/bracket. One
+# slash too: a URL taken for a path comes back from pathlib and OSError as `https:/host/...`.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://?[^\s'\"<>()\[\]{}]+")
 
 # A field holding a credential, as a header (`Authorization: Bearer X`), YAML (`token: X`), JSON
 # (`"password": "X"`), a query or form (`api_key=X`), a Go header map (`Authorization:[Bearer X]`)
@@ -128,19 +132,20 @@ def redact_url(url: str) -> str:
     A plain path, or a URL with no userinfo and no query or fragment values but harmless ones, comes
     back unchanged.
     """
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        # Not parseable as a URL (a bad IPv6 literal): keep nothing after the scheme and host part.
-        scheme, sep, _rest = url.partition("://")
-        return f"{scheme}{sep}{REDACTED}" if sep else REDACTED
-    if not parts.scheme:
+    scheme = _SCHEME.match(url)
+    if scheme is None:
         return url  # a plain path: a `?` or `#` in it is part of a file's name, not a query
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
-    redacted = parts._replace(netloc=netloc, query=_redact_pairs(parts.query), fragment=_redact_pairs(parts.fragment))
-    return urllib.parse.urlunsplit(redacted) if redacted != parts else url
+    # Cut by hand, not urlsplit/urlunsplit: those re-spell what they do not change (`https:/h`
+    # comes back `https:///h`) and fail on some malformed URLs that still hold a secret.
+    rest, hash_mark, fragment = url.partition("#")
+    base, question_mark, query = rest.partition("?")
+    start = scheme.end()
+    if base.startswith("//", start):
+        authority_end = base.find("/", start + 2)
+        authority = base[start + 2 :] if authority_end < 0 else base[start + 2 : authority_end]
+        if "@" in authority:
+            base = f"{base[: start + 2]}{REDACTED}@{authority.rpartition('@')[2]}{base[start + 2 + len(authority) :]}"
+    return f"{base}{question_mark}{_redact_pairs(query)}{hash_mark}{_redact_pairs(fragment)}"
 
 
 def redact_text(text: str) -> str:
@@ -152,6 +157,17 @@ def redact_text(text: str) -> str:
         return redact_url(url) + match.group(0)[len(url) :]
 
     return _URL_IN_TEXT.sub(one, text)
+
+
+def redact_values(value: Any) -> Any:
+    """`value` (a string, or lists and dicts of them: run arguments, output parameters), its URLs redacted."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {key: redact_values(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact_values(item) for item in value)
+    return value
 
 
 def redact_credentials(text: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubetrain.urls import REDACTED, has_userinfo, redact_credentials, redact_text, redact_url
+from kubetrain.urls import REDACTED, has_userinfo, redact_credentials, redact_text, redact_url, redact_values
 
 PRESIGNED = (
     "https://bucket.s3.amazonaws.com/data/mnist.npz?X-Amz-Algorithm=AWS4-HMAC-SHA256"
@@ -110,3 +110,23 @@ def test_an_echoed_body_keeps_what_says_what_went_wrong() -> None:
     assert redact_credentials(body) == body
     shown = redact_credentials("Authorization: Bearer abcdefgh12345678\nHost: api.example:6443")
     assert shown == f"Authorization: Bearer {REDACTED}\nHost: api.example:6443"
+
+
+def test_a_url_is_redacted_as_written_even_when_malformed_or_taken_for_a_path() -> None:
+    # pathlib and OSError print a URL given as a path with one slash: still a URL's secrets.
+    assert redact_text("No such file: 'https:/h/m.yaml?sig=s1'") == f"No such file: 'https:/h/m.yaml?sig={REDACTED}'"
+    assert redact_url("http://[::1/x.npz?sig=s2") == f"http://[::1/x.npz?sig={REDACTED}"  # urlsplit refuses it
+    assert redact_url("https://u:s3@h/p@q?v=1") == f"https://{REDACTED}@h/p@q?v={REDACTED}"
+    assert (
+        redact_url("https://h/a%20b/?version=2#sha256=" + "0" * 64) == "https://h/a%20b/?version=2#sha256=" + "0" * 64
+    )
+
+
+def test_nested_run_arguments_are_redacted_and_other_values_kept() -> None:
+    value = {"source": "https://h/x?sig=s4", "list": ["http://h/?k=s5", 3], "flag": True, "n": None}
+    assert redact_values(value) == {
+        "source": f"https://h/x?sig={REDACTED}",
+        "list": [f"http://h/?k={REDACTED}", 3],
+        "flag": True,
+        "n": None,
+    }
