@@ -76,9 +76,11 @@ _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://?[^\s'\"<>()\[\]{}]+")
 # A field holding a credential, as a header (`Authorization: Bearer X`), YAML (`token: X`), JSON
 # (`"password": "X"`), a query or form (`api_key=X`), a Go header map (`Authorization:[Bearer X]`)
 # or a Python repr: its name, the separator, an optional auth scheme, and the value that goes.
+# A name with a dot in it or before it is a field path in an API server's validation message
+# (`...secretKeyRef.name: Required value`, `spec.token: Invalid value`): not a credential, and kept.
 _CREDENTIAL_FIELD = re.compile(
-    r"(?P<keep>(?<![A-Za-z0-9])[\w.-]*(?:authorization|token|secret|passw(?:or)?d|pwd|api[_-]?key|"
-    r"access[_-]?key|private[_-]?key|key-data|credential|signature)[\w.-]*"
+    r"(?P<keep>(?<![A-Za-z0-9.])[\w-]*(?:authorization|token|secret|passw(?:or)?d|pwd|api[_-]?key|"
+    r"access[_-]?key|private[_-]?key|key-data|credential|signature)[\w-]*"
     r"[\"']?\s*[:=]\s*\[?\s*[\"']?\s*(?:(?:bearer|basic|digest|negotiate|token|aws4-hmac-sha256)\s+)?)"
     r"[^\s\"',;&<>\[\]{}]+",
     re.IGNORECASE,
@@ -89,7 +91,8 @@ _COOKIE = re.compile(r"(?P<keep>(?<![A-Za-z0-9])(?:set-)?cookie[\"']?\s*[:=]\s*\
 # A credential on its own: an auth scheme's value, a JWT (a Kubernetes service-account token), an
 # AWS access key id, a PEM private key (a kubeconfig's client key), however cut short.
 _BARE_CREDENTIALS = (
-    re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
+    # A digit or punctuation in it: "Basic authentication required" is prose, not a credential.
+    re.compile(r"(?P<keep>\b(?:bearer|basic)\s+)(?=[A-Za-z]*[0-9._~+/=-])[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
     re.compile(r"(?P<keep>)\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.?[A-Za-z0-9_-]*"),
     re.compile(r"(?P<keep>)\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"),
     re.compile(

@@ -105,9 +105,23 @@ def test_an_echoed_body_loses_every_known_credential_shape(body: str, secret: st
     assert REDACTED in shown
 
 
-def test_an_echoed_body_keeps_what_says_what_went_wrong() -> None:
-    body = '{"code": 13, "message": "internal error: etcdserver: request timed out", "details": []}'
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"code": 13, "message": "internal error: etcdserver: request timed out", "details": []}',
+        # The API server's validation messages name field paths that look like credentials' names.
+        'PyTorchJob.kubeflow.org "demo" is invalid: spec.pytorchReplicaSpecs.Master.template.spec.containers[0]'
+        ".env[0].valueFrom.secretKeyRef.name: Required value",
+        'spec.template.spec.automountServiceAccountToken: Invalid value: "yes": must be a boolean',
+        "401 Unauthorized: Basic authentication required; a bearer token was expected",
+        'secrets "ssh-key" is forbidden: User "system:serviceaccount:team-a:pipeline-runner" cannot get resource',
+    ],
+)
+def test_an_echoed_body_keeps_what_says_what_went_wrong(body: str) -> None:
     assert redact_credentials(body) == body
+
+
+def test_an_echoed_header_keeps_its_name_and_scheme() -> None:
     shown = redact_credentials("Authorization: Bearer abcdefgh12345678\nHost: api.example:6443")
     assert shown == f"Authorization: Bearer {REDACTED}\nHost: api.example:6443"
 
