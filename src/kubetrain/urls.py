@@ -148,7 +148,10 @@ def redact_url(url: str) -> str:
         authority = base[start + 2 :] if authority_end < 0 else base[start + 2 : authority_end]
         if "@" in authority:
             base = f"{base[: start + 2]}{REDACTED}@{authority.rpartition('@')[2]}{base[start + 2 + len(authority) :]}"
-    return f"{base}{question_mark}{_redact_pairs(query)}{hash_mark}{_redact_pairs(fragment)}"
+    # A fragment without `=` is a page's anchor or an app's route (KFP's `#/runs/details/ID`); one
+    # with pairs (`#access_token=...`, OAuth's implicit flow) is redacted like a query.
+    shown_fragment = _redact_pairs(fragment) if "=" in fragment else fragment
+    return f"{base}{question_mark}{_redact_pairs(query)}{hash_mark}{shown_fragment}"
 
 
 def redact_text(text: str) -> str:

@@ -59,6 +59,7 @@ def test_a_url_without_secrets_comes_back_unchanged() -> None:
         "https://h/x.npz?Expires=1&version=2",
         "https://acct.blob.core.windows.net/c/x.npz?sv=2022-11-02&se=2026-12-01&sp=r",
         "/data/run#1/x.npz?",
+        "http://127.0.0.1:8080/#/runs/details/0a1b2c",  # the KFP UI's route, printed by submit
         "https://h/x.npz#sha256=" + "a" * 64,
         "/data/x.npz",
         "builtin:digits",
