@@ -58,7 +58,7 @@ class _Parser(argparse.ArgumentParser):
 
 def error_json(error: KubetrainError) -> str:
     """The one JSON object a `--json` command ends stdout with when it fails before or outside its run."""
-    text = error.headline() if isinstance(error, JobFailedError) else str(error)
+    text = redact_text(error.headline() if isinstance(error, JobFailedError) else str(error))
     return json.dumps(
         {"state": "FAILED", "error": text, "error_type": type(error).__name__, "exit_code": int(error.exit_code)}
     )

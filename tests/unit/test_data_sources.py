@@ -232,3 +232,35 @@ def test_the_cache_lock_excludes_a_second_holder_and_is_removed(tmp_path: Path) 
         t.join(30)
     assert order == ["first in", "first out", "second in"]
     assert not (tmp_path / "entry.lock").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "what"),
+    [
+        ("https://h/x y.npz?X-Amz-Signature=planted1", "a space"),
+        ("https://h/x.npz?X-Amz-Signature=plan ted1", "a space"),
+        ("https://h/x\ty.npz?sig=planted1", "a tab"),
+        ("https://h/x.npz?sig=plan\tted1", "a tab"),
+        ("https://h/x.npz?sig=plan\rted1", "a carriage return"),
+        ("https://h/x\x01y.npz?sig=planted1", "a control character (\\x01)"),
+        ("s3://bucket/x\x7f.npz?token=planted1", "a control character (\\x7f)"),
+        ("file:///data/my data.npz", "a space"),
+    ],
+)
+def test_a_url_with_a_space_or_control_character_is_refused_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, what: str
+) -> None:
+    from kubetrain.cli import main
+
+    code = main(["download", source, "--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert code == ExitCode.INVALID_INPUT
+    assert err.count("\n") == 1, err  # one line: no retries, no progress
+    assert f"the URL has {what} in it" in err and "%20" in err
+    assert "planted" not in err and "ted1" not in err
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_space_is_part_of_an_object_stores_key_and_a_local_path(tmp_path: Path) -> None:
+    assert parse_source("s3://bucket/my data.npz") == ["s3://bucket/my data.npz"]
+    assert parse_source(str(tmp_path / "my data.npz")) == [str(tmp_path / "my data.npz")]

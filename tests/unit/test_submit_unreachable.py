@@ -111,12 +111,14 @@ def test_connection_refused(capsys: pytest.CaptureFixture[str]) -> None:
     code, line = _submit(f"http://127.0.0.1:{port}", capsys)
     assert code == ExitCode.INFRASTRUCTURE
     assert line.startswith(f"kubetrain submit: http://127.0.0.1:{port}: cannot reach the KFP API: connection refused")
+    assert line.endswith("is the port-forward running?); see docs/cluster.md#reaching-the-kfp-api")
 
 
 def test_a_name_that_does_not_resolve(capsys: pytest.CaptureFixture[str]) -> None:
     code, line = _submit("http://kfp.kubetrain-test.invalid:8080", capsys)
     assert code == ExitCode.INFRASTRUCTURE
     assert "http://kfp.kubetrain-test.invalid:8080: cannot reach the KFP API: the host name does not resolve" in line
+    assert line.endswith("; see docs/cluster.md#reaching-the-kfp-api")
 
 
 def test_not_a_kfp_api(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,6 +126,7 @@ def test_not_a_kfp_api(capsys: pytest.CaptureFixture[str]) -> None:
         code, line = _submit(url, capsys)
     assert code == ExitCode.INFRASTRUCTURE
     assert f"{url}: no KFP API there (HTTP 404 for {url}/apis/v2beta1/healthz)" in line
+    assert "(docs/cluster.md#reaching-the-kfp-api)" in line
     assert paths == ["/apis/v2beta1/healthz"]  # asked once, then stopped: no upload tried
 
 
@@ -135,6 +138,7 @@ def test_credentials_refused(status: int, token: str | None, capsys: pytest.Capt
     # The host refused us: exit 4, as for every other answer that stops a submission.
     assert code == ExitCode.INFRASTRUCTURE
     assert f"{url}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file" in line
+    assert line.endswith("(docs/cluster.md#reaching-the-kfp-api)")
     assert paths == ["/apis/v2beta1/healthz"]
 
 

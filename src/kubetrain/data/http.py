@@ -26,6 +26,7 @@ import json
 import math
 import random
 import re
+import socket
 import ssl
 import time
 import urllib.error
@@ -51,6 +52,8 @@ from kubetrain.urls import redact_url
 __all__ = ["RetryPolicy", "fetch_http"]
 
 _USER_AGENT = "kubetrain-download/1"
+# getaddrinfo's "no such name" answers: EAI_NONAME, and glibc's EAI_NODATA (no address for it).
+_NO_SUCH_NAME = frozenset({socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)})
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIABLE_RANGE = re.compile(r"bytes \*/(\d+)")
 
@@ -359,6 +362,13 @@ def fetch_http(
             if isinstance(e.reason, ssl.SSLCertVerificationError):
                 raise DataError(
                     f"{redact_url(url)}: TLS certificate verification failed: {e.reason.verify_message}"
+                ) from e
+            if isinstance(e.reason, socket.gaierror) and e.reason.errno in _NO_SUCH_NAME:
+                # The resolver's definite answer (a temporary DNS failure is EAI_AGAIN, retried):
+                # six tries over half a minute only delayed the news of a typo.
+                raise DownloadUnavailableError(
+                    f"{redact_url(url)}: the host name does not resolve ({e.reason.strerror}); check the URL's "
+                    "host, and that this machine's (a pod's: the cluster's) DNS knows it"
                 ) from e
             what, retry_after, last = f"cannot connect: {e.reason}", None, e
         except (OSError, http.client.HTTPException) as e:

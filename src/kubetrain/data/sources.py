@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Sequence
 
@@ -14,13 +15,15 @@ __all__ = ["describe_source", "parse_source"]
 def parse_source(source: str | Sequence[str]) -> list[str]:
     """The URLs/paths in `source`: a sequence, or one string split at commas and newlines.
 
-    A URL with credentials in it (USER:PASSWORD@) is refused before any request.
+    A URL with credentials in it (USER:PASSWORD@), or with a character no URL may hold, is refused
+    before any request.
     """
     items = [source] if isinstance(source, str) else list(source)
     urls = [part.strip() for item in items for part in item.replace("\n", ",").split(",") if part.strip()]
     if not urls:
         raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
     for url in urls:
+        _refuse_unsafe_characters(url)
         if urllib.parse.urlsplit(url).scheme not in ("", "file") and has_userinfo(url):
             # The password would otherwise be sent in the clear to whatever host the URL names, and
             # kept in dataset.json and the artifact's metadata.
@@ -36,3 +39,28 @@ def parse_source(source: str | Sequence[str]) -> list[str]:
 def describe_source(urls: Sequence[str]) -> str:
     """The source as `dataset.json`, the Dataset's metadata and messages show it: secrets redacted."""
     return ", ".join(redact_url(url) for url in urls)
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_NAMED = {" ": "a space", "\t": "a tab", "\r": "a carriage return"}
+
+
+def _refuse_unsafe_characters(url: str) -> None:
+    """Refuse a URL holding a control character, or an http(s)/file URL holding a space.
+
+    No request could carry one (urllib refuses them, and was retried as if the network had failed),
+    and the error quoting the URL cut at the space, so its redaction missed what followed: a
+    signature. An object-store URL (s3://, gs://) may hold a space, which is part of the key there.
+    A plain path may hold anything its filesystem allows.
+    """
+    scheme = _SCHEME.match(url)
+    if scheme is None:
+        return
+    spaces = " " if scheme.group(1).lower() in ("http", "https", "file") else ""
+    bad = next((c for c in url if c in spaces or ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0), None)
+    if bad is not None:
+        what = _NAMED.get(bad, f"a control character ({ascii(bad)[1:-1]})")
+        raise DataError(
+            f"{redact_url(ascii(url)[1:-1])}: the URL has {what} in it; a URL cannot hold one: "
+            "percent-encode it (a space is %20) or remove it"
+        )

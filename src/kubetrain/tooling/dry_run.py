@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
 from kubetrain.tooling.compiling import compile_pipeline
+from kubetrain.urls import redact_values
 
 # The training components' functions (what their executors run), and the request each validates.
 REQUESTS: Mapping[str, type[TrainingRequest]] = {
@@ -47,7 +48,7 @@ class DryRun:
             "exit_code": 0,
             "steps": list(self.steps),
             "checked_steps": list(self.checked),
-            "arguments": dict(self.arguments),
+            "arguments": redact_values(dict(self.arguments)),  # a presigned URL's signature is not printed
         }
 
     def describe(self) -> str:

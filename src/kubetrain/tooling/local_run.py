@@ -31,6 +31,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,6 +53,7 @@ from kubetrain.tooling.outcome import (
     describe,
 )
 from kubetrain.tooling.progress import RUN_LOG, RunLog, RunLogHandler
+from kubetrain.urls import redact_text, redact_values
 
 __all__ = ["RunOutcome", "TaskOutcome", "describe", "run_locally", "run_pipeline_locally"]
 
@@ -110,7 +112,7 @@ def _captured(stream: RunLog) -> Iterator[None]:
             yield
     finally:
         builtins.print = original_print
-        stream.flush()
+        stream.finish()
         root.handlers[:] = handlers
         root.setLevel(level)
 
@@ -212,6 +214,10 @@ def run_pipeline_locally(
         pipeline_succeeded=progress.pipeline_status == "SUCCESS",
         finished=progress.finished,
     )
+    # What the run keeps and prints (--json, outcome.json, the summary) shows no URL's secrets.
+    tasks = tuple(
+        replace(t, parameters=redact_values(dict(t.parameters)), error=t.error and redact_text(t.error)) for t in tasks
+    )
     state: RunState = "SUCCEEDED" if tasks and all(t.state in ("SUCCEEDED", "SKIPPED") for t in tasks) else "FAILED"
     if guard.cancelled:
         state = "CANCELLED"
@@ -224,7 +230,7 @@ def run_pipeline_locally(
         run_dir=run_dir,
         claims_dir=claim_directory(local_root, "_").parent,
         wall_seconds=wall,
-        arguments=dict(arguments),
+        arguments=redact_values(dict(arguments)),
         tasks=tasks,
         log_file=log_file,
     )

@@ -23,6 +23,8 @@ import re
 from collections import deque
 from typing import TextIO
 
+from kubetrain.urls import redact_text
+
 RUN_LOG = "run.log"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # kfp.local's own log lines: "13:22:02.306 - INFO - message".
@@ -131,11 +133,17 @@ class RunLog(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
-        """Split into lines; each goes to the log and, filtered, to the console."""
-        self.log.write(text)
+        """Split into lines; each, its URLs' secrets redacted, goes to the log and, filtered, to the console.
+
+        A line is written once it is complete (:meth:`finish` writes a last one without a newline):
+        a URL split between two writes is redacted whole. kfp's executor prints every parameter
+        (a presigned `source` among them), and a step may print what it was given.
+        """
         lines = (self._partial + text).split("\n")
         self._partial = lines.pop()
-        for line in lines:
+        for raw in lines:
+            line = redact_text(raw)
+            self.log.write(line + "\n")
             shown = self.progress.feed(line)
             if self.verbose:
                 self.console.write(line + "\n")
@@ -143,8 +151,15 @@ class RunLog(io.TextIOBase):
                 self.console.write(shown + "\n")
         return len(text)
 
+    def finish(self) -> None:
+        """Write out a last line that has no newline, then flush."""
+        if self._partial:
+            self.write("\n")
+        self.flush()
+
     def write_log_only(self, text: str) -> None:
         """To the log file only (to the console too when verbose): warnings and chatter of no use here."""
+        text = redact_text(text)
         self.log.write(text)
         if self.verbose:
             self.console.write(text)

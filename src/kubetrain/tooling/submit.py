@@ -32,10 +32,12 @@ from kubetrain import __version__
 from kubetrain.errors import BackendError, InvalidInputError
 from kubetrain.tooling.run_wait import RunEnd, wait_for_run
 from kubetrain.tooling.sources import LoadedPipeline
-from kubetrain.urls import has_userinfo, redact_url
+from kubetrain.urls import has_userinfo, redact_credentials, redact_url
 
 ClientFactory = Callable[..., Any]
 TOKEN_ENV = "KUBETRAIN_KFP_TOKEN"
+# Where a user who cannot reach the API finds which URL to give and how (port-forward, ingress, pod).
+REACHING_DOC = "docs/cluster.md#reaching-the-kfp-api"
 
 
 def clean_token(value: str, source: str) -> str:
@@ -201,11 +203,11 @@ def preflight(host: str, token: str | None, *, ca_cert: str | None = None, timeo
         if e.code == 404:
             raise BackendError(
                 f"{shown}: no KFP API there (HTTP 404 for {redact_url(url)}); expected the API endpoint, "
-                "e.g. a port-forward to svc/ml-pipeline-ui or svc/ml-pipeline"
+                f"e.g. a port-forward to svc/ml-pipeline-ui or svc/ml-pipeline ({REACHING_DOC})"
             ) from e
         raise _translate(e, host) from e
     except (urllib.error.URLError, OSError) as e:
-        raise BackendError(f"{shown}: cannot reach the KFP API: {_reason(e)}") from e
+        raise BackendError(f"{shown}: cannot reach the KFP API: {_reason(e)}; see {REACHING_DOC}") from e
 
 
 def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
@@ -233,7 +235,9 @@ def _client(request: SubmitRequest, factory: ClientFactory | None) -> Any:
         except TimeoutError as e:
             # kfp.Client's healthz retries gave up (the host went away since the preflight, or
             # credentials of kfp's own were refused).
-            raise BackendError(f"{redact_url(request.host)}: the KFP API did not answer its health check ({e})") from e
+            raise BackendError(
+                f"{redact_url(request.host)}: the KFP API did not answer its health check ({e}); see {REACHING_DOC}"
+            ) from e
         except _api_errors() as e:
             raise _translate(e, request.host) from e
 
@@ -261,11 +265,14 @@ def _translate(error: BaseException, host: str) -> Exception:
         # --help's contract): the host refused us; 2 stays for input kubetrain itself refuses.
         return BackendError(
             f"{redact_url(host)}: the KFP API refused the credentials (HTTP {status}); pass --token or --token-file, "
-            "or set up kfp.Client's default credentials"
+            f"or set up kfp.Client's default credentials ({REACHING_DOC})"
         )
     body = getattr(error, "body", None) or getattr(error, "reason", None) or str(error)
-    # One line: an API error's body is JSON, a proxy's an HTML page.
-    text = " ".join(str(body).split())[:300]
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    # One line: an API error's body is JSON, a proxy's an HTML page, and either may echo the
+    # request's headers (the bearer token): redacted before it is cut, so no cut hides a shape.
+    text = " ".join(redact_credentials(str(body)).split())[:300]
     return BackendError(f"{redact_url(host)}: KFP API call failed ({f'HTTP {status}: ' if status else ''}{text})")
 
 

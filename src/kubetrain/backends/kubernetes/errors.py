@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from kubetrain.backends.base import JobObject, JobRef
 from kubetrain.errors import BackendError, JobFailedError, ManifestError
 from kubetrain.manifests.kinds import JobKind
+from kubetrain.urls import redact_credentials
 
 OPERATORS = {"kubeflow.org": "the Kubeflow training-operator / mpi-operator", "jobset.x-k8s.io": "JobSet"}
 
@@ -52,7 +53,17 @@ def deleted_error(ref: JobRef) -> JobFailedError:
 
 
 def api_message(error: ApiException) -> str:
-    """The `message` of the Status object in an error response, else its reason."""
+    """The `message` of the Status object in an error response, else its reason; credentials redacted.
+
+    A proxy or webhook in front of the API server may answer with the request's headers (the
+    kubeconfig's bearer token) in its body, and every error of the backend quotes this text.
+    """
+    # Redacted before it is cut (a cut could leave a credential too short to be recognised), and on
+    # one line: a proxy's page would otherwise spread an error over many.
+    return " ".join(redact_credentials(_message(error)).split())[:500]
+
+
+def _message(error: ApiException) -> str:
     body = error.body
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
@@ -60,7 +71,7 @@ def api_message(error: ApiException) -> str:
         try:
             status = json.loads(body)
         except ValueError:
-            return body.strip()[:500]
+            return body.strip()
         if isinstance(status, dict) and status.get("message"):
             return str(status["message"])
     return str(error.reason or f"HTTP {error.status}")
