@@ -182,3 +182,10 @@ def test_a_missing_program_file_is_the_error() -> None:
     assert program_error([(_pod("Master", 0), tail)], kind="PyTorchJob") == (
         "rank 0: python3: can't open file '/workspace/train.py': [Errno 2] No such file or directory"
     )
+
+
+def test_kubetrains_trainers_error_line_names_its_rank() -> None:
+    """Issue 49 item 3: a diverged ChainerMN run fails with one line, like the PS runtime's."""
+    line = "DivergedError: the model diverged at step 2 (epoch 0): the training loss (averaged over the ranks) is nan"
+    tail = f"[rank 1] epoch 0: loss nan\n[rank 1] error: {line}\n[rank 0] error: {line}\n" + MPI_ABORT
+    assert program_error([(_pod("Launcher", 0), tail)], kind="MPIJob") == f"rank 0: {line}"

@@ -10,7 +10,8 @@ processes' lines can be interleaved into it (mpirun relays every rank's output i
 so a traceback's error is its last line that names an exception (`ValueError: ...`), else its
 last `Type: message` line, before the blank line or the next traceback that ends it. A line that
 torch.distributed prefixed with `[rank1]: ` or Open MPI tagged with `[1,0]<stderr>:` is rank 1's,
-and tracebacks are followed per rank, so a rank's lines inside another's traceback do not count.
+and tracebacks are followed per rank, so a rank's lines inside another's traceback do not count;
+kubetrain's own trainers end a failed rank's log with `[rank 1] error: DivergedError: ...`.
 Otherwise the replica is named by its rank where the kind fixes it (a PyTorchJob's master is
 rank 0, worker i is rank i + 1) or by the rank ChainerMN's or Open MPI's abort report names, else
 by its replica and index. A rank that exited without a traceback (`sys.exit(3)`) is named from what
@@ -36,6 +37,8 @@ _TRACEBACK = "Traceback (most recent call last):"
 # uncaught exception's report with `[rankN]: `).
 _MPI_TAG = re.compile(r"^\[(?P<rank>\d+),\d+\]<std(?:out|err)>:\s?")
 _TORCH_TAG = re.compile(r"^\[rank(?P<rank>\d+)\]:(?: |$)")
+# kubetrain's trainers end a failed rank's log with `[rank 1] error: DivergedError: ...` (train.common.log).
+_TRAINER_ERROR = re.compile(r"^\[rank (?P<rank>\d+)\] error: (?P<error>[A-Za-z_][\w.]*: .*)$")
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*)(?::\s(?P<message>.*))?$")
 # A type name that says it is an exception (or a dotted one, `chainer.utils.type_check.InvalidType`):
 # inside a traceback it beats a `word: text` line that another process wrote into it.
@@ -107,6 +110,9 @@ def exceptions(tail: str) -> list[FoundError]:
 
     for line_no, raw in enumerate(tail.splitlines()):
         line, rank = _untag(raw)
+        if (said := _TRAINER_ERROR.match(line)) is not None:
+            found.append(FoundError(said["error"], said["rank"], line_no))
+            continue
         if line.strip() == _TRACEBACK:
             close(rank)
             open_blocks[rank] = _Block()
