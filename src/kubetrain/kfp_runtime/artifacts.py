@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from kubetrain.errors import TrainingError
+from kubetrain.errors import DIVERGED_ADVICE, TrainingError
 
 METRICS_JSON = "metrics.json"
 # Keys every metrics.json carries (DESIGN.md "metrics.json").
@@ -93,6 +93,40 @@ def read_metrics(output_dir: Path, *, required: tuple[str, ...] = (), missing_ok
         problems.append(f"{path}: history is not a list of objects; no curves")
         data = {k: v for k, v in data.items() if k != "history"}
     return MetricsRead(data, tuple(problems))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_loss(key: str) -> bool:
+    return key == "loss" or key.endswith("_loss")
+
+
+def divergence(metrics: Mapping[str, Any]) -> str | None:
+    """Why `metrics` says the model diverged, or None: a loss (`loss`, `*_loss`) that is not finite.
+
+    Read at the top level and in the history's last entry, as kubetrain's trainers and a user's
+    own program write them; a diverged run fails its step with this, whichever program trained.
+    """
+    bad = [f"{k} is {v}" for k, v in metrics.items() if _is_loss(str(k)) and _is_number(v) and not math.isfinite(v)]
+    history = metrics.get("history")
+    last = history[-1] if isinstance(history, list) and history else None
+    if isinstance(last, dict):
+        at = f" (step {last['step']})" if "step" in last else ""
+        bad += [
+            f"the history's last {k}{at} is {v}"
+            for k, v in last.items()
+            if _is_loss(str(k)) and _is_number(v) and not math.isfinite(v)
+        ]
+    if not bad:
+        return None
+    return f"the model diverged: {METRICS_JSON} says {', '.join(bad)}; {DIVERGED_ADVICE}"
+
+
+def non_finite(metrics: Mapping[str, Any]) -> list[str]:
+    """The top-level numbers that are not finite (`name nan`): a KFP Metrics artifact cannot hold them."""
+    return [f"{k} {v}" for k, v in metrics.items() if _is_number(v) and not math.isfinite(v)]
 
 
 def model_files(output_dir: Path) -> list[Path]:

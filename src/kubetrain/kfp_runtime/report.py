@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -110,11 +111,12 @@ def curves_svg(history: Sequence[Mapping[str, Any]]) -> str | None:
     )  # fmt: skip
     x_range: tuple[float, float] | None = None
     note = ""
-    if len(accuracy) == 1:
+    measured = [p for p in accuracy if math.isfinite(p[0]) and math.isfinite(p[1])]  # the chart leaves out the rest
+    if len(accuracy) == 1 and measured:
         # One evaluation (a PS job evaluates at its end unless told otherwise): on an axis from
         # epoch 0, not one centred on that single epoch, and said in words.
         x_range, note = (-0.5, max(accuracy[0][0], 1.0) + 0.5), f"{accuracy[0][1]:.4f} (one evaluation)"
-    low = min([0.5, *(p[1] for p in accuracy)])
+    low = min([0.5, *(p[1] for p in measured)])
     right = line_chart(
         [Series("test accuracy", accuracy, GREEN, markers=True)],
         title="accuracy",
