@@ -299,3 +299,19 @@ def test_a_metric_that_is_not_finite_is_named_not_dropped_in_silence(
     assert f"WARNING: pytorch: {said}" in capsys.readouterr().err
     assert arts["model"].metadata["warnings"] == [said]
     assert said in Path(arts["report"].path).read_text()
+
+
+def test_integer_metrics_stay_integers(tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 49 item 11: a program's `"workers_seen": 2` printed as `2.0000`."""
+
+    def program(out: Path) -> None:
+        (out / "weights.bin").write_bytes(b"w")
+        (out / "metrics.json").write_text(json.dumps({"f1": 0.5, "workers_seen": 2, "tokens": 1.0}))
+
+    arts = _run_user_program(tmp_path, job, program)
+    logged = arts["metrics"].logged
+    assert logged["workers_seen"] == 2 and isinstance(logged["workers_seen"], int)
+    assert isinstance(logged["tokens"], float)  # a float stays one, whatever its value
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pytorch: Succeeded;"))
+    assert "f1 0.5000, workers_seen 2, tokens 1.0000, " in line
+    assert '<td class="num">2</td>' in Path(arts["report"].path).read_text()

@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from kubetrain.errors import DIVERGED_ADVICE, TrainingError
 
@@ -95,7 +95,7 @@ def read_metrics(output_dir: Path, *, required: tuple[str, ...] = (), missing_ok
     return MetricsRead(data, tuple(problems))
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -150,8 +150,8 @@ def log_metrics(
     logged: dict[str, float] = {}
     for key, name in LOGGED_METRICS:
         value = metrics.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            logged[name] = float(value)
+        if _is_number(value) and math.isfinite(value):
+            logged[name] = as_metric(value)
     if job_seconds is not None:
         logged["job_seconds"] = float(job_seconds)
     for name, value in logged.items():
@@ -170,13 +170,14 @@ def write_text(artifact: ArtifactLike, text: str) -> Path:
 # -- a user's own program: whatever it left in its output directory ------------------------------
 
 
+def as_metric(value: float) -> float:
+    """A metric's value as logged and shown: an integer stays one (`2`, not `2.0000`), anything else a float."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else float(value)
+
+
 def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The finite numbers among the top-level keys (booleans and nested values left out)."""
-    return {
-        str(k): float(v)
-        for k, v in metrics.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    }
+    """The finite numbers among the top-level keys (booleans and nested values left out); integers stay integers."""
+    return {str(k): as_metric(v) for k, v in metrics.items() if _is_number(v) and math.isfinite(v)}
 
 
 def copy_outputs(output_dir: Path, model: ArtifactLike, *, metadata: Mapping[str, Any]) -> list[str]:
