@@ -195,6 +195,31 @@ def resolve_command(argv: Sequence[str], path: str) -> list[str] | None:
     return [found, *argv[1:]] if found else None
 
 
+# Python's options that take the next argument as their value (`-W ignore`, `-X dev`).
+_PYTHON_VALUE_OPTIONS = frozenset("WX")
+
+
+def python_script(argv: Sequence[str]) -> int | None:
+    """The index in `argv` (a `python ...` command) of the script it runs, or None (`-c`, `-m`, stdin, a REPL)."""
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if arg == "-" or not arg.startswith("-"):
+            return None if arg == "-" else i
+        if not arg.startswith("--"):
+            flags = arg[1:]
+            for at, flag in enumerate(flags):
+                if flag in "cm":
+                    return None
+                if flag in _PYTHON_VALUE_OPTIONS:
+                    i += 1 if at == len(flags) - 1 else 0  # `-W ignore`, not `-Wignore`
+                    break
+        i += 1
+    return None
+
+
 def pod_ip_field(address: str) -> dict[str, str]:
     """The pod-level fields a downward-API `fieldRef` can name, apart from labels/annotations."""
     return {
