@@ -284,7 +284,7 @@ class _Await:
             parts.append(f"the program's error: {program}")
         whole = {f"{pod.name}/{pod.container}" for pod, _ in found.tailed if self._followed_whole(pod)}
         for key, tail in tails.items():
-            if key in whole:
+            if key in whole and tail.strip():
                 # Its whole log was followed into the sink already: not its last lines again below it.
                 parts.append(f"--- {key}{notes.get(key, '')}: its log is above, followed to its end ---")
                 continue
