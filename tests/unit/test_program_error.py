@@ -189,3 +189,9 @@ def test_kubetrains_trainers_error_line_names_its_rank() -> None:
     line = "DivergedError: the model diverged at step 2 (epoch 0): the training loss (averaged over the ranks) is nan"
     tail = f"[rank 1] epoch 0: loss nan\n[rank 1] error: {line}\n[rank 0] error: {line}\n" + MPI_ABORT
     assert program_error([(_pod("Launcher", 0), tail)], kind="MPIJob") == f"rank 0: {line}"
+
+
+def test_a_ranks_chained_traceback_ends_in_the_error_that_propagated() -> None:
+    chained = TORCH_RANK1 + "\n[rank1]: During handling of the above exception, another exception occurred:\n\n"
+    chained += TORCH_RANK1.replace("ValueError: no labels in shard 1", "KeyError: 'y'")
+    assert program_error([(_pod("Worker", 0), chained)], kind="PyTorchJob") == "rank 1: KeyError: 'y'"

@@ -199,9 +199,11 @@ def program_error(tails: Iterable[tuple[PodInfo, str]], *, kind: str) -> str | N
     has_master = any(pod.replica_type.lower() == "master" for pod, _ in pairs)
     ranked: list[tuple[bool, int, int, str]] = []
     for pod, tail in pairs:
-        found = exceptions(tail)
-        tagged = [f for f in found if f.rank is not None]
-        for error in tagged or found[-1:]:
+        # Each rank's last error (a chained traceback ends in the one that propagated); an untagged
+        # one only when no rank is named (torchrun's report about a rank comes after the rank's own).
+        last = {f.rank: f for f in exceptions(tail)}
+        tagged = [f for rank, f in last.items() if rank is not None]
+        for error in tagged or list(last.values()):
             rank = error.rank
             if rank is None:
                 # Untagged output: the rank that raised is the one ChainerMN's abort switch (or
