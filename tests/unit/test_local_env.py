@@ -208,6 +208,7 @@ def test_chainers_pkg_resources_warning_stays_out_of_a_ranks_log() -> None:
         (["python", "-u", "-W", "ignore", "-X", "dev", "/w/train.py"], 6),
         (["python", "-uWignore", "/w/train.py"], 2),
         (["python", "--", "train.py"], 2),
+        (["python", "--check-hash-based-pycs", "never", "-B", "t.py"], 4),
         (["python", "-m", "kubetrain.train.torch_ddp", "x.py"], None),
         (["python", "-uc", "print(1)"], None),
         (["python", "-"], None),

@@ -208,7 +208,9 @@ def python_script(argv: Sequence[str]) -> int | None:
             return i + 1 if i + 1 < len(argv) else None
         if arg == "-" or not arg.startswith("-"):
             return None if arg == "-" else i
-        if not arg.startswith("--"):
+        if arg == "--check-hash-based-pycs":
+            i += 1  # the one long option that takes a value
+        elif not arg.startswith("--"):
             flags = arg[1:]
             for at, flag in enumerate(flags):
                 if flag in "cm":
