@@ -213,6 +213,11 @@ def test_chainers_pkg_resources_warning_stays_out_of_a_ranks_log() -> None:
         (["python", "-uc", "print(1)"], None),
         (["python", "-"], None),
         (["python"], None),
+        (["/usr/bin/python3.11", "t.py"], 1),
+        (["mpirun", "-n", "2", "-x", "A", "python", "-u", "-m", "mpi4py", "/w/t.py", "--lr", "1"], 9),
+        (["mpirun", "-n", "2", "python", "-m", "mpi4py", "-m", "pkg.train"], None),
+        (["mpirun", "-n", "2", "./a.out"], None),
+        (["sh", "-c", "python t.py"], None),
     ],
 )
 def test_the_script_a_python_command_runs(argv: list[str], script: int | None) -> None:

@@ -20,7 +20,6 @@ followed.
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -160,11 +159,11 @@ class ContainerTranslator:
         if resolved is None:
             raise self.fail(f"command {argv[0]!r} not found on this machine")
         cwd = self._working_dir(rewriter)
-        script = python_script(resolved) if resolved[0] == sys.executable else None
-        if script is not None and not (cwd / resolved[script]).exists():
+        script = python_script(argv)
+        if script is not None and not (cwd / argv[script]).exists():
             # Python would exit 2 with this, and the restart policy start it again, up to the
             # backoff limit, for nothing: known here before the start, the replica fails once.
-            here = cwd / resolved[script]
+            here = cwd / argv[script]
             where = f" (on this machine {here})" if str(here) != declared[script] else ""
             raise self.fail(f"python: can't open file {declared[script]!r}{where}: no such file")
         return resolved, env, cwd
