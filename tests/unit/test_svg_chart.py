@@ -172,3 +172,8 @@ def test_non_finite_values_are_left_out_and_said_not_a_traceback() -> None:
                                                                      x_label="x", y_label="y")))  # fmt: skip
     bars = parse(bar_chart(["ddp", "ps"], [nan, 0.5], title="t", y_label="loss", value_format=".4f"))
     assert {"nan", "0.5000"} <= set(texts(bars))
+
+
+def test_a_loss_on_its_way_to_diverging_still_draws() -> None:
+    root = parse(line_chart([Series("loss", [(1.0, 0.5), (2.0, 1.75e308)])], title="t", x_label="x", y_label="y"))
+    assert len(polyline_points(root)[0]) == 2

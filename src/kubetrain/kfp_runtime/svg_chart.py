@@ -114,7 +114,9 @@ def domain(values: Sequence[float], *, integer: bool = False, pad: float = 0.05)
         half = 1.0 if integer or low == 0 else abs(low) * 0.1
         return (low - half, high + half)
     margin = (high - low) * pad
-    return (low - margin, high + margin)
+    padded = (low - margin, high + margin)
+    # A loss on its way to diverging (1e308) leaves no room for padding: the bare range then.
+    return padded if math.isfinite(padded[0]) and math.isfinite(padded[1]) else (low, high)
 
 
 def _finite(pair: tuple[float, float]) -> bool:
