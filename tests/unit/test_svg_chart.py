@@ -159,11 +159,12 @@ def test_non_finite_values_are_left_out_and_said_not_a_traceback() -> None:
         {"step": 1, "epoch": 0, "loss": 2.3},
         {"step": 2, "epoch": 0, "loss": nan},
         {"step": 3, "epoch": 0, "loss": inf, "test_accuracy": nan},
+        {"step": 4, "epoch": 0, "loss": None},  # how some writers put NaN into JSON
     ]
     page = report.training_report(title="t", metrics={"test_loss": nan, "history": history}, details=[])
     figure = page[page.index("<figure") : page.index("</figure>")]
     loss_chart, accuracy_chart = (parse("<svg" + svg[: svg.index("</svg>") + 6]) for svg in figure.split("<svg")[1:])
-    assert "2 non-finite points not drawn" in texts(loss_chart)
+    assert "3 non-finite points not drawn" in texts(loss_chart)
     (dot,) = loss_chart.iter(f"{SVG}circle")  # the one finite loss, marked
     assert all(math.isfinite(float(dot.attrib[k])) for k in ("cx", "cy"))
     assert "no data" in texts(accuracy_chart) and "1 non-finite point not drawn" in texts(accuracy_chart)
