@@ -195,3 +195,9 @@ def test_a_ranks_chained_traceback_ends_in_the_error_that_propagated() -> None:
     chained = TORCH_RANK1 + "\n[rank1]: During handling of the above exception, another exception occurred:\n\n"
     chained += TORCH_RANK1.replace("ValueError: no labels in shard 1", "KeyError: 'y'")
     assert program_error([(_pod("Worker", 0), chained)], kind="PyTorchJob") == "rank 1: KeyError: 'y'"
+
+
+def test_replicas_without_a_rank_go_by_name() -> None:
+    """The PS JobSet: the master's error comes before a worker's, whichever pod failed first."""
+    tails = [(_pod("Worker", 0), TRACE), (_pod("Master", 0), "JobAbortedError: the model diverged: nan\n")]
+    assert program_error(tails, kind="JobSet") == "master-0: JobAbortedError: the model diverged: nan"

@@ -197,7 +197,7 @@ def program_error(tails: Iterable[tuple[PodInfo, str]], *, kind: str) -> str | N
     """
     pairs = list(tails)
     has_master = any(pod.replica_type.lower() == "master" for pod, _ in pairs)
-    ranked: list[tuple[bool, int, int, str]] = []
+    ranked: list[tuple[bool, int, str]] = []
     for pod, tail in pairs:
         # Each rank's last error (a chained traceback ends in the one that propagated); an untagged
         # one only when no rank is named (torchrun's report about a rank comes after the rank's own).
@@ -211,7 +211,8 @@ def program_error(tails: Iterable[tuple[PodInfo, str]], *, kind: str) -> str | N
                 rank = _abort_rank(tail, error.line_no)
             label = f"rank {rank}" if rank is not None else replica_label(pod, kind=kind, has_master=has_master)
             number = int(label.split()[1]) if label.startswith("rank ") else 1 << 20
-            ranked.append((is_communication_error(error.text), number, len(ranked), f"{label}: {error.text}"))
+            # Ties (replicas without a rank: a JobSet's master-0, worker-0) go by name, master before worker.
+            ranked.append((is_communication_error(error.text), number, f"{label}: {error.text}"))
     if ranked:
-        return min(ranked)[3]
+        return min(ranked)[2]
     return next((said for _, tail in pairs if (said := mpi_exit_line(tail)) is not None), None)
