@@ -115,3 +115,11 @@ class JobCancelledError(KubetrainError):
 
 class TrainingError(KubetrainError):
     """A training program hit an unrecoverable problem (dead peer, corrupt checkpoint, ...)."""
+
+
+# What every divergence error ends with, whichever runtime found it.
+DIVERGED_ADVICE = "lower the learning rate (or check the data for non-finite values)"
+
+
+class DivergedError(TrainingError):
+    """A loss or a parameter is not finite: the model diverged, training on cannot help."""

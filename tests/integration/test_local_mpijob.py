@@ -252,3 +252,16 @@ def test_python_options_before_the_script_stay_pythons_under_mpi4pys_runner(back
     log = "\n".join(backend.pod_log(ref, backend.pods(ref)[0], follow=False))
     assert status.phase is JobPhase.SUCCEEDED, log
     assert sorted(p.name for p in backend.claim_dir(CLAIM).glob("rank-*")) == ["rank-0", "rank-1"]
+
+
+def test_a_program_file_that_is_not_there_fails_the_launcher_once(backend: LocalBackend) -> None:
+    """Issue 49 item 7: mpirun's ranks could not open the program, and the launcher was started backoffLimit + 1 times."""
+    from kubetrain.presets.defaults import mpirun
+
+    launcher = list(mpirun(2, (), ("python", "-u", "/workspace/trian.py")))
+    ref = backend.submit(_mpijob("nofile", launcher, run_policy={"backoffLimit": 3}))
+    status, _ = _follow(backend, ref)
+    assert status.phase is JobPhase.FAILED
+    assert "python: can't open file '/workspace/trian.py'" in status.message, status.message
+    launcher_pod = next(p for p in backend.pods(ref) if p.replica_type == "Launcher")
+    assert launcher_pod.restart_count == 0

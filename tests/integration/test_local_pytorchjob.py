@@ -1,4 +1,5 @@
-"""PyTorchJobs on the local backend with real processes: the operator's env, a missing command, adoption.
+"""PyTorchJobs on the local backend with real processes: the operator's env, a missing command, adoption,
+and a DDP program's own exception as the job's one-line error.
 
 Restarts and back-off are in test_local_pytorchjob_restarts.py, deadline, suspend, delete and TTL in
 test_local_pytorchjob_lifecycle.py, the supervisor's own failures in test_local_supervisor.py.
@@ -12,10 +13,11 @@ import pytest
 
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.backends.local.env import MACHINE_ENV, image_environment
-from kubetrain.errors import JobConflictError
+from kubetrain.errors import JobConflictError, JobFailedError
+from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase
-from tests.integration.local_jobs import CLAIM, _follow, _program, _pytorchjob, _template
+from tests.integration.local_jobs import CLAIM, _follow, _program, _pytorchjob, _template, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -118,3 +120,28 @@ def test_resubmitting_with_the_same_run_labels_adopts_and_other_labels_conflict(
     with pytest.raises(JobConflictError, match="belongs to another run"):
         backend.submit(other)
     backend.delete(first)
+
+
+RANK1_RAISES = """
+    import os
+    import torch, torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    if dist.get_rank() == 1:
+        raise ValueError("no labels in shard 1")
+    dist.all_reduce(t)  # rank 0 waits here for the peer that died: Connection closed by peer
+"""
+
+
+def test_a_ddp_programs_own_exception_is_the_one_line_error(backend: LocalBackend) -> None:
+    """Issues 48 item 10 and 49 item 2: the error said `worker-0 exited with code 1`, or rank 0's lost connection."""
+    program = _program(backend, "raise.py", RANK1_RAISES)
+    port = [{"name": "pytorchjob-port", "containerPort": free_port()}]
+    template = _template(["python", program], ports=port)
+    manifest = _pytorchjob("ddpraise", template, template, workers=1, policy="Never")
+    with pytest.raises(JobFailedError) as failed:
+        run_job(manifest, backend=backend, options=AwaitOptions(timeout_seconds=120), log_sink=lambda _: None)
+    assert failed.value.program_error == "rank 1: ValueError: no labels in shard 1"
+    assert failed.value.headline().startswith("rank 1: ValueError: no labels in shard 1; PyTorchJob default/ddpraise")

@@ -8,6 +8,8 @@ import signal
 import pytest
 
 from kubetrain.backends.local.backend import LocalBackend
+from kubetrain.errors import JobFailedError
+from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.status import JobPhase
 from tests.integration.local_jobs import CLAIM, _follow, _program, _pytorchjob, _template, _wait_for, free_port
 
@@ -117,3 +119,17 @@ def test_always_restarts_even_after_success_until_the_backoff_limit(backend: Loc
     status, _ = _follow(backend, ref)
     assert status.phase is JobPhase.FAILED
     assert "always-master-0 exited with code 0" in status.message
+
+
+def test_a_program_file_that_is_not_there_fails_once_and_names_it(backend: LocalBackend) -> None:
+    """Issue 49 item 7: a missing program exited 1 after 4 starts, `can't open file` only in the log tails."""
+    port = [{"name": "pytorchjob-port", "containerPort": free_port()}]
+    template = _template(["python", "-u", "/workspace/trian.py", "--epochs", "2"], ports=port)
+    manifest = _pytorchjob("nofile", template, None, run_policy={"backoffLimit": 3})
+    lines: list[str] = []
+    with pytest.raises(JobFailedError) as failed:
+        run_job(manifest, backend=backend, options=AwaitOptions(timeout_seconds=60), log_sink=lines.append)
+    here = backend.claim_dir(CLAIM) / "trian.py"
+    said = f"python: can't open file '/workspace/trian.py' (on this machine {here}): no such file"
+    assert said in failed.value.headline() and "\n" not in failed.value.headline()
+    assert not any("Restarting" in line or "restart" in line for line in lines), lines

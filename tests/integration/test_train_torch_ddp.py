@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kubetrain.backends.base import PodInfo
 from kubetrain.data.dataset_format import load_split
 from kubetrain.data.download import download
+from kubetrain.launcher.program_error import program_error
 from kubetrain.train.topology import pytorchjob_env
 
 torch = pytest.importorskip("torch")
@@ -286,3 +288,20 @@ def test_missing_peer_fails_rendezvous_within_the_init_timeout(
     (code,) = _wait_all([proc], timeout=120)
     assert code != 0
     assert "rendezvous" in proc.tail()
+
+
+def test_a_diverged_run_fails_every_rank_with_one_line_naming_the_loss(
+    digits: Path, launcher: Launcher, tmp_path: Path
+) -> None:
+    """Issue 48 item 6: with learning_rate=1e20 the job ended SUCCEEDED at chance accuracy, losses dropped."""
+    args = ["--data", str(digits), "--output", str(tmp_path / "out"), "--epochs", "2", "--lr", "1e20"]
+    procs = launcher.group(2, args, port=_free_port(), name="diverge")
+    assert _wait_all(procs, timeout=120) == [1, 1]
+    assert not (tmp_path / "out" / "metrics.json").exists()
+    # What the launcher makes of the failed pods' logs (either backend): the divergence, rank 0's.
+    master = PodInfo(name="j-master-0", replica_type="Master", index=0, phase="Failed", container="pytorch")
+    worker = PodInfo(name="j-worker-0", replica_type="Worker", index=0, phase="Failed", container="pytorch")
+    said = program_error([(worker, procs[1].tail()), (master, procs[0].tail())], kind="PyTorchJob")
+    assert said is not None and said.startswith("rank 0: DivergedError: the model diverged at step "), said
+    assert said.endswith(": the training loss (averaged over the ranks) is nan; lower the learning rate "
+                         "(or check the data for non-finite values)"), said  # fmt: skip

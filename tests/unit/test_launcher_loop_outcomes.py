@@ -188,3 +188,32 @@ def test_a_failed_job_leads_with_the_programs_own_error_and_prints_each_tail_onc
 
     assert one_line(err) == f"JobFailedError: {err.headline()}"
     assert "\n" not in one_line(err)
+
+
+def test_the_followed_log_is_not_printed_again_as_a_tail() -> None:
+    """Issue 49 item 8: a failed MPI step printed the followed launcher log twice: live, then as its last 50 lines."""
+    backend = MemoryBackend()
+    mpirun = ["[1,1]<stderr>:Traceback (most recent call last):", "[1,1]<stderr>:OSError: disk full"]
+
+    def script(b: MemoryBackend) -> None:
+        b.wait_for_line("submitted → Pending")
+        b.set_pods(pod("train-abc-master-0", "Master", 0, "Running"), pod("train-abc-worker-0", "Worker", 0, "Running"))
+        b.set_conditions(cond("Created"), cond("Running"))
+        b.add_log("train-abc-master-0", "epoch 1", *mpirun)
+        b.add_log("train-abc-worker-0", "worker says: peer gone")
+        b.wait_for_line("[train-abc-master-0] [1,1]<stderr>:OSError: disk full")
+        b.set_pods(
+            pod("train-abc-master-0", "Master", 0, "Failed", reason="Error", exit_code=1),
+            pod("train-abc-worker-0", "Worker", 0, "Failed", reason="Error", exit_code=1),
+        )
+        b.set_conditions(cond("Created"), cond("Failed", reason="BackoffLimitExceeded", message="master-0 exited"))
+
+    with pytest.raises(JobFailedError) as info:
+        launch(backend, script)
+    text = "\n".join(backend.lines)
+    assert text.count("OSError: disk full") == 2  # followed live, and in the program's error line
+    assert "the program's error: rank 1: OSError: disk full" in text
+    assert "--- train-abc-master-0/pytorch: its log is above, followed to its end ---" in text
+    assert "lines of train-abc-master-0" not in text
+    assert "lines of train-abc-worker-0/pytorch ---\nworker says: peer gone" in text  # not followed: its tail
+    assert info.value.log_tails["train-abc-master-0/pytorch"].endswith("OSError: disk full")  # still carried

@@ -14,6 +14,7 @@ from kubetrain.backends.local.env import (
     expand_references,
     image_environment,
     machine_environment,
+    python_script,
     resolve_command,
     resolve_field_ref,
     resource_field_value,
@@ -198,3 +199,27 @@ def test_chainers_pkg_resources_warning_stays_out_of_a_ranks_log() -> None:
     sshd = (Path(__file__).parents[2] / "images" / "chainermn" / "sshd_config").read_text()
     setenv = next(line for line in sshd.splitlines() if line.startswith("SetEnv "))
     assert f"PYTHONWARNINGS={IMAGE_ENV['chainermn']['PYTHONWARNINGS']}" in setenv.split()  # the remote ranks' env
+
+
+@pytest.mark.parametrize(
+    ("argv", "script"),
+    [
+        (["python", "train.py", "--lr", "1"], 1),
+        (["python", "-u", "-W", "ignore", "-X", "dev", "/w/train.py"], 6),
+        (["python", "-uWignore", "/w/train.py"], 2),
+        (["python", "--", "train.py"], 2),
+        (["python", "--check-hash-based-pycs", "never", "-B", "t.py"], 4),
+        (["python", "-m", "kubetrain.train.torch_ddp", "x.py"], None),
+        (["python", "-uc", "print(1)"], None),
+        (["python", "-"], None),
+        (["python"], None),
+        (["/usr/bin/python3.11", "t.py"], 1),
+        (["mpirun", "-n", "2", "-x", "A", "python", "-u", "-m", "mpi4py", "/w/t.py", "--lr", "1"], 9),
+        (["mpirun", "-n", "2", "python", "-m", "mpi4py", "-m", "pkg.train"], None),
+        (["mpirun", "-n", "2", "./a.out"], None),
+        (["sh", "-c", "python t.py"], None),
+    ],
+)
+def test_the_script_a_python_command_runs(argv: list[str], script: int | None) -> None:
+    """What the local backend checks exists before it starts a replica (issue 49 item 7)."""
+    assert python_script(argv) == script

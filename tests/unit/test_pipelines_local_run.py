@@ -189,3 +189,21 @@ def test_the_summarys_metrics_read_as_the_reports_do(tmp_path: Path) -> None:
     assert "    world_size: 2" in lines
     assert "    job_seconds: 61.1" in lines
     assert "    test_accuracy: 0.8914" in lines
+
+
+def test_the_summary_shows_an_integer_metric_as_an_integer(tmp_path: Path) -> None:
+    """Issue 49 item 11: `kubetrain run`'s summary printed a program's integer metric as `2.0000`."""
+    root = tmp_path / "kfp" / "p-2026"
+    done = root / "train"
+    done.mkdir(parents=True)
+    metadata = {"workers_seen": 2, "f1": 0.5}
+    (done / "executor_output.json").write_text(
+        json.dumps({"artifacts": {"metrics": {"artifacts": [{"uri": str(done / "metrics"), "metadata": metadata}]}}})
+    )
+    task = collect("train", "comp-train", {"metrics": "system.Metrics"}, root, tmp_path / "reports")
+    outcome = RunOutcome(
+        pipeline="p", state="SUCCEEDED", run_dir=tmp_path, claims_dir=tmp_path, wall_seconds=1.0, arguments={},
+        tasks=(task,),
+    )  # fmt: skip
+    assert "    workers_seen: 2\n    f1: 0.5000" in describe(outcome)
+    assert json.loads(json.dumps(outcome.to_json()))["tasks"]["train"]["metrics"] == metadata

@@ -255,3 +255,63 @@ def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for() -> None
         is None
     )
     assert train_step.elastic_notice(PyTorchRequest(**IDS, workers=2)) is None
+
+
+# -- a diverged model: one behaviour whichever program trained it (issue 49 item 3) --------------
+
+
+def test_a_user_program_that_wrote_nan_losses_fails_the_step_in_one_line(
+    tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job succeeded, then the report crashed with a 40-line traceback (`nice_ticks: the range [nan, nan]`)."""
+
+    def program(out: Path) -> None:
+        (out / "weights.bin").write_bytes(b"w")
+        history = [{"step": 1, "loss": 2.3}, {"step": 2, "loss": float("nan"), "test_accuracy": float("nan")}]
+        (out / "metrics.json").write_text(json.dumps({"loss": float("nan"), "history": history}))
+
+    with pytest.raises(SystemExit) as exit_:
+        _run_user_program(tmp_path, job, program)
+    assert exit_.value.code == ExitCode.JOB_FAILED
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    name = train_step.job_name(PyTorchRequest(**IDS))
+    assert (
+        "kubetrain: DivergedError: the model diverged: metrics.json says loss is nan, the history's last loss "
+        "(step 2) is nan; lower the learning rate (or check the data for non-finite values); the job's files stay "
+        f"in /workspace/runs/{name}/output\n"
+    ) in err
+
+
+def test_a_metric_that_is_not_finite_is_named_not_dropped_in_silence(
+    tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 48 item 6: non-finite metrics went missing from the Metrics artifact without a word."""
+
+    def program(out: Path) -> None:
+        (out / "model.pt").write_bytes(b"trained")
+        (out / "metrics.json").write_text(json.dumps({**METRICS, "grad_norm": float("inf")}))
+
+    job.program = program
+    arts = _artifacts(tmp_path)
+    frameworks.train_pytorch(**arts, task_config={}, **IDS)
+    said = "metrics.json: grad_norm inf: not finite, so not logged on the Metrics artifact"
+    assert f"WARNING: pytorch: {said}" in capsys.readouterr().err
+    assert arts["model"].metadata["warnings"] == [said]
+    assert said in Path(arts["report"].path).read_text()
+
+
+def test_integer_metrics_stay_integers(tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 49 item 11: a program's `"workers_seen": 2` printed as `2.0000`."""
+
+    def program(out: Path) -> None:
+        (out / "weights.bin").write_bytes(b"w")
+        (out / "metrics.json").write_text(json.dumps({"f1": 0.5, "workers_seen": 2, "tokens": 1.0}))
+
+    arts = _run_user_program(tmp_path, job, program)
+    logged = arts["metrics"].logged
+    assert logged["workers_seen"] == 2 and isinstance(logged["workers_seen"], int)
+    assert isinstance(logged["tokens"], float)  # a float stays one, whatever its value
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("pytorch: Succeeded;"))
+    assert "f1 0.5000, workers_seen 2, tokens 1.0000, " in line
+    assert '<td class="num">2</td>' in Path(arts["report"].path).read_text()

@@ -150,3 +150,31 @@ def test_tick_labels_show_the_decimals_their_step_needs() -> None:
     assert nice_ticks(0.3, 0.31) == [0.3, 0.302, 0.304, 0.306, 0.308, 0.31]
     with pytest.raises(ValueError, match="must be finite and not empty"):
         nice_ticks(1.0, 1.0)
+
+
+def test_non_finite_values_are_left_out_and_said_not_a_traceback() -> None:
+    """Issue 49 item 3: a history of NaN losses ended the step in `nice_ticks: the range [nan, nan] must be finite`."""
+    nan, inf = float("nan"), float("inf")
+    history = [
+        {"step": 1, "epoch": 0, "loss": 2.3},
+        {"step": 2, "epoch": 0, "loss": nan},
+        {"step": 3, "epoch": 0, "loss": inf, "test_accuracy": nan},
+        {"step": 4, "epoch": 0, "loss": None},  # how some writers put NaN into JSON
+    ]
+    page = report.training_report(title="t", metrics={"test_loss": nan, "history": history}, details=[])
+    figure = page[page.index("<figure") : page.index("</figure>")]
+    loss_chart, accuracy_chart = (parse("<svg" + svg[: svg.index("</svg>") + 6]) for svg in figure.split("<svg")[1:])
+    assert "3 non-finite points not drawn" in texts(loss_chart)
+    (dot,) = loss_chart.iter(f"{SVG}circle")  # the one finite loss, marked
+    assert all(math.isfinite(float(dot.attrib[k])) for k in ("cx", "cy"))
+    assert "no data" in texts(accuracy_chart) and "1 non-finite point not drawn" in texts(accuracy_chart)
+    # Every point not finite: empty axes, and why.
+    assert "1 non-finite point not drawn" in texts(parse(line_chart([Series("l", [(1.0, nan)])], title="t",
+                                                                     x_label="x", y_label="y")))  # fmt: skip
+    bars = parse(bar_chart(["ddp", "ps"], [nan, 0.5], title="t", y_label="loss", value_format=".4f"))
+    assert {"nan", "0.5000"} <= set(texts(bars))
+
+
+def test_a_loss_on_its_way_to_diverging_still_draws() -> None:
+    root = parse(line_chart([Series("loss", [(1.0, 0.5), (2.0, 1.75e308)])], title="t", x_label="x", y_label="y"))
+    assert len(polyline_points(root)[0]) == 2

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
+from kubetrain.errors import DivergedError
 from kubetrain.train import loop
 from kubetrain.train.checkpoints import CheckpointDir, Progress, RunSignature
 from kubetrain.train.common import TrainConfig, Watchdog, build_parser
@@ -157,3 +159,34 @@ def test_the_watchdog_waits_for_collectives_that_time_out_themselves(
     state = _state(tmp_path, "--epochs", "1", "--timeout-seconds", "12", checkpoints=False)
     loop.train(state, FakeSteps(collectives_time_out=collectives_time_out))
     assert limits == [limit]
+
+
+class DivergingSteps(FakeSteps):
+    """The loss turns NaN from the 4th step on, as a learning rate of 1e20 makes it."""
+
+    def train_step(self, batch: tuple[int, ...]) -> float:
+        super().train_step(batch)
+        return float("nan") if len(self.trained) >= 4 else 1.0
+
+
+def test_a_diverged_run_fails_naming_the_non_finite_loss_and_writes_nothing(tmp_path: Path) -> None:
+    """Issue 48 item 6: with learning_rate=1e20 the DDP and ChainerMN trainers ended SUCCEEDED at chance accuracy."""
+    state, steps = _state(tmp_path, "--epochs", "3", "--log-every", "2"), DivergingSteps()
+    with pytest.raises(DivergedError) as caught:
+        loop.train(state, steps)
+    assert str(caught.value) == (
+        "the model diverged at step 4 (epoch 1): the training loss (averaged over the ranks) is nan; "
+        "lower the learning rate (or check the data for non-finite values)"
+    )
+    assert len(steps.trained) == 4  # stopped at the first collective that saw it, not after every epoch
+    assert steps.saved_steps == [3]  # the epoch before it; no checkpoint of the diverged model
+
+
+def test_a_non_finite_test_loss_fails_too_but_an_empty_test_split_does_not(tmp_path: Path) -> None:
+    steps = FakeSteps()
+    steps.evaluate = lambda: (0.1, float("inf"))  # type: ignore[method-assign]
+    with pytest.raises(DivergedError, match=r"at step 3 \(epoch 0\): the test loss is inf"):
+        loop.train(_state(tmp_path, "--epochs", "1"), steps)
+    empty = FakeSteps()
+    empty.evaluate = lambda: (float("nan"), float("nan"))  # type: ignore[method-assign]
+    assert math.isnan(loop.train(_state(tmp_path / "e", "--epochs", "1"), empty).test_loss)

@@ -13,9 +13,9 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
-from kubetrain.errors import TrainingError
+from kubetrain.errors import DIVERGED_ADVICE, TrainingError
 
 METRICS_JSON = "metrics.json"
 # Keys every metrics.json carries (DESIGN.md "metrics.json").
@@ -95,6 +95,40 @@ def read_metrics(output_dir: Path, *, required: tuple[str, ...] = (), missing_ok
     return MetricsRead(data, tuple(problems))
 
 
+def _is_number(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_loss(key: str) -> bool:
+    return key == "loss" or key.endswith("_loss")
+
+
+def divergence(metrics: Mapping[str, Any]) -> str | None:
+    """Why `metrics` says the model diverged, or None: a loss (`loss`, `*_loss`) that is not finite.
+
+    Read at the top level and in the history's last entry, as kubetrain's trainers and a user's
+    own program write them; a diverged run fails its step with this, whichever program trained.
+    """
+    bad = [f"{k} is {v}" for k, v in metrics.items() if _is_loss(str(k)) and _is_number(v) and not math.isfinite(v)]
+    history = metrics.get("history")
+    last = history[-1] if isinstance(history, list) and history else None
+    if isinstance(last, dict):
+        at = f" (step {last['step']})" if "step" in last else ""
+        bad += [
+            f"the history's last {k}{at} is {v}"
+            for k, v in last.items()
+            if _is_loss(str(k)) and _is_number(v) and not math.isfinite(v)
+        ]
+    if not bad:
+        return None
+    return f"the model diverged: {METRICS_JSON} says {', '.join(bad)}; {DIVERGED_ADVICE}"
+
+
+def non_finite(metrics: Mapping[str, Any]) -> list[str]:
+    """The top-level numbers that are not finite (`name nan`): a KFP Metrics artifact cannot hold them."""
+    return [f"{k} {v}" for k, v in metrics.items() if _is_number(v) and not math.isfinite(v)]
+
+
 def model_files(output_dir: Path) -> list[Path]:
     """The model files (`model.*`) rank 0 wrote, in name order."""
     return sorted(p for p in output_dir.glob("model*") if p.is_file() or p.is_dir())
@@ -116,8 +150,8 @@ def log_metrics(
     logged: dict[str, float] = {}
     for key, name in LOGGED_METRICS:
         value = metrics.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            logged[name] = float(value)
+        if _is_number(value) and math.isfinite(value):
+            logged[name] = as_metric(value)
     if job_seconds is not None:
         logged["job_seconds"] = float(job_seconds)
     for name, value in logged.items():
@@ -136,13 +170,14 @@ def write_text(artifact: ArtifactLike, text: str) -> Path:
 # -- a user's own program: whatever it left in its output directory ------------------------------
 
 
+def as_metric(value: float) -> float:
+    """A metric's value as logged and shown: an integer stays one (`2`, not `2.0000`), anything else a float."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else float(value)
+
+
 def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The finite numbers among the top-level keys (booleans and nested values left out)."""
-    return {
-        str(k): float(v)
-        for k, v in metrics.items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    }
+    """The finite numbers among the top-level keys (booleans and nested values left out); integers stay integers."""
+    return {str(k): as_metric(v) for k, v in metrics.items() if _is_number(v) and math.isfinite(v)}
 
 
 def copy_outputs(output_dir: Path, model: ArtifactLike, *, metadata: Mapping[str, Any]) -> list[str]:

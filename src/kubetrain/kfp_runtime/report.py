@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -73,15 +74,25 @@ def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, floa
     # Programs that tag entries record per-step losses ("step") and epoch means ("epoch"); mixing
     # the two would draw spikes that are not in the training, so the loss curve uses steps only.
     steps = [h for h in history if h.get("kind", "step") == "step"] or list(history)
-    loss = [(float(h["step"]), float(h["loss"])) for h in steps if "step" in h and "loss" in h]
+    loss = [(_number(h["step"]), _number(h["loss"])) for h in steps if "step" in h and "loss" in h]
     accuracy: list[tuple[float, float]] = []
     for h in history:
         if "test_accuracy" in h:
             # The epoch as the history and the training log number it ("epoch 0: ... test accuracy"):
             # the accuracy measured at the end of epoch 0 is drawn at 0.
-            x = float(h["epoch"]) if "epoch" in h else float(h.get("step", len(accuracy)))
-            accuracy.append((x, float(h["test_accuracy"])))
+            x = _number(h["epoch"]) if "epoch" in h else _number(h.get("step", len(accuracy)))
+            accuracy.append((x, _number(h["test_accuracy"])))
     return loss, accuracy
+
+
+def _number(value: object) -> float:
+    """A history value as a float; NaN for what is not a number (`null`, text), which the charts leave out and count."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
 
 
 def input_rows(inputs: Mapping[str, object]) -> list[tuple[str, object]]:
@@ -110,11 +121,12 @@ def curves_svg(history: Sequence[Mapping[str, Any]]) -> str | None:
     )  # fmt: skip
     x_range: tuple[float, float] | None = None
     note = ""
-    if len(accuracy) == 1:
+    measured = [p for p in accuracy if math.isfinite(p[0]) and math.isfinite(p[1])]  # the chart leaves out the rest
+    if len(accuracy) == 1 and measured:
         # One evaluation (a PS job evaluates at its end unless told otherwise): on an axis from
         # epoch 0, not one centred on that single epoch, and said in words.
         x_range, note = (-0.5, max(accuracy[0][0], 1.0) + 0.5), f"{accuracy[0][1]:.4f} (one evaluation)"
-    low = min([0.5, *(p[1] for p in accuracy)])
+    low = min([0.5, *(p[1] for p in measured)])
     right = line_chart(
         [Series("test accuracy", accuracy, GREEN, markers=True)],
         title="accuracy",

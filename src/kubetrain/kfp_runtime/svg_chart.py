@@ -114,7 +114,13 @@ def domain(values: Sequence[float], *, integer: bool = False, pad: float = 0.05)
         half = 1.0 if integer or low == 0 else abs(low) * 0.1
         return (low - half, high + half)
     margin = (high - low) * pad
-    return (low - margin, high + margin)
+    padded = (low - margin, high + margin)
+    # A loss on its way to diverging (1e308) leaves no room for padding: the bare range then.
+    return padded if math.isfinite(padded[0]) and math.isfinite(padded[1]) else (low, high)
+
+
+def _finite(pair: tuple[float, float]) -> bool:
+    return math.isfinite(pair[0]) and math.isfinite(pair[1])
 
 
 def _frame(x: tuple[float, float], y: tuple[float, float]) -> _Frame:
@@ -200,9 +206,15 @@ def line_chart(
     ticks whole; `note` is written beside the last point of the first series. Without points it
     draws the empty axes with "no data".
     """
+    # A diverged run's losses (NaN, inf) cannot be placed on an axis: they are left out, and said so.
+    given = len([p for s in series for p in s.points])
+    series = [Series(s.label, [p for p in s.points if _finite(p)], s.color, s.markers) for s in series]
     points = [p for s in series for p in s.points]
-    x = x_range or domain([p[0] for p in points], integer=x_integer)
-    y = y_range or domain([p[1] for p in points])
+    if given > len(points):
+        left_out = f"{given - len(points)} non-finite point{'s' if given - len(points) != 1 else ''} not drawn"
+        note = f"{note}; {left_out}" if note else left_out
+    x = x_range if x_range is not None and _finite(x_range) else domain([p[0] for p in points], integer=x_integer)
+    y = y_range if y_range is not None and _finite(y_range) else domain([p[1] for p in points])
     frame = _frame(x, y)
     out = _open(title, title)
     out += _axes(frame, x_label=x_label, y_label=y_label, x_integer=x_integer)
@@ -220,6 +232,9 @@ def line_chart(
     if note and series and series[0].points:
         px, py = frame.px(series[0].points[-1])
         out.append(f'<text x="{px - 8:.1f}" y="{py + 18:.1f}" text-anchor="end">{esc(note)}</text>')
+    elif note:
+        out.append(f'<text x="{frame.left + frame.width / 2:.1f}" y="{frame.top + 16:.1f}" '
+                   f'text-anchor="middle">{esc(note)}</text>')  # fmt: skip
     labelled = [s for s in series if s.points and s.label]
     if legend and labelled:
         out += _legend(frame, labelled)
@@ -239,7 +254,9 @@ def bar_chart(
     """An SVG bar chart: one bar per label from 0, each bar's value written on it (`value_format`, e.g. ".4f")."""
     if len(labels) != len(values):
         raise ValueError(f"bar_chart: {len(labels)} labels for {len(values)} values; give one label per value")
-    low, high = min([0.0, *values]), max([0.0, *values])
+    # A value that is not finite (a diverged run's loss) gets no bar, only its text.
+    low = min([0.0, *(v for v in values if math.isfinite(v))])
+    high = max([0.0, *(v for v in values if math.isfinite(v))])
     span = (high - low) or 1.0
     # From 0 (a 0.003 difference must not look like a gap), with room above for the written values.
     frame = _frame((0.0, float(max(len(values), 1))), (low - (0.1 * span if low < 0 else 0), high + 0.12 * span))
@@ -249,7 +266,7 @@ def bar_chart(
     bottom = frame.top + frame.height
     for i, (label, value) in enumerate(zip(labels, values, strict=True)):
         _, zero = frame.px((0.0, 0.0))
-        _, top = frame.px((0.0, value))
+        _, top = frame.px((0.0, value if math.isfinite(value) else 0.0))
         x, bar = frame.left + slot * (i + 0.2), slot * 0.6
         height = abs(zero - top)
         out.append(

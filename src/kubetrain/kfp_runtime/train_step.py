@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.backends import open_backend
-from kubetrain.errors import InvalidInputError
+from kubetrain.errors import DivergedError, InvalidInputError
 from kubetrain.kfp_runtime import artifacts, report
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, MetricsLike
 from kubetrain.kfp_runtime.local_notice import local_notice
@@ -168,6 +168,21 @@ def _metrics_warning(read: artifacts.MetricsRead, logged: Mapping[str, float]) -
     return f"{'; '.join(read.problems)}; the model was kept, and {what}"
 
 
+def _refuse_divergence(metrics: Mapping[str, Any], plan: JobPlan) -> None:
+    """DivergedError when the metrics say the model diverged: the step fails, as a diverged PS job does."""
+    why = artifacts.divergence(metrics)
+    if why is not None:
+        raise DivergedError(f"{why}; the job's files stay in {plan.params.output_dir}")
+
+
+def _unlogged_warning(metrics: Mapping[str, Any]) -> str | None:
+    """Never dropped in silence: the numbers the Metrics artifact cannot hold, named."""
+    dropped = artifacts.non_finite(metrics)
+    if not dropped:
+        return None
+    return f"{artifacts.METRICS_JSON}: {', '.join(dropped)}: not finite, so not logged on the Metrics artifact"
+
+
 def _fill_trainer_outputs(
     output_dir: Path, *, result: JobResult, request: TrainingRequest, plan: JobPlan, outputs: StepArtifacts,
     job_seconds: float,
@@ -175,6 +190,7 @@ def _fill_trainer_outputs(
     """kubetrain's trainer: model.* and a metrics.json with the documented keys."""
     read = artifacts.read_metrics(output_dir, required=artifacts.REQUIRED_METRICS)
     metrics = read.metrics
+    _refuse_divergence(metrics, plan)
     model_meta = {**_meta(result, request, plan), "architecture": request.model_name}
     for key, kind in (("test_accuracy", float), ("world_size", int)):
         if key in artifacts.numeric_metrics({key: metrics.get(key)}):
@@ -185,6 +201,8 @@ def _fill_trainer_outputs(
     details = _report_details(result, request, plan, job_seconds)
     if read.problems:
         details.append(("warning", warn(request, outputs, _metrics_warning(read, logged))))
+    if (unlogged := _unlogged_warning(metrics)) is not None:
+        details.append(("warning", warn(request, outputs, unlogged)))
     page = report.training_report(
         title=f"{request.framework} training: {plan.name}",
         metrics=metrics,
@@ -200,6 +218,9 @@ def _fill_user_outputs(
     job_seconds: float,
 ) -> dict[str, float]:  # fmt: skip
     """A user's own program: whatever it left in its output directory, and any numbers in its metrics.json."""
+    read = artifacts.read_metrics(output_dir, missing_ok=True)
+    metrics = read.metrics
+    _refuse_divergence(metrics, plan)
     program = request.user_program
     model_meta = {**_meta(result, request, plan), "command": list(program.command) if program else []}
     names = artifacts.copy_outputs(output_dir, outputs.model, metadata=model_meta)
@@ -215,13 +236,13 @@ def _fill_user_outputs(
             "KUBETRAIN_OUTPUT_DIR"
         )
         details.append(("warning", warn(request, outputs, empty)))
-    read = artifacts.read_metrics(output_dir, missing_ok=True)
-    metrics = read.metrics
     logged = {**artifacts.numeric_metrics(metrics), "job_seconds": float(job_seconds)}
     for key, value in logged.items():
         outputs.metrics.log_metric(key, value)
     if read.problems:
         details.append(("warning", warn(request, outputs, _metrics_warning(read, logged))))
+    if (unlogged := _unlogged_warning(metrics)) is not None:
+        details.append(("warning", warn(request, outputs, unlogged)))
     page = report.training_report(
         title=f"{request.framework} training: {plan.name}",
         metrics=metrics,

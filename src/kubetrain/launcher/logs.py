@@ -178,6 +178,12 @@ class LogFollower(threading.Thread):
             stream.close()
         self.notify()
 
+    def wrote_whole(self, pod: PodInfo) -> bool:
+        """Whether the sink has every line of the container a failure tail of `pod` reads (`crash_tail`'s)."""
+        previous = pod.phase not in TERMINAL_POD_PHASES and pod.restart_count > 0
+        with self._lock:
+            return (pod.name, pod.restart_count - 1 if previous else pod.restart_count) in self._done
+
     def primary(self, *, final: bool) -> PodInfo | None:
         """The pod this follower follows (or will), from what it was told."""
         with self._lock:
@@ -286,5 +292,6 @@ class LogFollower(threading.Thread):
                 with self._lock:
                     self._stream = None
         if not follow or previous:
-            self._done.add(instance)
+            with self._lock:
+                self._done.add(instance)
         return new

@@ -113,6 +113,7 @@ class _Await:
         self.job_done = threading.Event()
         self.stop_logs = threading.Event()
         self.follower: LogFollower | None = None
+        self.followed: LogFollower | None = None  # the follower, kept once stopped: which logs it wrote whole
         self.silence: SilenceWatch | None = None
         self.tracker: PodTracker | None = None
         self.final_pods: list[PodInfo] | None = None  # the look at the pods once the job ended
@@ -281,7 +282,12 @@ class _Await:
         program = program_error(found.tailed, kind=self.ref.kind.kind)
         if program is not None:
             parts.append(f"the program's error: {program}")
+        whole = {f"{pod.name}/{pod.container}" for pod, _ in found.tailed if self._followed_whole(pod)}
         for key, tail in tails.items():
+            if key in whole and tail.strip():
+                # Its whole log was followed into the sink already: not its last lines again below it.
+                parts.append(f"--- {key}{notes.get(key, '')}: its log is above, followed to its end ---")
+                continue
             parts.append(f"--- last {self.opts.tuning.log_tail_lines} lines of {key}{notes.get(key, '')} ---\n{tail}")
         if not tails and status.reason not in REJECTION_REASONS:
             parts.append("(no failed pod left to read logs from; cleanPodPolicy may have removed them)")
@@ -297,6 +303,9 @@ class _Await:
         return JobFailedError(
             "\n".join(parts), reason=status.reason, log_tails=tails, program_error=program, shown=True
         )
+
+    def _followed_whole(self, pod: PodInfo) -> bool:
+        return self.followed is not None and self.followed.wrote_whole(pod)
 
     def _timed_out(self, limit: _Deadline) -> JobTimeoutError:
         self.stopper.release()  # deleted or suspended here; a stop now must not undo a suspension
@@ -363,6 +372,7 @@ class _Await:
         follower = self.follower
         if follower is None:
             return
+        self.followed = follower
         follower.notify()
         if drain:
             # The primary pod has ended, so its whole log can be read: the follower stops following

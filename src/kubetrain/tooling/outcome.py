@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kubetrain.errors import ExitCode
+from kubetrain.kfp_runtime.artifacts import as_metric
 from kubetrain.kfp_runtime.exits import read_failure
 from kubetrain.kfp_runtime.report import display_value, format_value
 
@@ -291,7 +292,7 @@ def collect(
             if isinstance(said, list):
                 warned += [str(w) for w in said if str(w) not in warned]
             if kind == "system.Metrics":
-                metrics.update({k: float(v) for k, v in (artifact.get("metadata") or {}).items()})
+                metrics.update({k: as_metric(v) for k, v in (artifact.get("metadata") or {}).items()})
             if path.exists():
                 artifacts[name] = str(path)
             if kind in _REPORT_SUFFIXES and path.is_file():

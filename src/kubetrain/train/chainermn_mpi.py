@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         group = open_group(world, communicator=cfg.communicator, gpu=chainer.backends.cuda.available)
         return _run(cfg, group, started)
     except KubetrainError as e:
-        log(world.rank if world else 0, f"error: {e}")
+        log(world.rank if world else 0, f"error: {type(e).__name__}: {e}")
         if group is not None and group.world_size > 1:
             group.abort(int(e.exit_code))  # the other ranks may be waiting in a collective
         return int(e.exit_code)

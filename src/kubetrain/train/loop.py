@@ -10,12 +10,14 @@ and `metrics.json`. *How* a step, an evaluation or a checkpoint is done is the f
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from kubetrain.errors import DIVERGED_ADVICE, DivergedError
 from kubetrain.train.checkpoints import (
     CheckpointDir,
     Progress,
@@ -34,6 +36,7 @@ __all__ = [
     "LoadedCheckpoint",
     "Outcome",
     "RunState",
+    "check_finite",
     "resume",
     "train",
     "write_outputs",
@@ -156,6 +159,16 @@ def resume(state: RunState, fw: Framework[Any]) -> None:
     log(rank, f"resumed from {path} (epoch {progress.epoch}, step {chosen})")
 
 
+def check_finite(what: str, value: float, *, step: int, epoch: int) -> None:
+    """DivergedError if `value` is not finite: training on cannot bring the model back.
+
+    Every rank checks the same value (averaged over the ranks, or evaluated by all of them), so
+    all of them stop at the same step and none is left waiting in a collective.
+    """
+    if not math.isfinite(value):
+        raise DivergedError(f"the model diverged at step {step} (epoch {epoch}): {what} is {value}; {DIVERGED_ADVICE}")
+
+
 def _checkpoint(state: RunState, fw: Framework[Any]) -> None:
     """Collect the epoch's loss sums on rank 0, which then writes the checkpoint."""
     if state.ckdir is None:
@@ -181,6 +194,7 @@ def _epochs(state: RunState, fw: Framework[BatchT], watchdog: Watchdog) -> tuple
             return
         sums = fw.allreduce_sum([value for _, _, value in pending])
         for (step, epoch, _), total in zip(pending, sums, strict=True):
+            check_finite("the training loss (averaged over the ranks)", total / fw.world_size, step=step, epoch=epoch)
             p.history.append({"step": step, "epoch": epoch, "loss": total / fw.world_size, "kind": "step"})
         pending.clear()
 
@@ -212,7 +226,7 @@ def _epochs(state: RunState, fw: Framework[BatchT], watchdog: Watchdog) -> tuple
         loss = total / max(count, 1.0)
         entry: dict[str, Any] = {"step": p.global_step, "epoch": p.epoch, "loss": loss, "kind": "epoch"}
         if (p.epoch + 1) % cfg.eval_every == 0 or p.epoch + 1 == cfg.epochs:
-            acc, test_loss = fw.evaluate()
+            acc, test_loss = _evaluate(fw, step=p.global_step, epoch=p.epoch)
             entry.update(test_accuracy=acc, test_loss=test_loss)
             if fw.rank == 0:
                 log(fw.rank, f"epoch {p.epoch}: loss {loss:.4f} test accuracy {acc:.4f}")
@@ -223,13 +237,22 @@ def _epochs(state: RunState, fw: Framework[BatchT], watchdog: Watchdog) -> tuple
     return train_seconds, samples
 
 
+def _evaluate(fw: Framework[Any], *, step: int, epoch: int) -> tuple[float, float]:
+    """`fw.evaluate()`; DivergedError if the test loss is not finite (an empty test split gives NaN for both: fine)."""
+    acc, test_loss = fw.evaluate()
+    if math.isfinite(acc):
+        check_finite("the test loss", test_loss, step=step, epoch=epoch)
+    return acc, test_loss
+
+
 def train(state: RunState, fw: Framework[Any]) -> Outcome:
     """Train the remaining epochs and evaluate, under a watchdog; every rank calls this."""
     grace = WATCHDOG_GRACE_SECONDS if fw.collectives_time_out else 0.0
     watchdog = Watchdog(limit_seconds=state.cfg.timeout_seconds + grace, rank=fw.rank, what="training").start()
     try:
         train_seconds, samples = _epochs(state, fw, watchdog)
-        acc, test_loss = fw.evaluate()
+        p = state.progress
+        acc, test_loss = _evaluate(fw, step=p.global_step, epoch=p.epoch - 1 if p.batch_in_epoch == 0 else p.epoch)
         samples_total = fw.allreduce_sum([samples])[0]
         watchdog.beat()
     finally:

@@ -190,14 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(TrainConfig.from_args(args), started)
     except KubetrainError as e:
-        log(os.environ.get("RANK", "0"), f"error: {e}")
+        log(os.environ.get("RANK", "0"), f"error: {type(e).__name__}: {e}")
         return int(e.exit_code)
     except RuntimeError as e:
         # A collective that failed (peer gone, timeout) surfaces as a RuntimeError (gloo raises
         # the plain class through DDP's reducer), so the traceback is kept for the other kinds.
         traceback.print_exc()
         err = TrainingError(f"distributed training failed: {type(e).__name__}: {e}")
-        log(os.environ.get("RANK", "0"), f"error: {err}")
+        log(os.environ.get("RANK", "0"), f"error: {type(err).__name__}: {err}")
         return int(err.exit_code)
 
 

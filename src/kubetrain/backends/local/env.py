@@ -195,6 +195,47 @@ def resolve_command(argv: Sequence[str], path: str) -> list[str] | None:
     return [found, *argv[1:]] if found else None
 
 
+# Python's options that take the next argument as their value (`-W ignore`, `-X dev`).
+_PYTHON_VALUE_OPTIONS = frozenset("WX")
+
+
+def python_script(argv: Sequence[str]) -> int | None:
+    """The index in `argv` of the script a `python ...` command runs, or None (`-c`, `-m`, stdin, not Python).
+
+    Also under `mpirun`/`mpiexec` and mpi4py's runner (`mpirun ... python -m mpi4py SCRIPT`), as
+    the MPI launchers run a program.
+    """
+    i = 0
+    if argv and Path(argv[0]).name in ("mpirun", "mpiexec"):
+        i = next((j for j, arg in enumerate(argv) if _PYTHON_NAMES.match(Path(arg).name)), len(argv))
+    if i >= len(argv) or not _PYTHON_NAMES.match(Path(argv[i]).name):
+        return None
+    i += 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return i + 1 if i + 1 < len(argv) else None
+        if arg == "-" or not arg.startswith("-"):
+            return None if arg == "-" else i
+        if arg == "-m" and argv[i + 1 : i + 2] == ["mpi4py"]:
+            i += 2  # mpi4py's runner: its own --rc options, then the script (or -m, -c, -)
+            while i < len(argv) and argv[i].startswith("--rc"):
+                i += 1
+            continue
+        if arg == "--check-hash-based-pycs":
+            i += 1  # the one long option that takes a value
+        elif not arg.startswith("--"):
+            flags = arg[1:]
+            for at, flag in enumerate(flags):
+                if flag in "cm":
+                    return None
+                if flag in _PYTHON_VALUE_OPTIONS:
+                    i += 1 if at == len(flags) - 1 else 0  # `-W ignore`, not `-Wignore`
+                    break
+        i += 1
+    return None
+
+
 def pod_ip_field(address: str) -> dict[str, str]:
     """The pod-level fields a downward-API `fieldRef` can name, apart from labels/annotations."""
     return {

@@ -29,6 +29,7 @@ from kubetrain.backends.local.env import (
     Rewriter,
     expand_references,
     image_environment,
+    python_script,
     resolve_command,
     resolve_field_ref,
     resource_field_value,
@@ -150,13 +151,22 @@ class ContainerTranslator:
         args = [str(x) for x in self._container.get("args") or []]
         # No command: the image's ENTRYPOINT would run, which has no local equivalent; an image
         # with an empty ENTRYPOINT runs its args, which is what runs here.
-        argv = [rewriter.rewrite(expand_references(x, defined)) for x in (command + args)]
+        declared = [expand_references(x, defined) for x in (command + args)]
+        argv = [rewriter.rewrite(x) for x in declared]
         if not argv:
             raise self.fail("the container has neither command nor args, and its image's entrypoint cannot run here")
         resolved = resolve_command(argv, env.get("PATH", ""))
         if resolved is None:
             raise self.fail(f"command {argv[0]!r} not found on this machine")
-        return resolved, env, self._working_dir(rewriter)
+        cwd = self._working_dir(rewriter)
+        script = python_script(argv)
+        if script is not None and not (cwd / argv[script]).exists():
+            # Python would exit 2 with this, and the restart policy start it again, up to the
+            # backoff limit, for nothing: known here before the start, the replica fails once.
+            here = cwd / argv[script]
+            where = f" (on this machine {here})" if str(here) != declared[script] else ""
+            raise self.fail(f"python: can't open file {declared[script]!r}{where}: no such file")
+        return resolved, env, cwd
 
     def _working_dir(self, rewriter: Rewriter) -> Path:
         declared = self._container.get("workingDir")

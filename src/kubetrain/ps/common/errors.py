@@ -1,8 +1,11 @@
-"""Errors of the parameter-server runtime, all under :class:`kubetrain.errors.KubetrainError`."""
+"""Errors of the parameter-server runtime, all under :class:`kubetrain.errors.KubetrainError`.
+
+`DivergedError` is kubetrain's own (`kubetrain.errors`): the DDP and ChainerMN trainers raise it too.
+"""
 
 from __future__ import annotations
 
-from kubetrain.errors import ExitCode, InvalidInputError, KubetrainError, TrainingError
+from kubetrain.errors import DivergedError, ExitCode, InvalidInputError, KubetrainError, TrainingError
 
 __all__ = [
     "CheckpointError",
@@ -59,7 +62,3 @@ class JobEndedError(KubetrainError):
 
 class UnknownTaskError(InvalidInputError):
     """A report names a task this job never had (the master answers NOT_FOUND)."""
-
-
-class DivergedError(TrainingError):
-    """A loss or a parameter is not finite: the model diverged, training on cannot help."""
