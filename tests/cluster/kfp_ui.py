@@ -121,6 +121,11 @@ class KfpUI:
         expect(p.get_by_text("Status", exact=True).first).to_be_visible(timeout=30_000)
         expect(p.get_by_text(shown, exact=True).first).to_be_visible(timeout=30_000)
 
+    def expect_version(self, version: str) -> None:
+        """The sidebar's "Version:" link reads `version` (the API server's healthz `tag_name`)."""
+        link = self.page.get_by_text("Version:", exact=True).locator("xpath=following-sibling::a[1]")
+        expect(link).to_have_text(version, timeout=30_000)
+
     def task_failed_on_graph(self, task: str) -> bool:
         """Whether the task's node carries the red failure icon (once MLMD says so: the page refetches)."""
         icon = self.page.locator(f'[data-testid="rf__node-task.{task}"] .text-mui-red-600')

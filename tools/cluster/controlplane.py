@@ -237,7 +237,7 @@ def _up(bin_dir: Path, *, create: bool) -> Cluster:
     stage_file = STATE / "kwok-stages.yaml"
     stage_file.write_text(
         stages.stages_config(
-            operators.module_dir(GO_WRAPPERS / "kwok", "sigs.k8s.io/kwok"), STATE / "container.log", NAMESPACE
+            operators.module_dir(GO_WRAPPERS / "k8s", "sigs.k8s.io/kwok"), STATE / "container.log", NAMESPACE
         )
         + "---\n"
         + _kwokctl_options()
@@ -298,7 +298,7 @@ def _operators(cluster: Cluster) -> None:
     alive = {r.name for r in processes.records(OPERATORS) if processes.running(r)}
     processes.require_free({p: what for p, what in operators.ports().items() if what.split()[0] not in alive})
     files = webhooks.make_certs(OPERATORS / "certs")
-    trainer_module = operators.module_dir(GO_WRAPPERS / "trainer", "github.com/kubeflow/trainer/v2")
+    trainer_module = operators.module_dir(GO_WRAPPERS / "k8s", "github.com/kubeflow/trainer/v2")
     operators.TRAINING_OPERATOR_CERT_DIR.mkdir(parents=True, exist_ok=True)
     for name in ("tls.crt", "tls.key", "ca.crt"):
         (operators.TRAINING_OPERATOR_CERT_DIR / name).write_bytes(files[name])
@@ -311,7 +311,7 @@ def _operators(cluster: Cluster) -> None:
             operators.module_dir(GO_WRAPPERS / "training-operator", "github.com/kubeflow/training-operator"),
             files["ca.crt"],
         ),
-        *webhooks.jobset_webhooks(operators.module_dir(GO_WRAPPERS / "jobset", "sigs.k8s.io/jobset"), files["ca.crt"]),
+        *webhooks.jobset_webhooks(operators.module_dir(GO_WRAPPERS / "k8s", "sigs.k8s.io/jobset"), files["ca.crt"]),
         *webhooks.trainer_webhooks(trainer_module, files["ca.crt"]),
     ]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(hooks))

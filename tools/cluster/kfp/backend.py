@@ -334,6 +334,17 @@ def api_server_config(upstream: Path) -> str:
     return json.dumps(config, indent=2)
 
 
+KFP_PINS = Path(__file__).resolve().parents[2] / "kfp" / "pins.env"
+
+
+def kfp_version() -> str:
+    """The KFP release the backend is built from (KFP_VERSION in tools/kfp/pins.env)."""
+    for line in KFP_PINS.read_text().splitlines():
+        if line.startswith("KFP_VERSION="):
+            return line.split("=", 1)[1].strip()
+    raise KeyError(f"KFP_VERSION in {KFP_PINS}")
+
+
 def _start_api_server(cluster: Control, bins: Path, run: Path) -> None:
     kubeconfig = _service_account_kubeconfig(cluster, run, "ml-pipeline")
     config_dir = run / "apiserver-config"
@@ -354,6 +365,9 @@ def _start_api_server(cluster: Control, bins: Path, run: Path) -> None:
         "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_HOST": "ml-pipeline-visualizationserver",
         "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_PORT": "8888",
         "LOG_LEVEL": "info", "PIPELINE_LOG_LEVEL": "1", "PUBLISH_LOGS": "true", "INITCONNECTIONTIMEOUT": "60s",
+        # What /apis/v1beta1/healthz reports and the UI's sidebar shows as "Version" (upstream's
+        # image sets it at build time; unset, the sidebar reads "Version: unknown").
+        "TAG_NAME": kfp_version(),
     }  # fmt: skip
     # The HTTP gateway dials "localhost" + the gRPC flag, so the flags are ":PORT" (all interfaces).
     argv = [str(bins / "apiserver"), f"--config={config_dir}", f"--rpcPortFlag=:{API_GRPC_PORT}",
