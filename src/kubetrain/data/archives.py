@@ -16,7 +16,7 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from kubetrain.data.errors import TMP_FIX, write_error
+from kubetrain.data.errors import TMP_FIX, CorruptFileError, write_error
 from kubetrain.errors import DataError
 
 __all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "is_zip", "safe_extract", "too_big"]
@@ -130,7 +130,7 @@ def safe_extract(path: Path, dest: Path, *, source: str, max_bytes: int = MAX_UN
     except tarfile.FilterError as e:
         raise DataError(f"{source}: unsafe archive entry: {e}; refusing to extract") from e
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as e:
-        raise DataError(f"{source}: corrupt or truncated archive: {e}") from e
+        raise CorruptFileError(f"{source}: corrupt or truncated archive: {e}") from e
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise write_error(dest, e, fix=TMP_FIX) from e  # the machine's problem, not the archive's

@@ -18,6 +18,7 @@ __all__ = [
     "OUT_FIX",
     "TMP_FIX",
     "ChecksumError",
+    "CorruptFileError",
     "DataError",
     "DiskFullError",
     "DownloadUnavailableError",
@@ -52,6 +53,10 @@ class ChecksumError(DataError):
             f"{source}: sha256 mismatch: expected {expected}, got {actual}; "
             "the downloaded file was deleted (check the URL and the --sha256 value)"
         )
+
+
+class CorruptFileError(DataError):
+    """A file's bytes are damaged (a bad CRC, a truncated gzip or archive), as opposed to a wrong format."""
 
 
 class DiskFullError(DataError):
