@@ -21,6 +21,8 @@ def parse_source(source: str | Sequence[str]) -> list[str]:
     if not urls:
         raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
     for url in urls:
+        _refuse_malformed(url)
+    for url in urls:
         if urllib.parse.urlsplit(url).scheme not in ("", "file") and has_userinfo(url):
             # The password would otherwise be sent in the clear to whatever host the URL names, and
             # kept in dataset.json and the artifact's metadata.
@@ -36,3 +38,14 @@ def parse_source(source: str | Sequence[str]) -> list[str]:
 def describe_source(urls: Sequence[str]) -> str:
     """The source as `dataset.json`, the Dataset's metadata and messages show it: secrets redacted."""
     return ", ".join(redact_url(url) for url in urls)
+
+
+def _refuse_malformed(url: str) -> None:
+    """Refuse what no URL parser reads (an IPv6 host with its bracket left open), before anything uses it."""
+    try:
+        urllib.parse.urlsplit(url)
+    except ValueError as e:
+        raise DataError(
+            f"{redact_url(url)}: not a valid URL: {e}; fix the URL (an IPv6 host goes in brackets: "
+            "http://[::1]:8080/data.npz)"
+        ) from e
