@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from kubetrain.errors import DataError, ExitCode
+from kubetrain.errors import DataError, ExitCode, KubetrainError
 
 __all__ = [
     "CACHE_FIX",
@@ -21,6 +21,7 @@ __all__ = [
     "CorruptFileError",
     "DataError",
     "DiskFullError",
+    "DownloadCancelledError",
     "DownloadUnavailableError",
     "HTTPStatusError",
     "write_error",
@@ -63,6 +64,12 @@ class DiskFullError(DataError):
     """The local disk (or quota) is full: the machine's problem, not the data's; nothing partial is kept."""
 
     exit_code = ExitCode.INFRASTRUCTURE
+
+
+class DownloadCancelledError(KubetrainError):
+    """SIGTERM or SIGINT stopped a download; the cache's lock was let go, its partial file kept."""
+
+    exit_code = ExitCode.CANCELLED
 
 
 OUT_FIX = "choose another --out"
