@@ -30,6 +30,7 @@ from kubetrain.errors import DataError
 
 __all__ = ["LocalFile", "load_files", "mnist_role"]
 
+_LISTED = 10  # files an error names before "and N more"
 _NPZ_KEYS = (("x_train", "y_train", "x_test", "y_test"), ("x_train", "y_train"), ("x", "y"))
 
 
@@ -170,8 +171,10 @@ def _load_mnist(files: Sequence[LocalFile], *, strict: bool) -> RawDataset:
         roles[role] = f
     train = _pair(roles, "train")
     if train is None:
+        shown = ", ".join(f.origin for f in files[:_LISTED])
+        more = f" and {len(files) - _LISTED} more" if len(files) > _LISTED else ""
         raise DataError(
-            f"{', '.join(f.origin for f in files)}: no MNIST training images and labels found; "
+            f"{shown}{more}: no MNIST training images and labels found; "
             "expected train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]"
         )
     test = _pair(roles, "test")
