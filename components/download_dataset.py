@@ -15,6 +15,7 @@ def download_dataset(
     shards: int = 1,
     workspace_pvc: str = "kubetrain-workspace",
     refresh: bool = False,
+    cache_key: str = "",
 ) -> None:
     """Fetch a data set onto the workspace volume, in kubetrain's sharded dataset format.
 
@@ -23,13 +24,14 @@ def download_dataset(
     (kfp.kubernetes.mount_pvc); the kubetrain pipelines do, and cache this step: a later run with
     the same inputs skips it and its Dataset names the same directory on the claim. builtin: and a
     source pinned by sha256 (or #sha256= on every file) always mean the same bytes. A URL with no
-    checksum is fetched once, then served from KFP's cache and the claim until a run that KFP's
-    cache does not serve passes refresh=True: it downloads again into the same directory, and every
-    later cache hit resolves to the new copy. refresh=True is an input like any other, so only the
-    first run with it misses the cache; submit a refresh with enable_caching=False (kfp.Client's
-    create_run_from_pipeline_package and create_recurring_run take it; the kubetrain pipelines
-    cache only this step). The step warns when it downloads an unpinned source; to bound a copy's
-    age, pin a checksum or schedule a recurring run with refresh=True and enable_caching=False.
+    checksum is fetched once, then served from KFP's cache and the claim until a run passes
+    refresh=True: it downloads again into the same directory, and every later cache hit resolves to
+    the new copy. KFP's cache knows nothing of what refresh means, so a refresh must also change
+    cache_key: the kubetrain pipelines pass the run's id there whenever refresh is set (a small
+    uncached task computes it), so their refresh runs always download. In a pipeline of your own,
+    do the same, or submit a refresh with enable_caching=False. The step warns when it downloads an
+    unpinned source; to bound a copy's age, pin a checksum or schedule a recurring run with
+    refresh=True.
 
     Args:
         source: builtin:digits (no network), an http(s)/s3/gs/file URL of an .npz or archive, a
@@ -40,13 +42,17 @@ def download_dataset(
         shards: Number of training shards to write (parameter-server tasks stay inside one shard).
         workspace_pvc: Name of the ReadWriteMany PersistentVolumeClaim shared with the training jobs.
         refresh: Download again even when the workspace already holds this source (in a run
-            KFP's cache does not serve: submit it with enable_caching=False).
+            KFP's cache does not serve: give it a new cache_key).
+        cache_key: Not read by the step: part of KFP's cache key, so a value KFP has not seen
+            makes the step run instead of being served from the cache. Empty by default.
 
     Returns:
         dataset: `dataset.json`; its metadata gives the claim (workspace_pvc), the pod-side
             directory (path), record counts per split, feature shape and class count.
     """
     from kubetrain.kfp_runtime.download_step import download_dataset_step
+
+    del cache_key  # read by KFP's cache alone
 
     download_dataset_step(
         source=source, sha256=sha256, shards=shards, workspace_pvc=workspace_pvc, refresh=refresh, dataset=dataset

@@ -4,9 +4,9 @@ from kfp import dsl
 
 from kubetrain.components.chainermn_train import chainermn_train
 from kubetrain.components.compare_summary import compare_summary
-from kubetrain.components.download_dataset import download_dataset
 from kubetrain.components.ps_train import ps_train
 from kubetrain.components.pytorch_train import pytorch_train
+from kubetrain.pipelines._download import download_task
 from kubetrain.pipelines._workspace import launcher_request, launcher_task
 
 
@@ -28,8 +28,7 @@ def compare_frameworks(
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
         refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
-            KFP's cache and the claim); submit the run with enable_caching=False, or KFP's cache
-            serves a second refresh with the same inputs.
+            KFP's cache and the claim); a run with it misses KFP's cache, however it was submitted.
         pytorch_epochs: Epochs of the PyTorch DDP job.
         chainermn_epochs: Epochs of the ChainerMN job.
         ps_epochs: Epochs (passes over the data) of the parameter-server job (asynchronous updates
@@ -37,8 +36,7 @@ def compare_frameworks(
         architecture: Model of all three: mlp or cnn.
         timeout_seconds: Limit on each training job; then it is deleted and the run fails.
     """
-    download = download_dataset(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
-    data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
+    data = download_task(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
     shared = {
         "dataset": data.outputs["dataset"],
         "workspace_pvc": workspace_pvc,

@@ -3,7 +3,7 @@
 from kfp import dsl
 
 from kubetrain.components.chainermn_train import chainermn_train
-from kubetrain.components.download_dataset import download_dataset
+from kubetrain.pipelines._download import download_task
 from kubetrain.pipelines._workspace import launcher_task
 
 
@@ -28,8 +28,7 @@ def mnist_chainermn(
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
         refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
-            KFP's cache and the claim); submit the run with enable_caching=False, or KFP's cache
-            serves a second refresh with the same inputs.
+            KFP's cache and the claim); a run with it misses KFP's cache, however it was submitted.
         workers: MPI worker pods.
         slots_per_worker: MPI ranks per worker pod.
         epochs: Training epochs.
@@ -39,8 +38,7 @@ def mnist_chainermn(
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
         job_api: mpijob (mpi-operator) or trainjob (Kubeflow Trainer v2, the kubetrain-mpi runtime).
     """
-    download = download_dataset(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
-    data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
+    data = download_task(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
     launcher_task(
         chainermn_train(
             dataset=data.outputs["dataset"],

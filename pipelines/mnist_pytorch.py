@@ -2,8 +2,8 @@
 
 from kfp import dsl
 
-from kubetrain.components.download_dataset import download_dataset
 from kubetrain.components.pytorch_train import pytorch_train
+from kubetrain.pipelines._download import download_task
 from kubetrain.pipelines._workspace import launcher_task
 
 
@@ -27,8 +27,7 @@ def mnist_pytorch(
         dataset: builtin:digits (no network), or a URL of MNIST-format files or an .npz.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim shared by the steps and the training pods.
         refresh_dataset: Download the data set again (a URL with no checksum is otherwise reused from
-            KFP's cache and the claim); submit the run with enable_caching=False, or KFP's cache
-            serves a second refresh with the same inputs.
+            KFP's cache and the claim); a run with it misses KFP's cache, however it was submitted.
         workers: Worker replicas besides the master.
         epochs: Training epochs.
         batch_size: Records per process per step.
@@ -37,8 +36,7 @@ def mnist_pytorch(
         timeout_seconds: Limit on the training job; then it is deleted and the run fails.
         job_api: pytorchjob (training-operator v1) or trainjob (Kubeflow Trainer v2, torch-distributed).
     """
-    download = download_dataset(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
-    data = launcher_task(download, workspace_pvc=workspace_pvc, cache=True)
+    data = download_task(source=dataset, workspace_pvc=workspace_pvc, refresh=refresh_dataset)
     launcher_task(
         pytorch_train(
             dataset=data.outputs["dataset"],

@@ -13,6 +13,7 @@ import re
 import socket
 import tarfile
 import threading
+import urllib.parse
 import zipfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -123,6 +124,7 @@ class Request:
 @dataclass
 class _Script:
     files: dict[str, bytes]
+    validators: bool = True
     statuses: dict[str, list[int]] = field(default_factory=dict)
     cut_after: dict[str, int] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
@@ -137,7 +139,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         script = self.server.script
-        path = self.path.lstrip("/")
+        path, query_mark, query = self.path.lstrip("/").partition("?")
+        path = urllib.parse.unquote(path) + query_mark + query  # the query as sent: it may hold %2F
         with script.lock:
             script.requests.append(Request(path, self.headers.get("Range"), self.headers.get("If-Range")))
             queued = script.statuses.get(path)
@@ -156,7 +159,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         etag = f'"{sha256_hex(data)[:16]}"'
         start = 0
         m = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))
-        if m and self.headers.get("If-Range", etag) == etag:
+        # Without validators (If-Range has nothing to match), a range is served whatever it resumes.
+        if m and (not script.validators or self.headers.get("If-Range", etag) == etag):
             start = int(m.group(1))
             if start >= len(data):
                 self.send_response(416)
@@ -168,7 +172,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         else:
             self.send_response(200)
-        self.send_header("ETag", etag)
+        if script.validators:
+            self.send_header("ETag", etag)
         self.send_header("Content-Length", str(len(data) - start))
         self.end_headers()
         body = data[start:]
@@ -195,11 +200,12 @@ class LoopbackServer:
 
     - ``fail(path, 500, 500)``: the next requests for `path` get those statuses.
     - ``cut(path, n)``: the next response for `path` sends `n` body bytes, then disconnects.
-    - ``requests``: every request seen (path, Range, If-Range).
+    - ``requests``: every request seen (path, Range, If-Range); the path percent-decoded.
+    - ``validators=False``: answer with no ETag (and no Last-Modified), as some servers do.
     """
 
-    def __init__(self, files: Mapping[str, bytes]) -> None:
-        self._script = _Script(files=dict(files))
+    def __init__(self, files: Mapping[str, bytes], *, validators: bool = True) -> None:
+        self._script = _Script(files=dict(files), validators=validators)
         self._server = _Server(self._script)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 

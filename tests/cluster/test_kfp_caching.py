@@ -92,7 +92,8 @@ def _a_second_run_reuses_the_cached_download_and_trains_again(kfp_backend: KfpBa
 def _caching_forced_on_serves_the_first_runs_model_metrics_and_report(kfp_backend: KfpBackend) -> None:
     # kfp.Client's enable_caching=True turns the cache on for every task, training included. A
     # training task no longer takes run or task ids as inputs (it reads them from KFP), so with the
-    # same inputs it is a cache hit, with KFP's semantics: no step runs, no job is created, and the
+    # same inputs it is a cache hit, with KFP's semantics: no step runs (but the download's cache key,
+    # which takes the run's id), no job is created, and the
     # Model, Metrics and HTML kfp.Client and the UI show are the first run's.
     first = _run(kfp_backend, "forced-first", enable_caching=True)
     second = _run(kfp_backend, "forced-second", enable_caching=True)
@@ -120,12 +121,13 @@ def _enable_caching_false_runs_the_download_and_trains_again(kfp_backend: KfpBac
 
 def _refresh_dataset_downloads_again_past_the_cache(kfp_backend: KfpBackend) -> None:
     # What a URL with no checksum relies on to be fetched again (download_dataset's docstring): a
-    # refresh submitted with enable_caching=False. Twice, as a recurring run would: refresh=True is
-    # an input like any other, so with the cache on, the second would be served the first's copy.
+    # run with refresh_dataset=True, submitted as any other (the cache on). Twice, as a recurring
+    # run would: the download's cache key is the run's id when refresh is set (pipelines/_download.py),
+    # so the second is not served the first's copy, as it was while refresh was an input like any other.
     for attempt in ("refresh-1", "refresh-2"):
         run = kfp_backend.client.create_run_from_pipeline_package(
             str(PACKAGE), arguments={"epochs": 1, "refresh_dataset": True},
-            run_name=f"{attempt}-{uuid.uuid4().hex[:6]}", experiment_name=kfp_runs.EXPERIMENT, enable_caching=False,
+            run_name=f"{attempt}-{uuid.uuid4().hex[:6]}", experiment_name=kfp_runs.EXPERIMENT,
         )  # fmt: skip
         finished = kfp_backend.wait(str(run.run_id))
         assert finished.state == "SUCCEEDED", f"{attempt}: {finished.state} {finished.error}"

@@ -72,10 +72,12 @@ class Case:
 
 
 CASES = [
-    Case("mnist_pytorch", ("download-dataset", "pytorch-train"), ("pytorch-train",), ("epochs", "6")),
-    Case("mnist_chainermn", ("chainermn-train", "download-dataset"), ("chainermn-train",), ("epochs", "6")),
-    Case("mnist_ps", ("download-dataset", "ps-train"), ("ps-train",), ("epochs", "12")),
-    Case("compare_frameworks", ("chainermn-train", "compare-summary", "download-dataset", "ps-train", "pytorch-train"),
+    Case("mnist_pytorch", ("download-cache-key", "download-dataset", "pytorch-train"), ("pytorch-train",), ("epochs", "6")),
+    Case("mnist_chainermn", ("chainermn-train", "download-cache-key", "download-dataset"), ("chainermn-train",),
+         ("epochs", "6")),
+    Case("mnist_ps", ("download-cache-key", "download-dataset", "ps-train"), ("ps-train",), ("epochs", "12")),
+    Case("compare_frameworks", ("chainermn-train", "compare-summary", "download-cache-key", "download-dataset", "ps-train",
+                                "pytorch-train"),
          ("pytorch-train", "chainermn-train", "ps-train"), ("pytorch_epochs", "6")),
 ]  # fmt: skip
 USERS = Case("users_two_trainings", ("download-dataset", "pytorch-train", "pytorch-train-2"),

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import http.server
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from kubetrain.data.dataset_format import load_split, read_dataset_info
 from tests.data_helpers import LoopbackServer, sha256_hex
+from tests.integration.test_download_limits import serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -60,3 +65,53 @@ def test_errors_exit_2_with_one_line_and_no_output(tmp_path: Path) -> None:
     bad_flag = _kubetrain("builtin:digits", "--out", str(tmp_path / "o4"), "--shards", "x", cache=tmp_path / "c")
     assert bad_flag.returncode == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_a_download_with_exit_5_and_no_lock_left(tmp_path: Path, sig: signal.Signals) -> None:
+    stop, sent = threading.Event(), threading.Event()
+
+    class HalfThenStall(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("ETag", '"v1"')
+            self.send_header("Content-Length", str(1 << 20))
+            self.end_headers()
+            try:
+                self.wfile.write(b"x" * (1 << 18))
+                self.wfile.flush()
+                sent.set()
+                stop.wait(60)
+            except OSError:
+                return
+
+    cache = tmp_path / "c"
+    env = {**os.environ, "KUBETRAIN_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1"}
+    try:
+        with serving(HalfThenStall) as base:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kubetrain.cli", "download", f"{base}/d.npz", "--out", str(tmp_path / "o")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            # Signalled mid-transfer: the cache entry is locked and the server has sent a quarter.
+            deadline = time.monotonic() + 60
+            while not (sent.is_set() and list(cache.glob("*.lock"))):
+                assert proc.poll() is None and time.monotonic() < deadline, "the download never got going"
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            _out, err = proc.communicate(timeout=60)
+    finally:
+        stop.set()
+    assert proc.returncode == 5, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"kubetrain download: stopped by {sig.name}; {tmp_path / 'o'} was not written; run the same command again to resume"
+    )
+    assert not (tmp_path / "o").exists()
+    assert list(cache.glob("*.lock")) == []

@@ -11,7 +11,7 @@ import pytest
 
 from kubetrain.data.dataset_format import load_split, read_dataset_info
 from kubetrain.data.download import download
-from kubetrain.data.errors import ChecksumError, DownloadUnavailableError, HTTPStatusError
+from kubetrain.data.errors import ChecksumError, CorruptFileError, DownloadUnavailableError, HTTPStatusError
 from kubetrain.data.http import RetryPolicy
 from kubetrain.errors import DataError, ExitCode
 from tests.data_helpers import LoopbackServer, mnist_files, sha256_hex, tar_bytes
@@ -122,6 +122,71 @@ def test_changed_file_restarts_instead_of_splicing(tmp_path: Path) -> None:
             _get(server, tmp_path, server.url("blob.bin"), sha256="0" * 64)
         last = server.requests_for("blob.bin")[-1]
         assert last.range == "bytes=10000-"  # it asked to resume, the ETag no longer matched
+
+
+def _npz(fill: float) -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(int(fill))  # random pixels: deflate leaves the file about this size
+    np.savez_compressed(buf, x=rng.random((400, 8, 8)).astype(np.float32) + fill, y=np.arange(400) % 10)
+    return buf.getvalue()
+
+
+def test_a_part_without_validators_is_started_over_not_spliced(tmp_path: Path) -> None:
+    # The server gives neither ETag nor Last-Modified: a Range request could not tell the new
+    # file from the old, and the spliced npz would fail every later run with "Bad CRC-32".
+    old, new = _npz(0.0), _npz(1.0)
+    once = RetryPolicy(attempts=1, base_delay=0.0, max_delay=0.0)
+    with LoopbackServer({"d.npz": old}, validators=False) as server:
+        server.cut("d.npz", len(old) // 2)
+        with pytest.raises(DownloadUnavailableError):
+            _get(server, tmp_path, server.url("d.npz"), retry=once)
+        server.put("d.npz", new)
+        _get(server, tmp_path, server.url("d.npz"))
+        assert [r.range for r in server.requests_for("d.npz")] == [None, None]
+    x, _ = load_split(tmp_path / "out", "train")
+    info = read_dataset_info(tmp_path / "out")
+    # The new file's values (1 + [0, 1)), not a mix: the mean before standardisation says so.
+    assert 1.0 < info.normalization["mean"] < 2.0
+    assert x.shape[1:] == (1, 8, 8)
+
+
+def test_a_damaged_cached_copy_says_to_refresh(tmp_path: Path) -> None:
+    data = _npz(0.0)
+    with LoopbackServer({"d.npz": data}) as server:
+        _get(server, tmp_path, server.url("d.npz"))
+        (cached,) = [tmp_path / "cache" / n for n in _cache_files(tmp_path)]
+        damaged = bytearray(cached.read_bytes())
+        damaged[len(damaged) // 2] ^= 0xFF  # as a splice or a bad disk leaves it
+        cached.write_bytes(bytes(damaged))
+        with pytest.raises(CorruptFileError) as failed:
+            download(server.url("d.npz"), tmp_path / "again", cache_dir=tmp_path / "cache", retry=FAST, quiet=True)
+        assert failed.value.exit_code == ExitCode.INVALID_INPUT
+        message = str(failed.value)
+        assert message.startswith(f"{server.url('d.npz')}: cannot read npz: ")
+        assert f"the cached download {cached} may be damaged" in message
+        assert message.endswith("download it again with --refresh (refresh=True)")
+        # What it says works.
+        download(
+            server.url("d.npz"), tmp_path / "again", cache_dir=tmp_path / "cache", retry=FAST, quiet=True, refresh=True
+        )
+    assert cached.read_bytes() == data
+
+
+def test_a_damaged_file_pinned_by_its_checksum_is_not_blamed_on_the_cache(tmp_path: Path) -> None:
+    damaged = bytearray(_npz(0.0))
+    damaged[len(damaged) // 2] ^= 0xFF  # damaged at the source: the checksum pins these very bytes
+    with LoopbackServer({"d.npz": bytes(damaged)}) as server, pytest.raises(CorruptFileError) as failed:
+        _get(server, tmp_path, server.url("d.npz"), sha256=sha256_hex(bytes(damaged)))
+    assert "--refresh" not in str(failed.value)
+
+
+def test_a_path_outside_ascii_is_sent_percent_encoded(tmp_path: Path) -> None:
+    with LoopbackServer({"données/é1.npz": _npz(0.0)}) as server:
+        info = _get(server, tmp_path, server.url("données/é1.npz"))
+        (request,) = server.requests
+    assert request.path == "données/é1.npz"  # the server decoded what was sent as UTF-8 %XX
+    assert info.source == server.url("données/é1.npz")
+    assert info.name == "é1"
 
 
 def test_500_500_200_is_retried(tmp_path: Path, mnist) -> None:  # type: ignore[no-untyped-def]

@@ -83,6 +83,43 @@ def test_a_server_that_drips_is_given_up_on(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_server_that_drips_its_headers_is_given_up_on(tmp_path: Path) -> None:
+    stop = threading.Event()
+    requests: list[str] = []
+
+    class DripHeaders(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            try:
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                # One header byte every 10 ms, for as long as the client listens (or the test ends:
+                # then the headers end and a whole, valid file follows, which must not be reached).
+                while not stop.wait(0.01):
+                    self.wfile.write(b"X-Slow: x\r\n")
+                    self.wfile.flush()
+                body = _npz()
+                self.wfile.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            except OSError:
+                return  # the client gave up and closed the connection
+
+    timer = threading.Timer(30, stop.set)
+    timer.start()
+    try:
+        gave_up = pytest.raises(DownloadUnavailableError, match=r"giving up after 2 failed attempts in a row")
+        with serving(DripHeaders) as base, gave_up as failed:
+            download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+    finally:
+        stop.set()
+        timer.cancel()
+    assert "last error: too slow:" in str(failed.value)
+    assert failed.value.exit_code == ExitCode.INFRASTRUCTURE
+    assert requests == ["/d.npz", "/d.npz"]
+    assert not (tmp_path / "out").exists()
+
+
 def _redirecting_to(target: str) -> type[http.server.BaseHTTPRequestHandler]:
     class Redirect(http.server.BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
@@ -106,6 +143,23 @@ def test_a_redirect_to_ftp_is_refused_in_one_line(tmp_path: Path) -> None:
         f"{base}/d.npz: refusing a redirect (HTTP 302) to ftp://127.0.0.1:9/d.npz: it leads to ftp://, not http(s); "
         "give the file's final https URL"
     )
+
+
+@pytest.mark.parametrize("target", ["file:///etc/passwd", "FILE:///d.npz", "data:,x", "gopher://127.0.0.1:9/d"])
+def test_a_redirect_to_any_other_scheme_is_invalid_input(tmp_path: Path, target: str) -> None:
+    # urllib itself refuses these (all but http, https, ftp) with an HTTPError that read as a
+    # server failure, exit 4: the URL has to change, so it is invalid input like ftp://.
+    with serving(_redirecting_to(target)) as base, pytest.raises(DataError) as failed:
+        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+    assert failed.value.exit_code == ExitCode.INVALID_INPUT
+    assert str(failed.value).startswith(f"{base}/d.npz: refusing a redirect (HTTP 302) to {target}: it leads to ")
+
+
+def test_a_redirect_to_a_malformed_url_is_the_servers_fault(tmp_path: Path) -> None:
+    with serving(_redirecting_to("http://[::1/d.npz")) as base, pytest.raises(DownloadUnavailableError) as failed:
+        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+    assert failed.value.exit_code == ExitCode.INFRASTRUCTURE
+    assert "redirects (HTTP 302) to a malformed URL" in str(failed.value)
 
 
 def test_a_redirect_from_https_down_to_http_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,8 +7,10 @@ the source, before the memory or the disk is spent.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from kubetrain.cli import main
-from kubetrain.data.archives import MAX_UNPACKED_BYTES
+from kubetrain.data.archives import MAX_MEMBERS, MAX_UNPACKED_BYTES
 from kubetrain.data.dataset_format import MAX_CLASSES
 from kubetrain.data.download import download
 from kubetrain.data.formats import LocalFile, load_files
@@ -63,6 +65,58 @@ def test_download_cli_takes_the_cap_and_fails_in_one_line(tmp_path: Path, capsys
         f"kubetrain download: {source}: the gzip inflates to more than 4096 bytes; if the data set really is "
         f"that large, raise the cap with --max-unpacked-bytes (default {MAX_UNPACKED_BYTES})"
     )
+
+
+def test_a_tar_member_past_the_cap_is_refused_at_its_header(tmp_path: Path) -> None:
+    # A header declaring 64 GiB, then the stream ends. Reading the whole archive first (as the
+    # 23 KB tar.bz2 bomb was, for 4 minutes) would inflate the member up to where it stops and
+    # report a truncated archive; checked header by header, the cap refuses it before any data.
+    header = tarfile.TarInfo("x.npy")
+    header.size = 64 << 30
+    bomb = _write(tmp_path / "d.tar.bz2", bz2.compress(header.tobuf() + b"\0" * 4096))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(DataError, match=r"the archive unpacks to more than 1048576 bytes"):
+        load_files([LocalFile(bomb, bomb.name, "http://h/d.tar.bz2")], work, max_bytes=1 << 20)
+    assert [p for p in work.rglob("*") if p.is_file()] == []
+
+
+def _many_empty_members(kind: str, n: int) -> bytes:
+    buf = io.BytesIO()
+    if kind == "zip":
+        with zipfile.ZipFile(buf, "w") as zf:
+            for i in range(n):
+                zf.writestr(f"e{i}", b"")
+    else:
+        with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+            for i in range(n):
+                tf.addfile(tarfile.TarInfo(f"e{i}"))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+def test_an_archive_of_too_many_entries_is_refused_before_extracting(tmp_path: Path, kind: str) -> None:
+    bomb = _write(tmp_path / f"d.{kind}", _many_empty_members(kind, MAX_MEMBERS + 1))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(DataError) as failed:
+        load_files([LocalFile(bomb, bomb.name, f"http://h/d.{kind}")], work)
+    assert str(failed.value) == (
+        f"http://h/d.{kind}: the archive has more than {MAX_MEMBERS} entries; kubetrain reads one .npz or the "
+        "MNIST idx files from an archive: pack only those"
+    )
+    assert [p for p in work.rglob("*") if p.is_file()] == []
+
+
+def test_an_archive_without_mnist_files_names_ten_of_them_and_counts_the_rest(tmp_path: Path) -> None:
+    archive = _write(tmp_path / "d.tar", _many_empty_members("tar", 25))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(DataError) as failed:
+        load_files([LocalFile(archive, archive.name, "http://h/d.tar")], work)
+    message = str(failed.value)
+    assert message.count("http://h/d.tar!") == 10
+    assert " and 15 more: no MNIST training images and labels found" in message
 
 
 def test_an_npz_of_0d_arrays_is_one_data_error(tmp_path: Path) -> None:

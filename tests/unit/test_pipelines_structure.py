@@ -47,6 +47,40 @@ def test_launcher_tasks_mount_the_workspace_and_only_the_download_is_cached(name
         assert mount["pvcNameParameter"] == {"componentInputParameter": "workspace_pvc"}
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["kfp", "kfp-pre-2.15"])
+@pytest.mark.parametrize("name", PIPELINES)
+def test_a_refresh_run_misses_the_download_cache_whatever_the_runs_caching(name: str, legacy: bool) -> None:
+    """refresh_dataset=True alone must download again: KFP served a second identical refresh run from its cache.
+
+    The download's cache key takes one more input, computed by an uncached task from the refresh
+    flag and the run's id: empty without a refresh (later runs are cache hits), the run's id with
+    one (never seen by KFP's cache, even in a run submitted with enable_caching=True).
+    """
+    from kubetrain.tooling.legacy import legacy_path
+
+    path = Entry("pipeline", name).yaml_path
+    spec = next(yaml.safe_load_all((legacy_path(path) if legacy else path).read_text()))
+    tasks = spec["root"]["dag"]["tasks"]
+    key, download = tasks["download-cache-key"], tasks["download-dataset"]
+    assert key["cachingOptions"].get("enableCache", False) is False
+    assert key["inputs"]["parameters"] == {
+        "refresh": {"componentInputParameter": "refresh_dataset"},
+        "run_id": {"runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}},
+    }
+    assert download["cachingOptions"] == {"enableCache": True}
+    params = download["inputs"]["parameters"]
+    assert params["refresh"] == {"componentInputParameter": "refresh_dataset"}
+    assert params["cache_key"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "download-cache-key"}
+    }
+    # The key task's body, as the executor runs it: the run's id with a refresh, else nothing.
+    namespace: dict[str, Any] = {}
+    executor = spec["components"][key["componentRef"]["name"]]["executorLabel"]
+    exec(spec["deploymentSpec"]["executors"][executor]["container"]["command"][-1], namespace)
+    assert namespace["download_cache_key"](refresh=True, run_id="run-1") == "run-1"
+    assert namespace["download_cache_key"](refresh=False, run_id="run-1") == ""
+
+
 @pytest.mark.parametrize("name", PIPELINES)
 def test_job_names_are_left_to_the_step_at_run_time(name: str) -> None:
     spec, _ = _docs(name)
@@ -65,7 +99,7 @@ def test_job_names_are_left_to_the_step_at_run_time(name: str) -> None:
 def test_compare_frameworks_downloads_once_trains_in_parallel_then_summarizes() -> None:
     spec, _ = _docs("compare_frameworks")
     tasks = spec["root"]["dag"]["tasks"]
-    assert set(tasks) == {"download-dataset", *TRAINERS, "compare-summary"}
+    assert set(tasks) == {"download-cache-key", "download-dataset", *TRAINERS, "compare-summary"}
     for trainer in TRAINERS:
         # Each trainer waits only for the download, so the three run side by side on a cluster.
         assert tasks[trainer]["dependentTasks"] == ["download-dataset"]

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from kubetrain.data.archives import MAX_UNPACKED_BYTES
 from kubetrain.data.download import download
+from kubetrain.data.errors import DownloadCancelledError
 from kubetrain.data.fetch import default_cache_dir
 from kubetrain.data.http import RetryPolicy
+from kubetrain.launcher.signals import CancelGuard, Cancelled
 
 __all__ = ["register", "run"]
 
@@ -65,18 +68,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    """Download, then print one summary line per split; errors propagate to the dispatcher."""
-    info = download(
-        args.source,
-        args.out,
-        sha256=args.sha256,
-        shards=args.shards,
-        cache_dir=args.cache_dir,
-        refresh=args.refresh,
-        retry=RetryPolicy(attempts=args.retries, min_speed=args.speed_limit, speed_window=args.speed_time),
-        quiet=args.quiet,
-        max_unpacked_bytes=args.max_unpacked_bytes,
-    )
+    """Download, then print one summary line per split; errors propagate to the dispatcher.
+
+    SIGTERM and SIGINT (Ctrl-C) stop the download where it is, through its clean-up (the cache
+    entry's lock is removed, the partial file kept for the next run to resume, --out untouched),
+    and end it with exit code 5. Killed by the default action instead, it left its lock behind.
+    """
+    retry = RetryPolicy(attempts=args.retries, min_speed=args.speed_limit, speed_window=args.speed_time)
+    guard = CancelGuard(threading.Event())
+    try:
+        with guard, guard.interruptible():
+            info = download(
+                args.source,
+                args.out,
+                sha256=args.sha256,
+                shards=args.shards,
+                cache_dir=args.cache_dir,
+                refresh=args.refresh,
+                retry=retry,
+                quiet=args.quiet,
+                max_unpacked_bytes=args.max_unpacked_bytes,
+            )
+    except Cancelled as e:
+        raise DownloadCancelledError(
+            f"stopped by {e.signal_name}; {args.out} was not written; run the same command again to resume"
+        ) from None
     for split in info.splits:
         print(
             f"{args.out}: {info.name} {split}: {info.num_records(split)} records in "

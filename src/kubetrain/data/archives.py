@@ -1,8 +1,10 @@
 """Safe extraction of tar (plain, gz, bz2, xz) and zip archives.
 
 Every entry is checked before anything is written: no absolute paths, no ``..`` components, no
-links that resolve outside the target, no device files, and a cap on the total unpacked size
-(:data:`MAX_UNPACKED_BYTES`, 1 GiB, which a single .gz and an npz's declared arrays share).
+links that resolve outside the target, no device files, a cap on the total unpacked size
+(:data:`MAX_UNPACKED_BYTES`, 1 GiB, which a single .gz and an npz's declared arrays share) and on
+the number of entries (:data:`MAX_MEMBERS`). A tar's entries are checked as their headers are read,
+so a bomb is refused at the header that crosses a cap, before the data behind it is inflated.
 Tar extraction also runs with Python's ``data`` filter as a second line of defence.
 """
 
@@ -16,16 +18,21 @@ import zipfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from kubetrain.data.errors import TMP_FIX, write_error
+from kubetrain.data.errors import TMP_FIX, CorruptFileError, write_error
 from kubetrain.errors import DataError
 
-__all__ = ["MAX_UNPACKED_BYTES", "archive_kind", "is_zip", "safe_extract", "too_big"]
+__all__ = ["MAX_MEMBERS", "MAX_UNPACKED_BYTES", "archive_kind", "is_zip", "safe_extract", "too_big"]
 
 # The default cap on what one source may unpack to (an archive's members, a .gz inflated, an npz's
 # declared arrays): the whole data set is loaded into memory and converted to float32, so far more
 # would not train here anyway, and a small bomb (2 MB of gzip inflate to 2 GiB) is stopped before
 # it fills the disk. `kubetrain download --max-unpacked-bytes` (download(max_unpacked_bytes=...)) raises it.
 MAX_UNPACKED_BYTES = 1 << 30  # 1 GiB
+
+# What kubetrain reads from an archive is one npz or the four MNIST files; an archive of more
+# entries than this is not a data set it can read, and 100,000 empty entries cost minutes to
+# extract (and to list) while the size cap never saw a byte.
+MAX_MEMBERS = 10_000
 
 
 ZIP_SIGNATURES = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header, or the end record of an empty zip
@@ -72,9 +79,19 @@ def too_big(source: str, what: str, limit: int) -> DataError:
     )
 
 
+def _too_many(source: str) -> DataError:
+    return DataError(
+        f"{source}: the archive has more than {MAX_MEMBERS} entries; kubetrain reads one .npz or the MNIST "
+        "idx files from an archive: pack only those"
+    )
+
+
 def _check_tar(source: str, tf: tarfile.TarFile, dest: Path, limit: int) -> None:
     total = 0
-    for member in tf.getmembers():
+    # One header at a time (not getmembers(), which reads, and inflates, the whole archive first).
+    for count, member in enumerate(tf, start=1):
+        if count > MAX_MEMBERS:
+            raise _too_many(source)
         rel = _check_name(source, member.name)
         if member.issym():
             # A symlink's target is relative to the link's own directory.
@@ -97,6 +114,8 @@ def _check_tar(source: str, tf: tarfile.TarFile, dest: Path, limit: int) -> None
 
 
 def _check_zip(source: str, zf: zipfile.ZipFile, limit: int) -> None:
+    if len(zf.infolist()) > MAX_MEMBERS:
+        raise _too_many(source)
     total = 0
     for info in zf.infolist():
         _check_name(source, info.filename)
@@ -130,7 +149,7 @@ def safe_extract(path: Path, dest: Path, *, source: str, max_bytes: int = MAX_UN
     except tarfile.FilterError as e:
         raise DataError(f"{source}: unsafe archive entry: {e}; refusing to extract") from e
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error) as e:
-        raise DataError(f"{source}: corrupt or truncated archive: {e}") from e
+        raise CorruptFileError(f"{source}: corrupt or truncated archive: {e}") from e
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             raise write_error(dest, e, fix=TMP_FIX) from e  # the machine's problem, not the archive's

@@ -26,7 +26,13 @@ from kubetrain.data.archives import MAX_UNPACKED_BYTES
 from kubetrain.data.builtin import BUILTIN_PREFIX, load_builtin
 from kubetrain.data.dataset_format import DatasetInfo
 from kubetrain.data.dataset_writer import check_output_dir
-from kubetrain.data.errors import DataError, DiskFullError, DownloadUnavailableError, HTTPStatusError
+from kubetrain.data.errors import (
+    CorruptFileError,
+    DataError,
+    DiskFullError,
+    DownloadUnavailableError,
+    HTTPStatusError,
+)
 from kubetrain.data.fetch import (
     Fetched,
     FetchOptions,
@@ -56,10 +62,22 @@ MNIST_FILES = (
 def _with_source(error: DataError, label: str) -> DataError:
     """`error` prefixed with the source, keeping the class that sets the exit code (a full disk stays 4)."""
     message = f"{label}: {error}"
-    for kind in (DiskFullError, DownloadUnavailableError):
+    for kind in (DiskFullError, DownloadUnavailableError, CorruptFileError):
         if isinstance(error, kind):
             return kind(message)
     return DataError(message)
+
+
+def _refresh_hint(error: CorruptFileError, fetched: Sequence[Fetched]) -> str | None:
+    """What to do when the damaged file is an unverified cached download: fetch it again."""
+    for f in fetched:
+        # A verified copy is byte for byte what the checksum pins: downloading it again cannot help.
+        if not is_local(f.url) and f.sha256 is None and redact_url(f.url) in str(error):
+            return (
+                f"the cached download {f.path} may be damaged (a transfer cut short, or a file that "
+                "changed at the source): download it again with --refresh (refresh=True)"
+            )
+    return None
 
 
 def _is_base(url: str) -> bool:
@@ -165,7 +183,12 @@ def download(
             raw = load_files(files, Path(work), max_bytes=max_unpacked_bytes)
             return write_raw_dataset(raw, out_dir, shards=shards, source=label)
     except DataError as e:
+        error = e
+        if isinstance(e, CorruptFileError) and (hint := _refresh_hint(e, fetched)) is not None:
+            error = CorruptFileError(f"{e}; {hint}")
         # Problems found in the content (an empty set, bad labels) must still name the source.
-        if any(f.origin in str(e) for f in files):
+        if not any(f.origin in str(error) for f in files):
+            error = _with_source(error, label)
+        if error is e:
             raise
-        raise _with_source(e, label) from e
+        raise error from e

@@ -11,15 +11,17 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from kubetrain.errors import DataError, ExitCode
+from kubetrain.errors import DataError, ExitCode, KubetrainError
 
 __all__ = [
     "CACHE_FIX",
     "OUT_FIX",
     "TMP_FIX",
     "ChecksumError",
+    "CorruptFileError",
     "DataError",
     "DiskFullError",
+    "DownloadCancelledError",
     "DownloadUnavailableError",
     "HTTPStatusError",
     "write_error",
@@ -54,10 +56,20 @@ class ChecksumError(DataError):
         )
 
 
+class CorruptFileError(DataError):
+    """A file's bytes are damaged (a bad CRC, a truncated gzip or archive), as opposed to a wrong format."""
+
+
 class DiskFullError(DataError):
     """The local disk (or quota) is full: the machine's problem, not the data's; nothing partial is kept."""
 
     exit_code = ExitCode.INFRASTRUCTURE
+
+
+class DownloadCancelledError(KubetrainError):
+    """SIGTERM or SIGINT stopped a download; the cache's lock was let go, its partial file kept."""
+
+    exit_code = ExitCode.CANCELLED
 
 
 OUT_FIX = "choose another --out"

@@ -23,13 +23,14 @@ import numpy as np
 import numpy.typing as npt
 
 from kubetrain.data.archives import MAX_UNPACKED_BYTES, archive_kind, is_zip, safe_extract, too_big
-from kubetrain.data.errors import TMP_FIX, write_error
+from kubetrain.data.errors import TMP_FIX, CorruptFileError, write_error
 from kubetrain.data.idx import GZIP_MAGIC, looks_like_idx, read_idx
 from kubetrain.data.prepare import RawDataset
 from kubetrain.errors import DataError
 
 __all__ = ["LocalFile", "load_files", "mnist_role"]
 
+_LISTED = 10  # files an error names before "and N more"
 _NPZ_KEYS = (("x_train", "y_train", "x_test", "y_test"), ("x_train", "y_train"), ("x", "y"))
 
 
@@ -113,7 +114,10 @@ def _load_npz(f: LocalFile, max_bytes: int = MAX_UNPACKED_BYTES) -> RawDataset:
                 raise DataError(
                     f"{f.origin}: npz has arrays {sorted(keys)}; expected x_train, y_train (and x_test, y_test) or x, y"
                 )
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, zlib.error, EOFError) as e:
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError) as e:
+        # A bad CRC or a broken deflate stream: the bytes are damaged, not the layout wrong.
+        raise CorruptFileError(f"{f.origin}: cannot read npz: {e}") from e
+    except (ValueError, KeyError) as e:
         raise DataError(f"{f.origin}: cannot read npz: {e}") from e
     x, y = arrays[0], arrays[1]
     xt, yt = (arrays[2], arrays[3]) if len(arrays) == 4 else (None, None)
@@ -167,8 +171,10 @@ def _load_mnist(files: Sequence[LocalFile], *, strict: bool) -> RawDataset:
         roles[role] = f
     train = _pair(roles, "train")
     if train is None:
+        shown = ", ".join(f.origin for f in files[:_LISTED])
+        more = f" and {len(files) - _LISTED} more" if len(files) > _LISTED else ""
         raise DataError(
-            f"{', '.join(f.origin for f in files)}: no MNIST training images and labels found; "
+            f"{shown}{more}: no MNIST training images and labels found; "
             "expected train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]"
         )
     test = _pair(roles, "test")
@@ -202,12 +208,12 @@ def _gunzip_to(f: LocalFile, work: Path, max_bytes: int) -> LocalFile:
             out.unlink()
             raise too_big(f.origin, "the gzip inflates to", max_bytes)
     except EOFError as e:
-        raise DataError(f"{f.origin}: truncated gzip: {e}") from e
+        raise CorruptFileError(f"{f.origin}: truncated gzip: {e}") from e
     except zlib.error as e:
-        raise DataError(f"{f.origin}: corrupt gzip: {e}") from e
+        raise CorruptFileError(f"{f.origin}: corrupt gzip: {e}") from e
     except OSError as e:
         if isinstance(e, gzip.BadGzipFile) or e.errno is None:
-            raise DataError(f"{f.origin}: corrupt gzip: {e}") from e
+            raise CorruptFileError(f"{f.origin}: corrupt gzip: {e}") from e
         # The machine's problem (a full disk under TMPDIR), not the data's.
         raise write_error(out, e, fix=TMP_FIX) from e
     return LocalFile(out, out.name, f.origin)

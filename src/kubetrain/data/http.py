@@ -4,16 +4,21 @@ Only the standard library is used (urllib for redirects, proxies and TLS; http.c
 so the launcher image needs no extra dependency. One call appends to `part` until the whole entity
 is there and returns its sha256:
 
-- A partial file from an earlier attempt (or an earlier run) is resumed with ``Range`` and, when
-  the server gave a validator, ``If-Range``, so a changed file restarts from zero instead of
-  being spliced. A 200 to a range request also restarts from zero.
+- A partial file from an earlier attempt (or an earlier run) is resumed with ``Range`` and
+  ``If-Range`` (the server's strong ETag or its Last-Modified), so a changed file restarts from
+  zero instead of being spliced. Without a validator nothing tells a changed file from the one
+  the part holds, so such a part is started over, never resumed. A 200 to a range request also
+  restarts from zero.
 - Connection errors, 5xx and 429 are retried with exponential backoff and jitter (``Retry-After``
   is honoured); the failure count resets whenever an attempt made progress at the minimum speed.
   Any other 4xx fails at once: retrying cannot fix a wrong URL.
-- A transfer slower than ``RetryPolicy.min_speed`` bytes/s over any ``speed_window`` seconds
-  (curl's ``--speed-limit``/``--speed-time``) is given up and counts as a failed attempt, so a
-  server that drips a byte a minute ends in an error instead of never.
+- A response slower than ``RetryPolicy.min_speed`` bytes/s over any ``speed_window`` seconds
+  (curl's ``--speed-limit``/``--speed-time``), its status line and headers included, is given up
+  and counts as a failed attempt, so a server that drips a byte a minute ends in an error instead
+  of never.
 - Redirects go to http(s) only, and never from https down to http.
+- A path or query with characters outside ASCII (``/données/é.npz``) is sent percent-encoded in
+  UTF-8, as a browser sends it.
 """
 
 from __future__ import annotations
@@ -30,8 +35,6 @@ import socket
 import ssl
 import time
 import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,7 @@ from kubetrain.data.errors import (
     HTTPStatusError,
     write_error,
 )
+from kubetrain.data.http_open import Pace, TooSlowError, TransientError, open_url
 from kubetrain.data.progress import Progress
 from kubetrain.data.sink import CHUNK_SIZE, HashingSink
 from kubetrain.urls import redact_url
@@ -90,62 +94,6 @@ class RetryPolicy:
         if retry_after is not None:
             wait = max(wait, min(retry_after, self.max_delay))
         return wait
-
-
-class _TransientError(Exception):
-    """One attempt failed in a way a later attempt may not."""
-
-    def __init__(self, what: str, retry_after: float | None = None) -> None:
-        super().__init__(what)
-        self.retry_after = retry_after
-
-
-class _TooSlowError(_TransientError):
-    """The transfer fell below the minimum speed: a failed attempt even though it made progress."""
-
-
-class _Pace:
-    """Raises :class:`_TooSlowError` when fewer than `min_speed` bytes/s arrive over `window` seconds."""
-
-    def __init__(self, min_speed: float, window: float) -> None:
-        self.min_speed = min_speed
-        self.window = window
-        self.start = time.monotonic()
-        self.received = 0
-
-    def add(self, n: int) -> None:
-        self.received += n
-        now = time.monotonic()
-        elapsed = now - self.start
-        if elapsed < self.window:
-            return
-        if self.received < self.min_speed * elapsed:
-            raise _TooSlowError(
-                f"too slow: {self.received} bytes in {elapsed:.1f}s, below the minimum of {self.min_speed:g} "
-                "bytes/s (--speed-limit, over --speed-time seconds)"
-            )
-        self.start, self.received = now, 0
-
-
-class _SafeRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows redirects to http(s) only, and never from https to plain http."""
-
-    def redirect_request(
-        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> urllib.request.Request | None:
-        old = urllib.parse.urlsplit(req.full_url).scheme
-        new = urllib.parse.urlsplit(newurl).scheme
-        if new not in ("http", "https") or (old == "https" and new != "https"):
-            fp.close()
-            why = "leaves https for plain http" if new == "http" else f"leads to {new}://, not http(s)"
-            raise DataError(
-                f"{redact_url(req.full_url)}: refusing a redirect (HTTP {code}) to {redact_url(newurl)}: it {why}; "
-                "give the file's final https URL"
-            )
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-_OPENER = urllib.request.build_opener(_SafeRedirects)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -224,36 +172,37 @@ class _Part:
         self.hasher, self.hashed = None, 0
 
 
-def _fill(resp: http.client.HTTPResponse, buf: bytearray, pace: _Pace) -> tuple[int, _TooSlowError | None]:
+def _fill(resp: http.client.HTTPResponse, buf: bytearray) -> tuple[int, TooSlowError | None]:
     """Read into `buf` until it is full or the body ends: the bytes read, and why it stopped early if too slow.
 
     One `read1` per socket read, not `readinto`, which blocks until the whole buffer is full and
-    so would never let a dripping server be noticed.
+    so would never let a dripping server be noticed (the response's reader keeps the pace).
     """
     filled = 0
     with memoryview(buf) as view:
         while filled < len(view):
-            data = resp.read1(len(view) - filled)
+            try:
+                data = resp.read1(len(view) - filled)
+            except TooSlowError as e:
+                return filled, e  # what did arrive is kept: the next attempt resumes after it
             if not data:
                 break
             view[filled : filled + len(data)] = data
             filled += len(data)
-            try:
-                pace.add(len(data))
-            except _TooSlowError as e:
-                return filled, e  # what did arrive is kept: the next attempt resumes after it
     return filled, None
 
 
-def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress, pace: _Pace) -> None:
+def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress) -> None:
     """Append the response body to the part file; a helper thread hashes it meanwhile."""
     with HashingSink(part.path, part.hashed, part.hasher) as sink:
         try:
             while True:
                 buf = sink.buffer()
-                n, too_slow = _fill(resp, buf, pace)
+                n, too_slow = _fill(resp, buf)
                 if not n:
                     sink.release(buf)
+                    if too_slow is not None:
+                        raise too_slow
                     break
                 sink.commit(buf, n)
                 part.hashed += n
@@ -268,24 +217,29 @@ def _stream(resp: http.client.HTTPResponse, part: _Part, progress: Progress, pac
             raise
 
 
-def _open(url: str, part: _Part, offset: int, timeout: float) -> http.client.HTTPResponse:
+def _open(url: str, offset: int, validator: str | None, policy: RetryPolicy) -> http.client.HTTPResponse:
     headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
-        if (validator := part.validator()) is not None:
-            headers["If-Range"] = validator
-    resp = _OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout)
-    assert isinstance(resp, http.client.HTTPResponse)  # http(s) URLs only reach here
-    return resp
+        headers["If-Range"] = str(validator)
+    # No byte for speed_window seconds is below any minimum speed: no need to wait the longer timeout.
+    timeout = min(policy.timeout, policy.speed_window)
+    return open_url(url, headers, pace=Pace(policy.min_speed, policy.speed_window), timeout=timeout)
 
 
 def _attempt(url: str, part: _Part, progress: Progress, policy: RetryPolicy) -> bool:
     """One request. True when the part is complete; False to start over at once."""
     offset = part.size()
-    # No byte for speed_window seconds is below any minimum speed: no need to wait the longer timeout.
-    timeout = min(policy.timeout, policy.speed_window)
+    validator = part.validator()
+    if offset and validator is None:
+        # The server gave neither a strong ETag nor Last-Modified: nothing would tell it that the
+        # file changed since the part was written, and a range of the new file would be spliced
+        # onto the old one (a corrupt file, or an npz with a bad CRC in every later run).
+        progress.note("the partial download has no ETag or Last-Modified to check it against; starting over")
+        part.discard()
+        offset = 0
     try:
-        resp = _open(url, part, offset, timeout)
+        resp = _open(url, offset, validator, policy)
     except urllib.error.HTTPError as e:
         with e:
             if e.code == 416 and offset:
@@ -297,7 +251,7 @@ def _attempt(url: str, part: _Part, progress: Progress, policy: RetryPolicy) -> 
                 part.discard()
                 return False
             if e.code >= 500 or e.code == 429:
-                raise _TransientError(f"HTTP {e.code} {e.reason}", _retry_after(e.headers)) from e
+                raise TransientError(f"HTTP {e.code} {e.reason}", _retry_after(e.headers)) from e
             if 300 <= e.code < 400:
                 # urllib gives up on a redirect loop (or a redirect without a target): the server's
                 # fault, not the request's, so the network exit code rather than "invalid input".
@@ -321,9 +275,9 @@ def _attempt(url: str, part: _Part, progress: Progress, policy: RetryPolicy) -> 
             total = int(length) if length and length.isdigit() else None
         part.start(offset, resp.headers)
         progress.restart(offset, total)
-        _stream(resp, part, progress, _Pace(policy.min_speed, policy.speed_window))
+        _stream(resp, part, progress)
         if total is not None and part.hashed != total:
-            raise _TransientError(f"connection closed at byte {part.hashed} of {total}")
+            raise TransientError(f"connection closed at byte {part.hashed} of {total}")
         return True
 
 
@@ -356,7 +310,7 @@ def fetch_http(
             continue
         except ssl.SSLCertVerificationError as e:
             raise DataError(f"{redact_url(url)}: TLS certificate verification failed: {e.verify_message}") from e
-        except _TransientError as e:
+        except TransientError as e:
             what, retry_after, last = str(e), e.retry_after, e
         except urllib.error.URLError as e:
             if isinstance(e.reason, ssl.SSLCertVerificationError):
@@ -378,7 +332,7 @@ def fetch_http(
         # trickle (a byte, then a stall until the timeout) is not progress, or a drip never ends.
         grown = part.size() - before
         steady = grown > 0 and grown >= policy.min_speed * (time.monotonic() - started)
-        failures = 1 if steady and not isinstance(last, _TooSlowError) else failures + 1
+        failures = 1 if steady and not isinstance(last, TooSlowError) else failures + 1
         if failures >= policy.attempts:
             raise DownloadUnavailableError(
                 f"{redact_url(url)}: giving up after {failures} failed attempts in a row; last error: {what}"

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kubetrain.errors import DataError
+from kubetrain.data.errors import CorruptFileError, DataError
 
 __all__ = ["GZIP_MAGIC", "IDX_TYPES", "decode_idx", "looks_like_idx", "read_idx", "read_maybe_gzip"]
 
@@ -36,9 +36,9 @@ def read_maybe_gzip(path: Path, name: str) -> bytes:
     try:
         return gzip.decompress(data)
     except EOFError as e:
-        raise DataError(f"{name}: truncated gzip ({len(data)} bytes; {e})") from e
+        raise CorruptFileError(f"{name}: truncated gzip ({len(data)} bytes; {e})") from e
     except (OSError, zlib.error) as e:
-        raise DataError(f"{name}: corrupt gzip: {e}") from e
+        raise CorruptFileError(f"{name}: corrupt gzip: {e}") from e
 
 
 def decode_idx(data: bytes, name: str, *, role: tuple[str, int] | None = None) -> npt.NDArray[np.generic]:

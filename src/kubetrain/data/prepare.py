@@ -42,6 +42,12 @@ class RawDataset:
             raise DataError(f"{self.name}: the training split is empty (0 records)")
         if self.x_test is not None and len(self.x_test) == 0:
             raise DataError(f"{self.name}: the test split is empty (0 records)")
+        for split, x in (("train", self.x_train), ("test", self.x_test)):
+            # Strings (or anything else numpy cannot scale) would fail the conversion to float32.
+            if x is not None and not any(np.issubdtype(x.dtype, kind) for kind in (np.integer, np.floating, np.bool_)):
+                raise DataError(
+                    f"{self.name}: {split} inputs have dtype {x.dtype}; expected numbers (integers, floats or booleans)"
+                )
 
 
 def seeded_split(

@@ -24,6 +24,8 @@ def parse_source(source: str | Sequence[str]) -> list[str]:
         raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
     for url in urls:
         _refuse_unsafe_characters(url)
+        _refuse_malformed(url)
+    for url in urls:
         if urllib.parse.urlsplit(url).scheme not in ("", "file") and has_userinfo(url):
             # The password would otherwise be sent in the clear to whatever host the URL names, and
             # kept in dataset.json and the artifact's metadata.
@@ -64,3 +66,14 @@ def _refuse_unsafe_characters(url: str) -> None:
             f"{redact_url(ascii(url)[1:-1])}: the URL has {what} in it; a URL cannot hold one: "
             "percent-encode it (a space is %20) or remove it"
         )
+
+
+def _refuse_malformed(url: str) -> None:
+    """Refuse what no URL parser reads (an IPv6 host with its bracket left open), before anything uses it."""
+    try:
+        urllib.parse.urlsplit(url)
+    except ValueError as e:
+        raise DataError(
+            f"{redact_url(url)}: not a valid URL: {e}; fix the URL (an IPv6 host goes in brackets: "
+            "http://[::1]:8080/data.npz)"
+        ) from e

@@ -57,7 +57,7 @@ def _reusable(directory: Path, source: str, shards: int) -> DatasetInfo | None:
 
 UNPINNED_WARNING = (
     "WARNING: {source} has no checksum: this copy is what later runs get (KFP's cache and the claim) "
-    "until one submitted with enable_caching=False passes refresh=True; "
+    "until one passes refresh=True (in a pipeline of your own, with a new cache_key); "
     "pin it with sha256 (or #sha256=HEX on each file) to be sure of the bytes"
 )
 
