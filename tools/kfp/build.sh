@@ -80,8 +80,8 @@ build() {  # build TREE OUTPUT PACKAGE CGO
 
 extract
 if [ "$mode" = "" ]; then
-  # The module graph downloads in the background while the first binaries compile.
-  (cd "$root/src/pipelines" && go mod download >/dev/null 2>&1) &
+  # Both trees' module graphs download in the background while the first binaries compile.
+  (for tree in pipelines argo-workflows; do (cd "$root/src/$tree" && go mod download >/dev/null 2>&1); done) &
   prefetch=$!
   trap 'kill $prefetch 2>/dev/null || true' EXIT
 fi
@@ -94,11 +94,11 @@ if [ "$mode" != compiler ]; then
   build pipelines launcher-v2 ./backend/src/v2/cmd/launcher-v2 0
   build pipelines persistence-agent ./backend/src/agent/persistence 0
   build pipelines apiserver ./backend/src/apiserver 0
-  # Argo's two commands build in KFP's module graph too (its go.mod already points at the Argo
-  # tree): the Kubernetes and cloud libraries they share with KFP then compile once, at KFP's
-  # versions (client-go v0.35 instead of Argo's own v0.33), about 760 packages fewer
-  # (bench/go_compile_units.py).
-  build pipelines workflow-controller github.com/argoproj/argo-workflows/v4/cmd/workflow-controller 0
-  build pipelines argoexec github.com/argoproj/argo-workflows/v4/cmd/argoexec 0
+  # Argo's two commands keep Argo's own module graph: built in KFP's (client-go v0.35) they fail,
+  # since k8s.io/api v0.35 dropped the gogo-protobuf methods Argo v4.0.5's API client calls
+  # (`*v1.Event does not implement protoiface.MessageV1`); bench/go_compile_units.py counts what
+  # that repeats.
+  build argo-workflows workflow-controller ./cmd/workflow-controller 0
+  build argo-workflows argoexec ./cmd/argoexec 0
 fi
 [ "$mode" = --list ] || echo "$bin"
