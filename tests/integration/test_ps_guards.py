@@ -306,6 +306,27 @@ def test_an_unknown_task_or_a_malformed_report_is_refused_with_a_status(master: 
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
 
+# Ids no GetTask ever gave: not a task id at all, or one naming a shard, an epoch or a range of
+# no task (a shard past the data set's, an eval round's test shard past the training shards).
+ODD_TASK_IDS = ["x", "a/b/c/d/e", "train/eX/train/s0/0-50", "train/e0/train/s-1/0-50", "train/e0/train/s0/50-0",
+                "train/e0/train/s0/0-50/", "train/e0/train/s0/0-5" + "0" * 40, "train/e0/train/s0/0-50 "]  # fmt: skip
+UNKNOWN_TASK_IDS = ["train/e0/train/s99/0-50", "train/e9/train/s0/0-50", "eval/r1/test/s7/0-20",
+                    "train/e0/test/s0/0-50", "eval/r0/train/s0/0-50"]  # fmt: skip
+
+
+@pytest.mark.parametrize("task_id", ODD_TASK_IDS + UNKNOWN_TASK_IDS)
+def test_an_odd_task_id_is_answered_with_a_status_naming_it_never_unknown(master: Master, task_id: str) -> None:
+    master.stub.GetTask(W0, timeout=10)
+    for success in (True, False):
+        bad = pb.ReportTaskRequest(worker=W0, task_id=task_id, lease=1, success=success, records=50)
+        code, details = _code(lambda bad=bad: master.stub.ReportTask(bad, timeout=10))
+        expected = grpc.StatusCode.INVALID_ARGUMENT if task_id in ODD_TASK_IDS else grpc.StatusCode.NOT_FOUND
+        assert code == expected, details
+        assert details.startswith(f"task_id: got {task_id!r}"), details
+    # The master serves on: its worker's lease is still held and reports on it count.
+    assert len(master.book.doing) == 1
+
+
 def test_a_non_finite_loss_from_the_holder_fails_the_job_with_a_reason(master: Master) -> None:
     task = master.stub.GetTask(W0, timeout=10).task
     answer = master.stub.ReportTask(_report(task, loss_sum=float("nan")), timeout=10)

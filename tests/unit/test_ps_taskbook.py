@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubetrain.errors import SpecError
 from kubetrain.ps.common.errors import PSConfigError, StaleStateError
 from kubetrain.ps.common.evaluation import EvalResult
-from kubetrain.ps.common.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split
+from kubetrain.ps.common.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split, task_from_id
 from kubetrain.ps.master.state import StateStore, book_from_json, book_to_json
 from kubetrain.ps.master.taskbook import FAILED, FINAL_EVAL, FINISHING, TaskBook
 
@@ -76,6 +77,15 @@ def test_an_epoch_covers_every_record_exactly_once(shards: list[int], per_task: 
     assert covered == Counter((s, i) for s, n in enumerate(shards) for i in range(n))
     assert all(t.records <= per_task and t.epoch == epoch for t in tasks)
     assert len({t.task_id for t in tasks}) == len(tasks)
+
+
+def test_a_task_id_names_its_task_and_nothing_else_parses() -> None:
+    tasks = [*cut_epoch([100, 30], 16, epoch=3, seed=1), *cut_split([20], 8, kind="eval", split="test", eval_round=2)]
+    assert [task_from_id(t.task_id) for t in tasks] == tasks
+    for odd in ("", "x", "train/e1/train/s0/16-16", "train/e1/train/s0/16-8", "train/r1/train/s0/0-8",
+                "eval/e1/test/s0/0-8", "train/e1/train/s0/0-8\n", "train/e1/train/s+1/0-8"):  # fmt: skip
+        with pytest.raises(SpecError, match="task_id: got"):
+            task_from_id(odd)
 
 
 def test_epoch_order_is_shuffled_per_epoch_and_static_slots_are_fixed() -> None:
