@@ -34,7 +34,7 @@ from kubetrain.ps.master.state import StateStore
 from kubetrain.ps.master.taskbook import FAILED, TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.server.main import SERVICE, ParameterServerServicer, _Checkpointer
+from kubetrain.ps.server.main import ParameterServerServicer, _Checkpointer
 from kubetrain.ps.server.store import ParameterShard, ShardConfig
 
 HOST = "127.0.0.1"
@@ -49,7 +49,7 @@ class Shard:
         shard = ParameterShard(ShardConfig(0, 1, optimizer=OptimizerSpec("sgd", lr=0.1)))
         self.servicer = ParameterServerServicer(shard, stop=self.stop, checkpointer=_Checkpointer(tmp / "ckpt", keep=2))
         self.server = make_server(4, token=self.token)
-        HealthReporter(self.server, [SERVICE]).serving()
+        HealthReporter(self.server).serving()
         pb_grpc.add_ParameterServerServicer_to_server(self.servicer, self.server)
         port = bind(self.server, HOST, free_port(HOST))
         self.server.start()

@@ -254,7 +254,7 @@ def run(config: MasterConfig) -> int:
     stop_on_signals(stop)
     token = ensure_token(config.job_token_file)
     server = make_server(token=token)
-    health = HealthReporter(server, [SERVICE])
+    health = HealthReporter(server)
     pb_grpc.add_MasterServicer_to_server(MasterServicer(core, settings), server)
     host = config.bind or default_bind()
     bind(server, host, config.port)
