@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kubetrain.data.download import download
-from kubetrain.errors import ExitCode
+from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.ps.common.jobtoken import ensure_token, token_metadata
 from kubetrain.ps.common.optimizers import OptimizerSpec
 from kubetrain.ps.common.rpc import HealthReporter, bind, make_channel, make_server
@@ -347,7 +347,7 @@ def test_a_diverging_learning_rate_fails_the_job_with_a_reason(tmp_path: Path) -
         job.start_all()
         rc = job.wait_exit("master", deadline_s=240)
         log = job.tail("master", lines=200)
-        assert rc == ExitCode.JOB_FAILED, log
+        assert rc == PS_FINAL_EXIT_CODE, log
         written = (tmp_path / "run" / "output" / "metrics.json").read_bytes()
         master_log = job.procs[("master", 0)].log
         before = master_log.read_text(errors="replace")
@@ -359,7 +359,7 @@ def test_a_diverging_learning_rate_fails_the_job_with_a_reason(tmp_path: Path) -
     assert "the model diverged" in log
     metrics = json.loads(written)
     assert metrics["status"] == "failed" and "the model diverged" in metrics["failure_reason"]
-    assert rc_again == ExitCode.JOB_FAILED, again
+    assert rc_again == PS_FINAL_EXIT_CODE, again
     assert "had failed before this restart" in again and "no final model" not in again, again
     assert again.rstrip().endswith(f"JobAbortedError: {metrics['failure_reason']}"), again
     assert (tmp_path / "run" / "output" / "metrics.json").read_bytes() == written

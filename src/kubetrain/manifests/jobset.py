@@ -7,11 +7,13 @@ of W workers. Master and servers carry gRPC readiness probes (grpc.health.v1), s
 The set succeeds when the master completes; workers may restart inside their Job's backoffLimit
 without failing the set, and a failed child Job restarts the whole set up to `max_restarts`, which
 the master's durable state and the servers' checkpoints turn into a resume, not a fresh start.
+The master's Job is final: a failed master fails the set, and the master's own podFailurePolicy
+ends a failure that would repeat at its first exit (`MASTER_POD_FAILURE_POLICY`).
 """
 
 from __future__ import annotations
 
-from kubetrain.manifests.kinds import JOBSET, PS_CONTAINER
+from kubetrain.manifests.kinds import JOBSET, PS_CONTAINER, PS_FINAL_EXIT_CODE
 from kubetrain.manifests.pod import Manifest, build_pod_template, job_metadata, workspace_env
 from kubetrain.specs.common import ReplicaSpec
 from kubetrain.specs.jobs import PSJobSpec
@@ -31,6 +33,22 @@ def ps_addresses(*, name: str, port: int, count: int) -> list[str]:
     return [f"{name}-ps-{i}-0.{name}:{port}" for i in range(count)]
 
 
+# The master's Job (its pods restartPolicy Never, which a podFailurePolicy requires): a failure
+# the master knows a restart would only repeat (ps.master.main.exit_code) fails the Job at once,
+# and so the set (MasterFailureIsFinal), instead of restarting it after the kubelet's back-off
+# up to backoffLimit times; a pod lost to preemption, eviction or a node drain (DisruptionTarget)
+# does not count against backoffLimit. Any other failure (a peer down, a full disk) counts.
+MASTER_POD_FAILURE_POLICY: Manifest = {
+    "rules": [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": PS_CONTAINER, "operator": "In", "values": [PS_FINAL_EXIT_CODE]},
+        },
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+}
+
+
 def _grpc_probe(port: int) -> Manifest:
     return {"grpc": {"port": port}, "periodSeconds": 2, "failureThreshold": 3, "timeoutSeconds": 2}
 
@@ -45,6 +63,8 @@ def _replicated_job(
     backoff_limit: int,
     port: int | None,
     depends_on: str | None,
+    pod_restart_policy: str = POD_RESTART_POLICY,
+    pod_failure_policy: Manifest | None = None,
 ) -> Manifest:
     env: list[Manifest] = [
         {"name": "KUBETRAIN_PS_MODE", "value": spec.mode},
@@ -70,7 +90,7 @@ def _replicated_job(
         role_labels={"kubetrain.io/replica-type": name},
         extra_env=env,
         ports=[{"name": "grpc", "containerPort": port, "protocol": "TCP"}] if port else [],
-        pod_restart_policy=replica.restart_policy or POD_RESTART_POLICY,
+        pod_restart_policy=replica.restart_policy or pod_restart_policy,
         readiness_probe=_grpc_probe(port) if port else None,
         workspace=spec.workspace,
     )
@@ -81,6 +101,8 @@ def _replicated_job(
         "backoffLimit": backoff_limit,
         "template": template,
     }
+    if pod_failure_policy is not None and template["spec"].get("restartPolicy") == "Never":
+        job_spec["podFailurePolicy"] = pod_failure_policy
     if spec.run_policy.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.run_policy.active_deadline_seconds
     out: Manifest = {"name": name, "replicas": job_replicas, "template": {"spec": job_spec}}
@@ -102,6 +124,8 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
             backoff_limit=server_backoff,
             port=spec.master_port,
             depends_on=None,
+            pod_restart_policy="Never",
+            pod_failure_policy=MASTER_POD_FAILURE_POLICY,
         ),
         _replicated_job(
             spec,
