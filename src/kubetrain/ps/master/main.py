@@ -307,7 +307,7 @@ def exit_code(error: KubetrainError) -> int:
     records it, so a restart fails the same way) or input that can never work (a flag, the data
     set). Not final: a peer unreachable, the state's disk, another master's newer generation.
     """
-    if isinstance(error, JobAbortedError) or error.exit_code == ExitCode.INVALID_INPUT:
+    if isinstance(error, (JobAbortedError, DivergedError)) or error.exit_code == ExitCode.INVALID_INPUT:
         return PS_FINAL_EXIT_CODE
     return int(error.exit_code)
 
