@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kubetrain.errors import ManifestError
-from kubetrain.manifests import build_manifest
+from kubetrain.manifests import build_manifest, build_ps_network_policy
 from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.manifests.validate import validate_manifest
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
@@ -170,6 +170,24 @@ def test_a_pod_failure_policy_the_api_server_would_refuse_is_refused(mutate: Any
     mutate(manifest["spec"]["replicatedJobs"][0]["template"]["spec"])
     with pytest.raises(ManifestError, match=r"replicatedJobs\[master\]\.template\.spec\.podFailurePolicy.*" + match):
         validate_manifest(manifest)
+
+
+def test_the_ps_network_policy_admits_only_the_jobs_own_pods() -> None:
+    spec = ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3, namespace="team-a")
+    jobset, policy = build_manifest(spec), build_ps_network_policy(spec)
+    assert strict_errors(policy) == []  # against the API server's own OpenAPI schema
+    assert policy["metadata"] == jobset["metadata"]  # same name, namespace and run/task labels
+    own = {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "ps"}}  # JobSet labels every pod of the set so
+    assert policy["spec"] == {
+        "podSelector": own,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": own}]}],
+    }
+    policy["spec"]["ingress"][0]["form"] = policy["spec"]["ingress"][0].pop("from")  # what a typo would do
+    assert strict_errors(policy) == [
+        "spec.ingress.0: Additional properties are not allowed ('form' was unexpected) (the API server would drop or "
+        "reject it)"
+    ]
 
 
 # --- the validators refuse what the API server or the operators would refuse ----------------------

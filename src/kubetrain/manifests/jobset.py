@@ -173,3 +173,31 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
         "metadata": job_metadata(spec.meta),
         "spec": job_spec,
     }
+
+
+JOBSET_NAME_LABEL = f"{JOBSET_LABEL_PREFIX}/jobset-name"
+
+
+def build_ps_network_policy(spec: PSJobSpec) -> Manifest:
+    """A `networking.k8s.io/v1` NetworkPolicy admitting only the job's own pods to its pods.
+
+    Ingress only, on every port: the master's and the servers' gRPC ports are what it guards;
+    egress (the API server, DNS, the data) stays open. It takes effect only where the cluster's
+    network plugin enforces NetworkPolicy (Calico, Cilium, ...; not the plain bridge plugin), and
+    never stops the kubelet's probes: traffic from a pod's own node is always allowed. Where it is
+    not enforced, the job's token is the guard (ps.common.jobtoken).
+    """
+
+    def own_pods() -> Manifest:
+        return {"matchLabels": {JOBSET_NAME_LABEL: spec.meta.name}}
+
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": job_metadata(spec.meta),
+        "spec": {
+            "podSelector": own_pods(),
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": own_pods()}]}],
+        },
+    }
