@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,24 @@ def test_final_round_moves_to_finishing_with_metrics() -> None:
     assert book.phase == FINISHING
     assert book.results.final_metrics["test_accuracy"] == 1.0
     assert book.results.final_metrics["train_loss"] == pytest.approx(0.5)
+
+
+def test_each_epoch_and_each_evaluation_is_a_line_of_the_masters_log(caplog: pytest.LogCaptureFixture) -> None:
+    # The launcher follows the master's log: a run of any length shows its progress per epoch (issue 49.14).
+    caplog.set_level(logging.INFO, logger="kubetrain.ps.master")
+    book = TaskBook(config=_config(epochs=2))
+    _drain(book)
+    book.start_round(version=9, final=False, epoch=0)
+    book.start_round(version=12, final=True)
+    for lease in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
+        _finish(book, lease, eval_result=EvalResult(0.2 * lease.task.records, lease.task.records, lease.task.records))
+    lines = [r.getMessage() for r in caplog.records if r.name == "kubetrain.ps.master"]
+    assert lines == [
+        "epoch 0 trained: loss 0.5000 at model version 0",
+        "epoch 1 trained: loss 0.5000 at model version 0",
+        "epoch 0: loss 0.5000 test accuracy 1.0000 (model version 9)",
+        "final evaluation: loss 0.5000 test accuracy 1.0000 (model version 12)",
+    ]
 
 
 def test_static_sharding_keeps_each_slot_to_its_block() -> None:
