@@ -176,7 +176,9 @@ def test_the_ps_network_policy_admits_only_the_jobs_own_pods() -> None:
     spec = ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3, namespace="team-a")
     jobset, policy = build_manifest(spec), build_ps_network_policy(spec)
     assert strict_errors(policy) == []  # against the API server's own OpenAPI schema
-    assert policy["metadata"] == jobset["metadata"]  # same name, namespace and run/task labels
+    # Same name, namespace and run/task labels; the JobSet asks the Kubernetes backend for it.
+    assert policy["metadata"] == {k: jobset["metadata"][k] for k in ("name", "namespace", "labels")}
+    assert jobset["metadata"]["annotations"]["kubetrain.io/network-policy"] == "job-pods-only"
     own = {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "ps"}}  # JobSet labels every pod of the set so
     assert policy["spec"] == {
         "podSelector": own,

@@ -13,6 +13,9 @@ ends a failure that would repeat at its first exit (`MASTER_POD_FAILURE_POLICY`)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from kubetrain.manifests.kinds import JOBSET, PS_CONTAINER, PS_FINAL_EXIT_CODE
 from kubetrain.manifests.pod import Manifest, build_pod_template, job_metadata, workspace_env
 from kubetrain.specs.common import ReplicaSpec
@@ -167,37 +170,50 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
         job_spec["suspend"] = True
     if spec.run_policy.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.run_policy.ttl_seconds_after_finished
-    return {
-        "apiVersion": JOBSET.api_version,
-        "kind": JOBSET.kind,
-        "metadata": job_metadata(spec.meta),
-        "spec": job_spec,
-    }
+    metadata = job_metadata(spec.meta)
+    metadata.setdefault("annotations", {})[NETWORK_POLICY_ANNOTATION] = NETWORK_POLICY_JOB_PODS
+    return {"apiVersion": JOBSET.api_version, "kind": JOBSET.kind, "metadata": metadata, "spec": job_spec}
 
 
 JOBSET_NAME_LABEL = f"{JOBSET_LABEL_PREFIX}/jobset-name"
+# A JobSet annotated so asks the Kubernetes backend for `network_policy_for` it, owned by the set.
+NETWORK_POLICY_ANNOTATION = "kubetrain.io/network-policy"
+NETWORK_POLICY_JOB_PODS = "job-pods-only"
 
 
-def build_ps_network_policy(spec: PSJobSpec) -> Manifest:
-    """A `networking.k8s.io/v1` NetworkPolicy admitting only the job's own pods to its pods.
+def network_policy_for(jobset: Mapping[str, Any]) -> Manifest:
+    """A `networking.k8s.io/v1` NetworkPolicy admitting only the JobSet's own pods to its pods.
 
-    Ingress only, on every port: the master's and the servers' gRPC ports are what it guards;
-    egress (the API server, DNS, the data) stays open. It takes effect only where the cluster's
-    network plugin enforces NetworkPolicy (Calico, Cilium, ...; not the plain bridge plugin), and
-    never stops the kubelet's probes: traffic from a pod's own node is always allowed. Where it is
-    not enforced, the job's token is the guard (ps.common.jobtoken).
+    Same name, namespace and labels as the JobSet. Ingress only, on every port: the master's and
+    the servers' gRPC ports are what it guards; egress (the API server, DNS, the data) stays open.
+    It takes effect only where the cluster's network plugin enforces NetworkPolicy (Calico,
+    Cilium, ...; not the plain bridge plugin), and never stops the kubelet's probes: traffic from a
+    pod's own node is always allowed. Where it is not enforced, the job's token is the guard
+    (ps.common.jobtoken).
     """
+    meta = jobset.get("metadata") or {}
+    name = str(meta.get("name") or "")
 
     def own_pods() -> Manifest:
-        return {"matchLabels": {JOBSET_NAME_LABEL: spec.meta.name}}
+        return {"matchLabels": {JOBSET_NAME_LABEL: name}}
 
+    metadata: Manifest = {"name": name}
+    if meta.get("namespace"):
+        metadata["namespace"] = meta["namespace"]
+    if meta.get("labels"):
+        metadata["labels"] = dict(meta["labels"])
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": job_metadata(spec.meta),
+        "metadata": metadata,
         "spec": {
             "podSelector": own_pods(),
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"podSelector": own_pods()}]}],
         },
     }
+
+
+def build_ps_network_policy(spec: PSJobSpec) -> Manifest:
+    """The NetworkPolicy the Kubernetes backend creates beside `build_ps_jobset(spec)`."""
+    return network_policy_for(build_ps_jobset(spec))

@@ -1,8 +1,9 @@
 """The per-job token that every call to a PS master or server must carry.
 
 Any pod that can reach the master's or a shard's port could otherwise report tasks done, push
-gradients or stop a shard; the node's CNI (the plain bridge plugin) does not enforce a
-NetworkPolicy, so this token is what keeps other pods out. It is not in the manifest (any
+gradients or stop a shard. The job's NetworkPolicy (manifests.jobset) keeps them out only where
+the network plugin enforces it, which the plain bridge plugin does not: this token is what
+keeps other pods out everywhere. It is not in the manifest (any
 reader of the JobSet would see it) but drawn at random by the first of the job's processes to
 start and kept in a file on the job's own volume (next to the master's state), mode 0600: only
 pods that mount that claim can read it, and those can already change the checkpoints.
