@@ -8,7 +8,8 @@ The set succeeds when the master completes; workers may restart inside their Job
 without failing the set, and a failed child Job restarts the whole set up to `max_restarts`, which
 the master's durable state and the servers' checkpoints turn into a resume, not a fresh start.
 The master's Job is final: a failed master fails the set, and the master's own podFailurePolicy
-ends a failure that would repeat at its first exit (`MASTER_POD_FAILURE_POLICY`).
+ends a failure that would repeat at its first exit (`MASTER_POD_FAILURE_POLICY`). Beside the set,
+the Kubernetes backend creates the NetworkPolicy it asks for (`network_policy_for`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from kubetrain.specs.jobs import PSJobSpec
 
 JOBSET_LABEL_PREFIX = "jobset.sigs.k8s.io"
 JOB_INDEX_FIELD = f"metadata.labels['{JOBSET_LABEL_PREFIX}/job-index']"
+JOBSET_NAME_LABEL = f"{JOBSET_LABEL_PREFIX}/jobset-name"
+# A JobSet annotated so asks the Kubernetes backend for `network_policy_for` it, owned by the set.
+NETWORK_POLICY_ANNOTATION = "kubetrain.io/network-policy"
+NETWORK_POLICY_JOB_PODS = "job-pods-only"
 POD_RESTART_POLICY = "OnFailure"
 
 
@@ -173,12 +178,6 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
     metadata = job_metadata(spec.meta)
     metadata.setdefault("annotations", {})[NETWORK_POLICY_ANNOTATION] = NETWORK_POLICY_JOB_PODS
     return {"apiVersion": JOBSET.api_version, "kind": JOBSET.kind, "metadata": metadata, "spec": job_spec}
-
-
-JOBSET_NAME_LABEL = f"{JOBSET_LABEL_PREFIX}/jobset-name"
-# A JobSet annotated so asks the Kubernetes backend for `network_policy_for` it, owned by the set.
-NETWORK_POLICY_ANNOTATION = "kubetrain.io/network-policy"
-NETWORK_POLICY_JOB_PODS = "job-pods-only"
 
 
 def network_policy_for(jobset: Mapping[str, Any]) -> Manifest:

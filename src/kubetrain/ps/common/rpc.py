@@ -86,12 +86,15 @@ def make_server(max_workers: int = 16, *, token: str | None) -> grpc.Server:
 
 # A peer that restarts must be found again within a second: gRPC's default reconnect backoff
 # grows to 120 s, so a client whose first attempts hit the restart could miss the peer's return
-# (and a job that finished meanwhile) for minutes.
+# (and a job that finished meanwhile) for minutes. A master restarts as a new pod with a new
+# address (restartPolicy Never, manifests.jobset): its name must be resolved again as soon, not
+# after gRPC's default 30 s between DNS resolutions.
 _CHANNEL_OPTIONS = [
     *_OPTIONS,
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.dns_min_time_between_resolutions_ms", 1000),
 ]
 
 
