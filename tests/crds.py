@@ -41,6 +41,11 @@ SOURCES = {
         "github.com/kubeflow/trainer/v2",
         "manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
     ),
+    # A built-in kind's schema, as the API server of the real cluster's version serves it.
+    "kubernetes-v1.36/apis__networking.k8s.io__v1_openapi.json": (
+        "k8s.io/kubernetes",
+        "api/openapi-spec/v3/apis__networking.k8s.io__v1_openapi.json",
+    ),
     # Not used by the schema checks, but the Trainer controller watches it (tests/cluster installs all).
     "trainer-v2/trainer.kubeflow.org_trainingruntimes.yaml": (
         "github.com/kubeflow/trainer/v2",

@@ -33,8 +33,12 @@ from tests.fake_apiserver_proto import (
 from tests.fake_apiserver_streams import serve_log, serve_watch
 
 # Re-exported: the server and the tests import them from here.
-__all__ = ["TRUE", "Fault", "Handler", "Request", "status_body"]
-KIND_BY_PATH: dict[tuple[str, str, str], JobKind] = {(k.group, k.version, k.plural): k for k in KINDS}
+__all__ = ["NETWORK_POLICY", "TRUE", "Fault", "Handler", "Request", "status_body"]
+# A built-in kind the launcher creates beside a parameter-server JobSet (backends.kubernetes.companions).
+NETWORK_POLICY = JobKind("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies", None, (), None, ())
+KIND_BY_PATH: dict[tuple[str, str, str], JobKind] = {
+    (k.group, k.version, k.plural): k for k in (*KINDS, NETWORK_POLICY)
+}
 _CR_PATH = re.compile(r"^/apis/([^/]+)/([^/]+)/namespaces/([^/]+)/([^/]+)(?:/([^/]+))?(?:/(status))?$")
 _CORE_PATH = re.compile(r"^/api/v1/namespaces/([^/]+)/(pods|events)(?:/([^/]+))?(?:/(log))?$")
 

@@ -91,10 +91,21 @@ def _real_views(real: RealNode, kind: Kind, manifest: dict[str, Any], count: int
     return {view.env["HOSTNAME"]: (view, pod) for view, pod in views.values()}
 
 
+def _restart_policy(manifest: Mapping[str, Any], host: str) -> str:
+    """The restartPolicy a pod of `manifest` gets: a JobSet's pods their template's (the PS master's
+    Never, for its podFailurePolicy), every other pod OnFailure, as the local backend's controllers."""
+    name = manifest["metadata"]["name"]
+    for rjob in manifest["spec"].get("replicatedJobs", []) if manifest["kind"] == "JobSet" else []:
+        if host.startswith(f"{name}-{rjob['name']}-"):
+            return str(rjob["template"]["spec"]["template"]["spec"].get("restartPolicy") or "OnFailure")
+    return "OnFailure"
+
+
 def _compare(
-    local: Mapping[str, ProgramView], cluster: Views, hosts: Mapping[str, str], root: Path, listed: set[str]
-) -> None:
-    """Every difference is listed, every listed one is seen, every pod restarts OnFailure."""
+    local: Mapping[str, ProgramView], cluster: Views, hosts: Mapping[str, str], root: Path, listed: set[str],
+    manifest: Mapping[str, Any],
+) -> None:  # fmt: skip
+    """Every difference is listed, every listed one is seen, every pod restarts as its template says."""
     assert sorted(cluster) == sorted(local), (
         f"pods (host names) differ: cluster {sorted(cluster)}, locally {sorted(local)}"
     )
@@ -102,9 +113,10 @@ def _compare(
     for host, (view, pod) in sorted(cluster.items()):
         for item, how in differences(local[host], view, pod, hosts=hosts, root=root).items():
             seen.setdefault(item, f"{host}: {how}")
-        assert pod["spec"].get("restartPolicy") == "OnFailure", (
+        expected = _restart_policy(manifest, host)
+        assert pod["spec"].get("restartPolicy") == expected, (
             f"{host}: the operator gave restartPolicy {pod['spec'].get('restartPolicy')!r}; the local backend's "
-            "controllers default every kind's pods to OnFailure"
+            f"controllers give it {expected}"
         )
     unexplained = {k: v for k, v in seen.items() if k not in listed}
     assert not unexplained, f"differences not listed (fix the local backend or list them): {unexplained}"
@@ -121,7 +133,7 @@ def test_a_program_sees_on_the_local_backend_what_it_sees_under_the_real_operato
     kind = KINDS[case]
     manifest = probe_manifest(kind, f"contract-{case}", NAMESPACE)
     local, hosts = local_views(manifest, tmp_path, NAMESPACE)
-    _compare(local, _kwok_views(cluster, kind, manifest, len(local)), hosts, tmp_path, DIFFERENCES[case])
+    _compare(local, _kwok_views(cluster, kind, manifest, len(local)), hosts, tmp_path, DIFFERENCES[case], manifest)
     until(f"contract-{case} deleted", lambda: not job_pods(cluster, kind.kind, f"contract-{case}"), 90)
 
 
@@ -142,7 +154,7 @@ def test_a_program_sees_on_the_local_backend_what_it_sees_in_a_real_pod(
     real.kubectl("delete", kind.plural, f"contract-{case}", "--ignore-not-found", "--wait=true")
     local, hosts = local_views(manifest, tmp_path, node.REAL_NAMESPACE)
     cluster = _real_views(real, kind, manifest, len(local))
-    _compare(local, cluster, hosts, tmp_path, DIFFERENCES[case] | IN_REAL_PODS)
+    _compare(local, cluster, hosts, tmp_path, DIFFERENCES[case] | IN_REAL_PODS, manifest)
 
 
 def test_every_listed_difference_is_explained_in_docs() -> None:

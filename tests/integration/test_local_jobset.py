@@ -234,6 +234,26 @@ def test_a_child_jobs_backoff_limit_absorbs_a_failure(backend: LocalBackend) -> 
     assert next(p for p in backend.pods(ref)).restart_count == 1  # restarted in place (OnFailure)
 
 
+def test_a_pod_failure_policy_fails_the_job_at_once_on_its_exit_code_and_counts_others(backend: LocalBackend) -> None:
+    # First an exit 1 (counted, the pod replaced), then exit 10, which the rule makes final.
+    two_exits = ["sh", "-c", "test -e /workspace/once && exit 10; touch /workspace/once; exit 1"]
+    rjob = _rjob("master", two_exits, backoff_limit=5)
+    job = rjob["template"]["spec"]
+    job["template"]["spec"]["restartPolicy"] = "Never"
+    job["podFailurePolicy"] = {"rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [10]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]}  # fmt: skip
+    rule = {"name": "MasterFailureIsFinal", "action": "FailJobSet", "targetReplicatedJobs": ["master"]}
+    ref = backend.submit(_jobset("final", [rjob], failurePolicy={"maxRestarts": 3, "rules": [rule]}))
+    status, _ = _follow(backend, ref, timeout=60)
+    assert (status.phase, status.reason) == (JobPhase.FAILED, "FailJobSetFailurePolicyAction")
+    assert "PodFailurePolicy: Container main for pod final-master-0-0" in status.message, status.message
+    assert "failed with exit code 10 matching FailJob rule at index 0" in status.message
+    assert status.restarts == 0
+    assert [p.exit_code for p in backend.pods(ref)] == [1, 10]  # two pods, not five restarts
+
+
 def test_a_deadline_rule_fails_the_set_without_restarts(backend: LocalBackend) -> None:
     sleeper = _rjob("master", ["python", "-c", "import time; time.sleep(600)"], deadline=1)
     rule = {"name": "DeadlineIsFinal", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]}

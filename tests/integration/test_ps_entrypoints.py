@@ -13,6 +13,7 @@ import pytest
 
 from kubetrain.data.dataset_writer import write_dataset
 from kubetrain.errors import ExitCode
+from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.ps.common.rpc import make_channel, wait_serving
 from kubetrain.ps.harness.localrun import LocalPSJob, free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
@@ -115,7 +116,7 @@ def test_poison_shard_fails_the_job_after_the_drop_limit(tmp_path: Path) -> None
         rcs = job.wait_all(deadline_s=120)
         metrics = json.loads((tmp_path / "run" / "output" / "metrics.json").read_text())
         master_log = job.tail("master", 0, lines=200)
-    assert rcs["master-0"] == ExitCode.JOB_FAILED
+    assert rcs["master-0"] == PS_FINAL_EXIT_CODE  # final: its Job fails at once (podFailurePolicy)
     assert rcs["ps-0"] == 0  # told to shut down
     # Told (or reading) that the job failed, a worker's part is over: the master's exit fails the job.
     assert all(rcs[f"worker-{i}"] == ExitCode.SUCCESS for i in range(2)), rcs
@@ -139,7 +140,7 @@ def test_a_worker_started_after_the_master_exited_exits_with_the_recorded_outcom
     ) as job:
         job.add_worker(0)
         job.start_all()
-        expected = ExitCode.JOB_FAILED if poison else ExitCode.SUCCESS
+        expected = PS_FINAL_EXIT_CODE if poison else ExitCode.SUCCESS
         assert job.wait_exit("master", deadline_s=120) == expected, job.tail("master")
         job.wait_exit("ps", 0, deadline_s=60)
         # Nothing answers at the master's or the shard's address any more: only the outcome in

@@ -22,7 +22,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kubetrain.data.download import download
-from kubetrain.errors import ExitCode
+from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.ps.common.jobtoken import ensure_token, token_metadata
 from kubetrain.ps.common.optimizers import OptimizerSpec
 from kubetrain.ps.common.rpc import HealthReporter, bind, make_channel, make_server
@@ -34,7 +34,7 @@ from kubetrain.ps.master.state import StateStore
 from kubetrain.ps.master.taskbook import FAILED, TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
-from kubetrain.ps.server.main import SERVICE, ParameterServerServicer, _Checkpointer
+from kubetrain.ps.server.main import ParameterServerServicer, _Checkpointer
 from kubetrain.ps.server.store import ParameterShard, ShardConfig
 
 HOST = "127.0.0.1"
@@ -49,7 +49,7 @@ class Shard:
         shard = ParameterShard(ShardConfig(0, 1, optimizer=OptimizerSpec("sgd", lr=0.1)))
         self.servicer = ParameterServerServicer(shard, stop=self.stop, checkpointer=_Checkpointer(tmp / "ckpt", keep=2))
         self.server = make_server(4, token=self.token)
-        HealthReporter(self.server, [SERVICE]).serving()
+        HealthReporter(self.server).serving()
         pb_grpc.add_ParameterServerServicer_to_server(self.servicer, self.server)
         port = bind(self.server, HOST, free_port(HOST))
         self.server.start()
@@ -306,6 +306,27 @@ def test_an_unknown_task_or_a_malformed_report_is_refused_with_a_status(master: 
     assert code == grpc.StatusCode.INVALID_ARGUMENT
 
 
+# Ids no GetTask ever gave: not a task id at all, or one naming a shard, an epoch or a range of
+# no task (a shard past the data set's, an eval round's test shard past the training shards).
+ODD_TASK_IDS = ["x", "a/b/c/d/e", "train/eX/train/s0/0-50", "train/e0/train/s-1/0-50", "train/e0/train/s0/50-0",
+                "train/e0/train/s0/0-50/", "train/e0/train/s0/0-5" + "0" * 40, "train/e0/train/s0/0-50 "]  # fmt: skip
+UNKNOWN_TASK_IDS = ["train/e0/train/s99/0-50", "train/e9/train/s0/0-50", "eval/r1/test/s7/0-20",
+                    "train/e0/test/s0/0-50", "eval/r0/train/s0/0-50"]  # fmt: skip
+
+
+@pytest.mark.parametrize("task_id", ODD_TASK_IDS + UNKNOWN_TASK_IDS)
+def test_an_odd_task_id_is_answered_with_a_status_naming_it_never_unknown(master: Master, task_id: str) -> None:
+    master.stub.GetTask(W0, timeout=10)
+    for success in (True, False):
+        bad = pb.ReportTaskRequest(worker=W0, task_id=task_id, lease=1, success=success, records=50)
+        code, details = _code(lambda bad=bad: master.stub.ReportTask(bad, timeout=10))
+        expected = grpc.StatusCode.INVALID_ARGUMENT if task_id in ODD_TASK_IDS else grpc.StatusCode.NOT_FOUND
+        assert code == expected, details
+        assert details.startswith(f"task_id: got {task_id!r}"), details
+    # The master serves on: its worker's lease is still held and reports on it count.
+    assert len(master.book.doing) == 1
+
+
 def test_a_non_finite_loss_from_the_holder_fails_the_job_with_a_reason(master: Master) -> None:
     task = master.stub.GetTask(W0, timeout=10).task
     answer = master.stub.ReportTask(_report(task, loss_sum=float("nan")), timeout=10)
@@ -326,7 +347,7 @@ def test_a_diverging_learning_rate_fails_the_job_with_a_reason(tmp_path: Path) -
         job.start_all()
         rc = job.wait_exit("master", deadline_s=240)
         log = job.tail("master", lines=200)
-        assert rc == ExitCode.JOB_FAILED, log
+        assert rc == PS_FINAL_EXIT_CODE, log
         written = (tmp_path / "run" / "output" / "metrics.json").read_bytes()
         master_log = job.procs[("master", 0)].log
         before = master_log.read_text(errors="replace")
@@ -338,7 +359,7 @@ def test_a_diverging_learning_rate_fails_the_job_with_a_reason(tmp_path: Path) -
     assert "the model diverged" in log
     metrics = json.loads(written)
     assert metrics["status"] == "failed" and "the model diverged" in metrics["failure_reason"]
-    assert rc_again == ExitCode.JOB_FAILED, again
+    assert rc_again == PS_FINAL_EXIT_CODE, again
     assert "had failed before this restart" in again and "no final model" not in again, again
     assert again.rstrip().endswith(f"JobAbortedError: {metrics['failure_reason']}"), again
     assert (tmp_path / "run" / "output" / "metrics.json").read_bytes() == written

@@ -13,8 +13,9 @@ import yaml
 
 from kubetrain.cli import main
 from kubetrain.commands import render
+from kubetrain.manifests import build_ps_network_policy
 from kubetrain.manifests.runtimes import kubetrain_mpi_runtime
-from kubetrain.presets import CHAINERMN_IMAGE
+from kubetrain.presets import CHAINERMN_IMAGE, TrainingParams, ps_job_spec
 from tests.crd_schema import strict_errors, validate_strict
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "manifests"
@@ -56,9 +57,26 @@ def test_render_matches_golden_and_validates(
     assert text == path.read_text(), f"{case}: rendered manifest differs from {path}; review, then `make golden`"
 
 
+NETWORK_POLICY = "ps-network-policy"
+
+
+def test_the_ps_network_policy_matches_golden_and_validates() -> None:
+    """What a PS job's NetworkPolicy admits (issue 48.2), for the golden PS JobSet's job."""
+    spec = ps_job_spec(name="mnist-ps", params=TrainingParams(), ps=2, workers=3, workspace_pvc="kubetrain-workspace")
+    manifest = build_ps_network_policy(spec)
+    assert strict_errors(manifest) == []
+    text = yaml.safe_dump(manifest, sort_keys=False)
+    path = GOLDEN / f"{NETWORK_POLICY}.yaml"
+    if UPDATE:
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run `make golden`"
+    assert text == path.read_text(), f"the PS NetworkPolicy differs from {path}; review, then `make golden`"
+
+
 def test_no_stale_golden_files() -> None:
     on_disk = {p.stem for p in GOLDEN.glob("*.yaml")}
-    assert on_disk == set(CASES), f"golden files without a case: {sorted(on_disk - set(CASES))}"
+    expected = {*CASES, NETWORK_POLICY}
+    assert on_disk == expected, f"golden files without a case: {sorted(on_disk - expected)}"
 
 
 RUNTIME_FILE = Path(__file__).resolve().parents[2] / "deploy" / "runtimes" / "kubetrain-mpi.yaml"

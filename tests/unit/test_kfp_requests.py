@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -213,3 +214,15 @@ def test_pod_inputs_are_refused_under_the_inputs_own_name(
     with pytest.raises(InvalidInputError) as refused:
         request_type.from_inputs({**IDS, **inputs})
     assert str(refused.value).startswith(message)
+
+
+def test_the_local_check_of_a_model_module_says_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    # Importing torch and the module takes a while: the step says so before, and when it is done (issue 49.14).
+    request = PSRequest(**IDS, model_module="docs.examples.digits_ps_model", optimizer="sgd")
+    request.preflight("local")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "ps: checking model module docs.examples.digits_ps_model here (importing torch)"
+    assert re.fullmatch(r"ps: model module docs\.examples\.digits_ps_model meets the contract \(\d+ s\)", lines[1])
+    assert len(lines) == 2
+    request.preflight("kubernetes")  # on a cluster the workers check it: nothing to say here
+    assert capsys.readouterr().out == ""

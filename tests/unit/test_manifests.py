@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
 
 from kubetrain.errors import ManifestError
-from kubetrain.manifests import build_manifest
+from kubetrain.manifests import build_manifest, build_ps_network_policy
+from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.manifests.validate import validate_manifest
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.presets import TrainingParams, mpi_job_spec, ps_job_spec, pytorch_job_spec
@@ -130,6 +132,64 @@ def test_ps_jobset_order_probes_and_success_policy() -> None:
     env = {e["name"]: e.get("value") for e in workers["template"]["spec"]["containers"][0]["env"]}
     assert env["KUBETRAIN_PS_ADDRS"] == "ps-ps-0-0.ps:50052,ps-ps-1-0.ps:50052"
     assert env["KUBETRAIN_PS_MASTER"] == "ps-master-0-0.ps:50051"
+
+
+def test_ps_master_job_fails_at_once_on_a_final_exit_and_not_on_a_disruption() -> None:
+    manifest = build_manifest(ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3))
+    master, *others = (rj["template"]["spec"] for rj in manifest["spec"]["replicatedJobs"])
+    assert master["template"]["spec"]["restartPolicy"] == "Never"  # a podFailurePolicy needs it
+    assert master["podFailurePolicy"]["rules"] == [
+        {"action": "FailJob", "onExitCodes": {"containerName": "ps", "operator": "In", "values": [PS_FINAL_EXIT_CODE]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+    assert master["template"]["spec"]["containers"][0]["name"] == "ps"
+    assert all("podFailurePolicy" not in job for job in others)
+    assert strict_errors(manifest) == []  # JobSet v0.12's CRD embeds batch/v1's JobSpec
+    validate_manifest(manifest)
+
+
+def test_ps_master_restart_policy_set_by_the_user_is_kept_without_a_pod_failure_policy() -> None:
+    spec = ps_job_spec(name="ps", params=PARAMS)
+    spec = dataclasses.replace(spec, master=dataclasses.replace(spec.master, restart_policy="OnFailure"))
+    master = build_manifest(spec)["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert master["template"]["spec"]["restartPolicy"] == "OnFailure"
+    assert "podFailurePolicy" not in master
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda job: job["template"]["spec"].__setitem__("restartPolicy", "OnFailure"), "restartPolicy Never"),
+        (lambda job: job["podFailurePolicy"]["rules"][0]["onExitCodes"].__setitem__("containerName", "main"),
+         r"'main' is not a container of the pod \(ps\)"),
+        (lambda job: job["podFailurePolicy"]["rules"][0]["onExitCodes"].__setitem__("values", [0, 10]), "0 is not a failure"),
+    ],
+)  # fmt: skip
+def test_a_pod_failure_policy_the_api_server_would_refuse_is_refused(mutate: Any, match: str) -> None:
+    manifest = copy.deepcopy(build_manifest(ps_job_spec(name="ps", params=PARAMS)))
+    mutate(manifest["spec"]["replicatedJobs"][0]["template"]["spec"])
+    with pytest.raises(ManifestError, match=r"replicatedJobs\[master\]\.template\.spec\.podFailurePolicy.*" + match):
+        validate_manifest(manifest)
+
+
+def test_the_ps_network_policy_admits_only_the_jobs_own_pods() -> None:
+    spec = ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3, namespace="team-a")
+    jobset, policy = build_manifest(spec), build_ps_network_policy(spec)
+    assert strict_errors(policy) == []  # against the API server's own OpenAPI schema
+    # Same name, namespace and run/task labels; the JobSet asks the Kubernetes backend for it.
+    assert policy["metadata"] == {k: jobset["metadata"][k] for k in ("name", "namespace", "labels")}
+    assert jobset["metadata"]["annotations"]["kubetrain.io/network-policy"] == "job-pods-only"
+    own = {"matchLabels": {"jobset.sigs.k8s.io/jobset-name": "ps"}}  # JobSet labels every pod of the set so
+    assert policy["spec"] == {
+        "podSelector": own,
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": own}]}],
+    }
+    policy["spec"]["ingress"][0]["form"] = policy["spec"]["ingress"][0].pop("from")  # what a typo would do
+    assert strict_errors(policy) == [
+        "spec.ingress.0: Additional properties are not allowed ('form' was unexpected) (the API server would drop or "
+        "reject it)"
+    ]
 
 
 # --- the validators refuse what the API server or the operators would refuse ----------------------

@@ -32,7 +32,7 @@ def shards(tmp_path: Path) -> Iterator[tuple[list[str], list[ParameterServerServ
     for i in range(2):
         shard = ParameterShard(ShardConfig(i, 2, optimizer=OptimizerSpec("sgd", lr=1.0)))
         server = make_server(4, token=TOKEN)
-        health = HealthReporter(server, [SERVICE])
+        health = HealthReporter(server)
         servicer = ParameterServerServicer(
             shard, stop=threading.Event(), checkpointer=_Checkpointer(tmp_path / str(i), keep=2)
         )

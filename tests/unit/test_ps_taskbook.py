@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubetrain.errors import SpecError
 from kubetrain.ps.common.errors import PSConfigError, StaleStateError
 from kubetrain.ps.common.evaluation import EvalResult
-from kubetrain.ps.common.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split
+from kubetrain.ps.common.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split, task_from_id
 from kubetrain.ps.master.state import StateStore, book_from_json, book_to_json
 from kubetrain.ps.master.taskbook import FAILED, FINAL_EVAL, FINISHING, TaskBook
 
@@ -76,6 +78,15 @@ def test_an_epoch_covers_every_record_exactly_once(shards: list[int], per_task: 
     assert covered == Counter((s, i) for s, n in enumerate(shards) for i in range(n))
     assert all(t.records <= per_task and t.epoch == epoch for t in tasks)
     assert len({t.task_id for t in tasks}) == len(tasks)
+
+
+def test_a_task_id_names_its_task_and_nothing_else_parses() -> None:
+    tasks = [*cut_epoch([100, 30], 16, epoch=3, seed=1), *cut_split([20], 8, kind="eval", split="test", eval_round=2)]
+    assert [task_from_id(t.task_id) for t in tasks] == tasks
+    for odd in ("", "x", "train/e1/train/s0/16-16", "train/e1/train/s0/16-8", "train/r1/train/s0/0-8",
+                "eval/e1/test/s0/0-8", "train/e1/train/s0/0-8\n", "train/e1/train/s+1/0-8"):  # fmt: skip
+        with pytest.raises(SpecError, match="task_id: got"):
+            task_from_id(odd)
 
 
 def test_epoch_order_is_shuffled_per_epoch_and_static_slots_are_fixed() -> None:
@@ -254,6 +265,24 @@ def test_final_round_moves_to_finishing_with_metrics() -> None:
     assert book.phase == FINISHING
     assert book.results.final_metrics["test_accuracy"] == 1.0
     assert book.results.final_metrics["train_loss"] == pytest.approx(0.5)
+
+
+def test_each_epoch_and_each_evaluation_is_a_line_of_the_masters_log(caplog: pytest.LogCaptureFixture) -> None:
+    # The launcher follows the master's log: a run of any length shows its progress per epoch (issue 49.14).
+    caplog.set_level(logging.INFO, logger="kubetrain.ps.master")
+    book = TaskBook(config=_config(epochs=2))
+    _drain(book)
+    book.start_round(version=9, final=False, epoch=0)
+    book.start_round(version=12, final=True)
+    for lease in iter(lambda: book.get_task("w0", "a", 0.0)[1], None):
+        _finish(book, lease, eval_result=EvalResult(0.2 * lease.task.records, lease.task.records, lease.task.records))
+    lines = [r.getMessage() for r in caplog.records if r.name == "kubetrain.ps.master"]
+    assert lines == [
+        "epoch 0 trained: loss 0.5000 at model version 0",
+        "epoch 1 trained: loss 0.5000 at model version 0",
+        "epoch 0: loss 0.5000 test accuracy 1.0000 (model version 9)",
+        "final evaluation: loss 0.5000 test accuracy 1.0000 (model version 12)",
+    ]
 
 
 def test_static_sharding_keeps_each_slot_to_its_block() -> None:

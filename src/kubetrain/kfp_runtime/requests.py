@@ -11,6 +11,7 @@ into a job is :meth:`TrainingRequest.to_spec`, through :mod:`kubetrain.presets` 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal, cast
@@ -234,8 +235,13 @@ class PSRequest(TrainingRequest):
             from kubetrain.ps.common.optimizers import OptimizerSpec  # numpy: only for this local check
             from kubetrain.ps.worker.user_model import load_contract
 
+            # Importing torch and the module can take a minute on a busy machine: say what happens.
+            print(f"{self.framework}: checking model module {self.model_module} here (importing torch)", flush=True)
+            started = time.monotonic()
             servers = OptimizerSpec(name=self.optimizer, lr=self.learning_rate)
             load_contract(self.model_module, lr=self.learning_rate, servers=servers)
+            took = f"{time.monotonic() - started:.0f} s"
+            print(f"{self.framework}: model module {self.model_module} meets the contract ({took})", flush=True)
 
     def to_spec(self, plan: JobPlan) -> JobSpec:
         """The parameter-server JobSet spec."""

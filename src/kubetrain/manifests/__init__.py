@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubetrain.manifests.jobset import build_ps_jobset
+from kubetrain.manifests.jobset import build_ps_jobset, build_ps_network_policy
 from kubetrain.manifests.mpijob import build_mpijob
 from kubetrain.manifests.pod import Manifest
 from kubetrain.manifests.pytorchjob import build_pytorchjob
@@ -23,4 +23,12 @@ def build_manifest(spec: JobSpec) -> Manifest:
     raise TypeError(f"no manifest builder for {type(spec).__name__}")
 
 
-__all__ = ["Manifest", "build_manifest", "build_mpijob", "build_ps_jobset", "build_pytorchjob", "build_trainjob"]
+__all__ = [
+    "Manifest",
+    "build_manifest",
+    "build_mpijob",
+    "build_ps_jobset",
+    "build_ps_network_policy",
+    "build_pytorchjob",
+    "build_trainjob",
+]

@@ -7,17 +7,27 @@ of W workers. Master and servers carry gRPC readiness probes (grpc.health.v1), s
 The set succeeds when the master completes; workers may restart inside their Job's backoffLimit
 without failing the set, and a failed child Job restarts the whole set up to `max_restarts`, which
 the master's durable state and the servers' checkpoints turn into a resume, not a fresh start.
+The master's Job is final: a failed master fails the set, and the master's own podFailurePolicy
+ends a failure that would repeat at its first exit (`MASTER_POD_FAILURE_POLICY`). Beside the set,
+the Kubernetes backend creates the NetworkPolicy it asks for (`network_policy_for`).
 """
 
 from __future__ import annotations
 
-from kubetrain.manifests.kinds import JOBSET, PS_CONTAINER
+from collections.abc import Mapping
+from typing import Any
+
+from kubetrain.manifests.kinds import JOBSET, PS_CONTAINER, PS_FINAL_EXIT_CODE
 from kubetrain.manifests.pod import Manifest, build_pod_template, job_metadata, workspace_env
 from kubetrain.specs.common import ReplicaSpec
 from kubetrain.specs.jobs import PSJobSpec
 
 JOBSET_LABEL_PREFIX = "jobset.sigs.k8s.io"
 JOB_INDEX_FIELD = f"metadata.labels['{JOBSET_LABEL_PREFIX}/job-index']"
+JOBSET_NAME_LABEL = f"{JOBSET_LABEL_PREFIX}/jobset-name"
+# A JobSet annotated so asks the Kubernetes backend for `network_policy_for` it, owned by the set.
+NETWORK_POLICY_ANNOTATION = "kubetrain.io/network-policy"
+NETWORK_POLICY_JOB_PODS = "job-pods-only"
 POD_RESTART_POLICY = "OnFailure"
 
 
@@ -29,6 +39,22 @@ def master_address(*, name: str, port: int) -> str:
 def ps_addresses(*, name: str, port: int, count: int) -> list[str]:
     """host:port of every parameter server of JobSet `name`, in shard order."""
     return [f"{name}-ps-{i}-0.{name}:{port}" for i in range(count)]
+
+
+# The master's Job (its pods restartPolicy Never, which a podFailurePolicy requires): a failure
+# the master knows a restart would only repeat (ps.master.main.exit_code) fails the Job at once,
+# and so the set (MasterFailureIsFinal), instead of restarting it after the kubelet's back-off
+# up to backoffLimit times; a pod lost to preemption, eviction or a node drain (DisruptionTarget)
+# does not count against backoffLimit. Any other failure (a peer down, a full disk) counts.
+MASTER_POD_FAILURE_POLICY: Manifest = {
+    "rules": [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": PS_CONTAINER, "operator": "In", "values": [PS_FINAL_EXIT_CODE]},
+        },
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+}
 
 
 def _grpc_probe(port: int) -> Manifest:
@@ -45,6 +71,8 @@ def _replicated_job(
     backoff_limit: int,
     port: int | None,
     depends_on: str | None,
+    pod_restart_policy: str = POD_RESTART_POLICY,
+    pod_failure_policy: Manifest | None = None,
 ) -> Manifest:
     env: list[Manifest] = [
         {"name": "KUBETRAIN_PS_MODE", "value": spec.mode},
@@ -70,7 +98,7 @@ def _replicated_job(
         role_labels={"kubetrain.io/replica-type": name},
         extra_env=env,
         ports=[{"name": "grpc", "containerPort": port, "protocol": "TCP"}] if port else [],
-        pod_restart_policy=replica.restart_policy or POD_RESTART_POLICY,
+        pod_restart_policy=replica.restart_policy or pod_restart_policy,
         readiness_probe=_grpc_probe(port) if port else None,
         workspace=spec.workspace,
     )
@@ -81,6 +109,8 @@ def _replicated_job(
         "backoffLimit": backoff_limit,
         "template": template,
     }
+    if pod_failure_policy is not None and template["spec"].get("restartPolicy") == "Never":
+        job_spec["podFailurePolicy"] = pod_failure_policy
     if spec.run_policy.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.run_policy.active_deadline_seconds
     out: Manifest = {"name": name, "replicas": job_replicas, "template": {"spec": job_spec}}
@@ -102,6 +132,8 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
             backoff_limit=server_backoff,
             port=spec.master_port,
             depends_on=None,
+            pod_restart_policy="Never",
+            pod_failure_policy=MASTER_POD_FAILURE_POLICY,
         ),
         _replicated_job(
             spec,
@@ -143,9 +175,44 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
         job_spec["suspend"] = True
     if spec.run_policy.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = spec.run_policy.ttl_seconds_after_finished
+    metadata = job_metadata(spec.meta)
+    metadata.setdefault("annotations", {})[NETWORK_POLICY_ANNOTATION] = NETWORK_POLICY_JOB_PODS
+    return {"apiVersion": JOBSET.api_version, "kind": JOBSET.kind, "metadata": metadata, "spec": job_spec}
+
+
+def network_policy_for(jobset: Mapping[str, Any]) -> Manifest:
+    """A `networking.k8s.io/v1` NetworkPolicy admitting only the JobSet's own pods to its pods.
+
+    Same name, namespace and labels as the JobSet. Ingress only, on every port: the master's and
+    the servers' gRPC ports are what it guards; egress (the API server, DNS, the data) stays open.
+    It takes effect only where the cluster's network plugin enforces NetworkPolicy (Calico,
+    Cilium, ...; not the plain bridge plugin), and never stops the kubelet's probes: traffic from a
+    pod's own node is always allowed. Where it is not enforced, the job's token is the guard
+    (ps.common.jobtoken).
+    """
+    meta = jobset.get("metadata") or {}
+    name = str(meta.get("name") or "")
+
+    def own_pods() -> Manifest:
+        return {"matchLabels": {JOBSET_NAME_LABEL: name}}
+
+    metadata: Manifest = {"name": name}
+    if meta.get("namespace"):
+        metadata["namespace"] = meta["namespace"]
+    if meta.get("labels"):
+        metadata["labels"] = dict(meta["labels"])
     return {
-        "apiVersion": JOBSET.api_version,
-        "kind": JOBSET.kind,
-        "metadata": job_metadata(spec.meta),
-        "spec": job_spec,
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": {
+            "podSelector": own_pods(),
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": own_pods()}]}],
+        },
     }
+
+
+def build_ps_network_policy(spec: PSJobSpec) -> Manifest:
+    """The NetworkPolicy the Kubernetes backend creates beside `build_ps_jobset(spec)`."""
+    return network_policy_for(build_ps_jobset(spec))

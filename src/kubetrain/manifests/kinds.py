@@ -78,6 +78,10 @@ KINDS: tuple[JobKind, ...] = (PYTORCHJOB, MPIJOB, JOBSET, TRAINJOB)
 PYTORCH_CONTAINER = "pytorch"
 MPI_CONTAINER = "mpi"
 PS_CONTAINER = "ps"
+# The PS master's exit code for a failure that a restart would only repeat (a diverged model,
+# dropped work past the limit, a flag or a data set that can never work): its Job's
+# podFailurePolicy fails the Job on it at once (manifests.jobset) rather than restarting the pod.
+PS_FINAL_EXIT_CODE = 10
 TRAINJOB_CONTAINER = "node"
 
 

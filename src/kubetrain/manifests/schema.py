@@ -1,4 +1,4 @@
-"""Strict validation of a manifest against its CRD's `openAPIV3Schema`.
+"""Strict validation of a manifest against its CRD's `openAPIV3Schema` (or a built-in kind's OpenAPI schema).
 
 The API server prunes fields a structural schema does not declare (silently, unless the client asks
 for `fieldValidation=Strict`). Here every undeclared field is an error, so a misplaced field (the
@@ -33,6 +33,8 @@ CRD_FILES: Mapping[tuple[str, str], str] = {
     ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): (
         "trainer-v2/trainer.kubeflow.org_clustertrainingruntimes.yaml"
     ),
+    # Built-in kinds: the API server's own OpenAPI v3 document of the group (kubernetes' api/openapi-spec).
+    ("networking.k8s.io/v1", "NetworkPolicy"): "kubernetes-v1.36/apis__networking.k8s.io__v1_openapi.json",
 }
 
 
@@ -59,10 +61,25 @@ def _strict(node: Any) -> Any:
     return out
 
 
+def _openapi_schema(document: Mapping[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    """The schema of `kind` in an OpenAPI v3 document of the API server, its `$ref`s resolvable."""
+    group, version = api_version.split("/", 1)
+    schemas = copy.deepcopy(dict(document["components"]["schemas"]))
+    # As for CRDs: metadata is checked as ObjectMeta by _metadata_errors, not by its long schema.
+    schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"] = {"type": "object"}
+    for schema in schemas.values():
+        if {"group": group, "version": version, "kind": kind} in schema.get("x-kubernetes-group-version-kind", ()):
+            # The `$ref`s point into #/components/schemas: carry them along under the root.
+            return dict(_strict({**schema, "components": {"schemas": schemas}}))
+    raise ManifestError("kind", f"{kind} {api_version} is not in the OpenAPI document")
+
+
 @lru_cache(maxsize=8)
-def _load_schema(path: str, api_version: str) -> dict[str, Any]:
+def _load_schema(path: str, api_version: str, kind: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         crd = yaml.safe_load(fh)
+    if path.endswith(".json"):
+        return _openapi_schema(crd, api_version, kind)
     version = api_version.split("/", 1)[1]
     for entry in crd["spec"]["versions"]:
         if entry["name"] == version:
@@ -84,7 +101,7 @@ def schema_errors(manifest: Mapping[str, Any], crd_dir: Path) -> list[str]:
     key = (str(manifest.get("apiVersion")), str(manifest.get("kind")))
     if key not in CRD_FILES:
         return [f"kind: no CRD known for {key[1]} {key[0]}"]
-    schema = _load_schema(str(crd_dir / CRD_FILES[key]), key[0])
+    schema = _load_schema(str(crd_dir / CRD_FILES[key]), key[0], key[1])
     validator = jsonschema.Draft7Validator(schema)
     errors = []
     for error in sorted(validator.iter_errors(manifest), key=lambda e: list(map(str, e.absolute_path))):

@@ -186,8 +186,9 @@ def _validate_jobset(manifest: Mapping[str, Any]) -> None:
                 _fail(f"{path}.dependsOn", f"{dep.get('name')!r} is not an earlier replicated job")
         seen.append(rname)
         job_spec = _dict(_dict(rjob.get("template"), f"{path}.template").get("spec"), f"{path}.template.spec")
-        _check_pod_template(job_spec.get("template"), f"{path}.template.spec.template",
-                            restart_policies=("OnFailure", "Never"))  # fmt: skip
+        containers = _check_pod_template(job_spec.get("template"), f"{path}.template.spec.template",
+                                         restart_policies=("OnFailure", "Never"))  # fmt: skip
+        _check_pod_failure_policy(job_spec, f"{path}.template.spec", containers)
         replicas = rjob.get("replicas", 1)
         pods = job_spec.get("parallelism", 1)
         derived.append(f"{name}-{rname}-{max(int(replicas) - 1, 0)}-{max(int(pods) - 1, 0)}" + "x" * JOB_POD_SUFFIX)
@@ -216,6 +217,27 @@ def _validate_jobset(manifest: Mapping[str, Any]) -> None:
             if target not in seen:
                 _fail("spec.failurePolicy.rules.targetReplicatedJobs", f"{target!r} is not a replicated job")
     _check_name_room(name, derived)
+
+
+def _check_pod_failure_policy(job_spec: Mapping[str, Any], path: str, containers: list[str]) -> None:
+    """The API server's Job rules for a podFailurePolicy, which the JobSet's own admission does not
+    check: a child Job breaking them is never created, and the JobSet waits on it in vain."""
+    policy = job_spec.get("podFailurePolicy")
+    if policy is None:
+        return
+    restart = _dict(_dict(job_spec.get("template"), f"{path}.template").get("spec"), f"{path}.template.spec")
+    if restart.get("restartPolicy") != "Never":
+        _fail(f"{path}.podFailurePolicy", "needs the pods' restartPolicy Never (the API server refuses the Job)")
+    for i, rule in enumerate(_dict(policy, f"{path}.podFailurePolicy").get("rules") or ()):
+        codes = _dict(rule, f"{path}.podFailurePolicy.rules[{i}]").get("onExitCodes")
+        if codes is None:
+            continue
+        container = codes.get("containerName")
+        if container is not None and container not in containers:
+            _fail(f"{path}.podFailurePolicy.rules[{i}].onExitCodes.containerName",
+                  f"{container!r} is not a container of the pod ({', '.join(containers)})")  # fmt: skip
+        if codes.get("operator") == "In" and 0 in (codes.get("values") or ()):
+            _fail(f"{path}.podFailurePolicy.rules[{i}].onExitCodes.values", "0 is not a failure; remove it")
 
 
 # What the Trainer's torch plugin sets itself; its webhook refuses a TrainJob that sets them.

@@ -1,7 +1,8 @@
 """The Kubernetes backend: the only module that talks to the API server about jobs.
 
 - create with `fieldValidation=Strict`, so a misplaced field is rejected, never silently pruned
-  (the old launchers' `spec.cleanPodPolicy`, `activeDeadlineSecond`);
+  (the old launchers' `spec.cleanPodPolicy`, `activeDeadlineSecond`), and beside a JobSet that asks
+  for it, its NetworkPolicy, owned by the JobSet (`companions`);
 - a 409 on create adopts the existing job only when this submission made it or it carries this KFP
   run and task's labels (a retried or restarted launcher re-attaches), and fails clearly otherwise;
 - watch a single job, and its pods, in reconnect loops that resume from the last resourceVersion
@@ -25,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, JobWatch, LogStream, PodInfo, PodWatch
+from kubetrain.backends.kubernetes.companions import ensure_network_policy, wants_network_policy
 from kubetrain.backends.kubernetes.config import (
     Connection,
     connect,
@@ -107,8 +109,12 @@ class KubernetesBackend(Backend):
         except ApiException as e:
             if e.status != 409:
                 raise create_error(kind, body, e) from e
-            return self._adopt(kind, body)
-        return self._created(created, body["metadata"]["namespace"])
+            ref = self._adopt(kind, body)
+        else:
+            ref = self._created(created, body["metadata"]["namespace"])
+        if wants_network_policy(body):
+            ensure_network_policy(client.NetworkingV1Api(self._api), self._retry, body, ref)
+        return ref
 
     def _created(self, created: JobObject, namespace: str) -> JobRef:
         """The new job's ref; its watches begin where its creation left the API server's history,

@@ -1,15 +1,18 @@
 """The per-job token that every call to a PS master or server must carry.
 
 Any pod that can reach the master's or a shard's port could otherwise report tasks done, push
-gradients or stop a shard; the node's CNI (the plain bridge plugin) does not enforce a
-NetworkPolicy, so this token is what keeps other pods out. It is not in the manifest (any
+gradients or stop a shard. The job's NetworkPolicy (manifests.jobset) keeps them out only where
+the network plugin enforces it, which the plain bridge plugin does not: this token is what
+keeps other pods out everywhere. It is not in the manifest (any
 reader of the JobSet would see it) but drawn at random by the first of the job's processes to
 start and kept in a file on the job's own volume (next to the master's state), mode 0600: only
 pods that mount that claim can read it, and those can already change the checkpoints.
 Clients send it as call metadata on every call (`TokenClientInterceptor`); servers check it in
-one interceptor (`RequireTokenInterceptor`), in constant time, before any handler runs. The
-standard health service stays open: the kubelet's gRPC probes send no metadata, and it tells
-nothing but SERVING.
+one interceptor (`RequireTokenInterceptor`), in constant time, before any handler runs, and a
+call without it is refused before its request is read (`_refusal`): calls held half-open or
+hundreds of megabytes sent without the token cost the server neither a thread nor the memory.
+The health service stays open: the kubelet's gRPC probes send no metadata, and it tells nothing
+but SERVING (it reads no request either, `ps.common.rpc.HealthReporter`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import grpc
 from kubetrain.ps.common.errors import CheckpointError
 
 __all__ = [
-    "OPEN_METHOD_PREFIX",
+    "OPEN_METHODS",
     "TOKEN_METADATA",
     "RequireTokenInterceptor",
     "TokenClientInterceptor",
@@ -37,8 +40,9 @@ __all__ = [
 ]
 
 TOKEN_METADATA = "kubetrain-job-token"
-# The kubelet's readiness probes and wait_serving call it without metadata.
-OPEN_METHOD_PREFIX = "/grpc.health.v1.Health/"
+# The kubelet's readiness probes and wait_serving call it without metadata. Only Check: a Watch
+# would hold a server thread for as long as its caller likes.
+OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check"})
 
 
 def ensure_token(path: Path) -> str:
@@ -71,21 +75,25 @@ def token_metadata(token: str) -> tuple[tuple[str, str]]:
 
 
 def _refusal(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as `handler` that answers UNAUTHENTICATED without reading the request."""
+    """A handler that answers UNAUTHENTICATED the moment the call arrives, its request unread.
+
+    It is request-streaming whatever the method's shape: gRPC's sync server hands a unary handler
+    its request only after reading all of it on one of the server's threads, so a caller that
+    opens calls and never sends (half-open) would hold every thread, and one that sends hundreds
+    of megabytes would have them read into memory, all before the refusal. A streaming handler
+    runs at once and never asks for the request: no thread waits on it, and none of its bytes
+    are taken in beyond HTTP/2's flow-control window.
+    """
     # The message names the method only: nothing the caller sent is echoed back or logged.
     message = f"{method}: missing or wrong job token; only the job's own pods may call it"
 
-    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-        del request
+    def refuse(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+        del request_iterator  # never read
         context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse)
-    return grpc.unary_unary_rpc_method_handler(refuse)
+        return grpc.stream_stream_rpc_method_handler(refuse)
+    return grpc.stream_unary_rpc_method_handler(refuse)
 
 
 class RequireTokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
@@ -102,7 +110,7 @@ class RequireTokenInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         """Pass the call on when it carries the token (or is a health check), else refuse it."""
         method: str = handler_call_details.method
         handler = continuation(handler_call_details)
-        if handler is None or method.startswith(OPEN_METHOD_PREFIX):
+        if handler is None or method in OPEN_METHODS:
             return handler
         given = dict(handler_call_details.invocation_metadata or ()).get(TOKEN_METADATA)
         if isinstance(given, str) and hmac.compare_digest(given.encode("utf-8", "replace"), self._token):

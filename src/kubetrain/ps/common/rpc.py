@@ -1,6 +1,6 @@
 """gRPC plumbing shared by the master, the parameter servers and the workers.
 
-Servers serve the standard `grpc.health.v1.Health` service and turn SERVING only once ready,
+Servers answer the standard `grpc.health.v1.Health/Check` and turn SERVING only once ready,
 so Kubernetes readiness probes (`grpc:` probes or grpc_health_probe) mean "serving". Clients
 retry calls that fail because the peer is down or restarting (UNAVAILABLE, DEADLINE_EXCEEDED)
 with capped exponential backoff up to a deadline; gRPC itself never retries them (the same
@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent import futures
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kubetrain.ps.common.errors import PSCallError, PSConfigError, PSUnavailableError
 from kubetrain.ps.common.jobtoken import RequireTokenInterceptor, TokenClientInterceptor
@@ -39,6 +39,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+HEALTH_SERVICE = "grpc.health.v1.Health"
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 _OPTIONS = [
@@ -85,12 +86,15 @@ def make_server(max_workers: int = 16, *, token: str | None) -> grpc.Server:
 
 # A peer that restarts must be found again within a second: gRPC's default reconnect backoff
 # grows to 120 s, so a client whose first attempts hit the restart could miss the peer's return
-# (and a job that finished meanwhile) for minutes.
+# (and a job that finished meanwhile) for minutes. A master restarts as a new pod with a new
+# address (restartPolicy Never, manifests.jobset): its name must be resolved again as soon, not
+# after gRPC's default 30 s between DNS resolutions.
 _CHANNEL_OPTIONS = [
     *_OPTIONS,
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.dns_min_time_between_resolutions_ms", 1000),
 ]
 
 
@@ -104,25 +108,33 @@ def make_channel(addr: str, *, token: str | None) -> grpc.Channel:
 
 
 class HealthReporter:
-    """The grpc.health.v1 service of one server: NOT_SERVING until `serving()` is called."""
+    """The server's grpc.health.v1 `Check`: NOT_SERVING until `serving()` is called.
 
-    def __init__(self, server: grpc.Server, services: Iterable[str]) -> None:
-        self._servicer = health.HealthServicer()
-        self._services = ["", *services]
-        health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
-        self._set(health_pb2.HealthCheckResponse.NOT_SERVING)
+    Every service of a PS server is ready at the same moment, so `Check` answers the server's one
+    status without reading the request (the service it names): the method is open to callers
+    without the job's token (the kubelet's probes), and a handler that read its request would let
+    any pod hold a server thread with a call it never sends, or make it read a huge one
+    (ps.common.jobtoken). `Watch` is not served (UNIMPLEMENTED); the kubelet only calls `Check`.
+    """
 
-    def _set(self, status: int) -> None:
-        for s in self._services:
-            self._servicer.set(s, status)
+    def __init__(self, server: grpc.Server) -> None:
+        self._status: int = health_pb2.HealthCheckResponse.NOT_SERVING
+        check = grpc.stream_unary_rpc_method_handler(
+            self._check, response_serializer=health_pb2.HealthCheckResponse.SerializeToString
+        )
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(HEALTH_SERVICE, {"Check": check}),))
+
+    def _check(self, request_iterator: Iterable[bytes], context: grpc.ServicerContext) -> Any:
+        del request_iterator, context  # never read: see the class docstring
+        return health_pb2.HealthCheckResponse(status=self._status)
 
     def serving(self) -> None:
-        """Report SERVING for the server and each named service."""
-        self._set(health_pb2.HealthCheckResponse.SERVING)
+        """Report SERVING."""
+        self._status = health_pb2.HealthCheckResponse.SERVING
 
     def not_serving(self) -> None:
         """Report NOT_SERVING (shutting down)."""
-        self._set(health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._status = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class Backoff:

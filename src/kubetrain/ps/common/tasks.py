@@ -9,6 +9,7 @@ idempotent (a report retried through a master restart is counted once).
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -263,8 +264,20 @@ class Loss:
         return self.total / self.records if self.records else None
 
 
+# What TaskRange.task_id writes: kind, epoch (train) or round (eval), split, shard, record range.
+# Numbers are capped at 18 digits (int64); anything else is no id the master ever gave.
+_TASK_ID = re.compile(r"(train/e|eval/r)(\d{1,18})/([A-Za-z0-9_]+)/s(\d{1,18})/(\d{1,18})-(\d{1,18})")
+
+
 def task_from_id(task_id: str, slot: int = -1) -> TaskRange:
-    """The training task a `train/e{epoch}/{split}/s{shard}/{start}-{end}` id names."""
-    kind, scope, split, shard, span = task_id.split("/")
-    start, end = span.split("-")
-    return TaskRange(kind, split, int(shard[1:]), int(start), int(end), int(scope[1:]), 0, slot)
+    """The task a `train/e{epoch}/{split}/s{shard}/{start}-{end}` (or `eval/r{round}/...`) id names.
+
+    SpecError naming the id if it is not one that `TaskRange.task_id` could have written.
+    """
+    m = _TASK_ID.fullmatch(task_id)
+    if m is None or int(m.group(5)) >= int(m.group(6)):
+        raise SpecError("task_id", task_id, "a task id as GetTask gives it, such as train/e0/train/s0/0-64")
+    kind, split = m.group(1).split("/")[0], m.group(3)
+    scope, shard, start, end = (int(m.group(i)) for i in (2, 4, 5, 6))
+    epoch, eval_round = (scope, 0) if kind == TRAIN else (0, scope)
+    return TaskRange(kind, split, shard, start, end, epoch, eval_round, slot)

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubetrain.ps.common.tasks import DoneEntry, task_from_id
+from kubetrain.errors import SpecError
+from kubetrain.ps.common.tasks import TRAIN, DoneEntry, task_from_id
 
 __all__ = ["Ledger"]
 
@@ -37,8 +38,14 @@ class Ledger:
         for n in self.train_shards:
             self._offsets.append(self._offsets[-1] + -(-n // self.records_per_task))
 
-    def _index(self, task_id: str) -> tuple[int, int]:
-        t = task_from_id(task_id)
+    def _index(self, task_id: str) -> tuple[int, int] | None:
+        """(epoch, index in the epoch) of a training task; None for an id no training task has."""
+        try:
+            t = task_from_id(task_id)
+        except SpecError:
+            return None
+        if t.kind != TRAIN or t.split != "train" or not 0 <= t.shard < len(self.train_shards):
+            return None
         return t.epoch, self._offsets[t.shard] + t.start // self.records_per_task
 
     # ----------------------------------------------------------------------------- entries
@@ -48,7 +55,10 @@ class Ledger:
             return False
         if task_id in self.open:
             return True
-        epoch, index = self._index(task_id)
+        found = self._index(task_id)
+        if found is None:
+            return False
+        epoch, index = found
         return bool(self.folded.get(epoch, 0) >> index & 1)
 
     def __len__(self) -> int:
@@ -112,10 +122,10 @@ class Ledger:
 
     def fold(self) -> int:
         """Fold every durable open entry into its epoch's bitmap; returns how many."""
-        durable = [tid for tid, e in self.open.items() if self._durable(e)]
-        for tid in durable:
+        # Every open entry is a training task of this job (report() adds no other), so each has an index.
+        durable = [(tid, found) for tid, e in self.open.items() if self._durable(e) and (found := self._index(tid))]
+        for tid, (epoch, index) in durable:
             entry = self.open.pop(tid)
-            epoch, index = self._index(tid)
             self.folded[epoch] = self.folded.get(epoch, 0) | (1 << index)
             self.folded_records[epoch] = self.folded_records.get(epoch, 0) + entry.records
         return len(durable)

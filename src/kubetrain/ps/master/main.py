@@ -5,10 +5,12 @@ loaded) and runs a monitor loop that re-queues work of silent workers and overdu
 the PS shards' versions and restarts, opens an evaluation round every `--eval-every` versions
 (by default one after each epoch), and at the end flushes the shards, evaluates the final model,
 writes `model.npz`, `model.json` and `metrics.json` to `--output`, tells workers the job is done,
-shuts the shards down and exits 0. It exits non-zero if dropped work passes `--max-dropped-fraction`, or if a loss or a
-parameter is not finite (the model diverged). Either way it first
-records the outcome in `--state-dir` (ps.outcome), so that a worker that starts only after the
-master has gone exits at once instead of retrying for its whole deadline.
+shuts the shards down and exits 0. It fails the job if dropped work passes `--max-dropped-fraction`,
+or if a loss or a parameter is not finite (the model diverged): it first records the outcome in
+`--state-dir` (ps.outcome), so that a worker that starts only after the master has gone exits at
+once instead of retrying for its whole deadline. Such a failure, and input that can never work,
+a restart would only repeat: the master then exits with `PS_FINAL_EXIT_CODE` (10), on which its
+Job's podFailurePolicy fails the Job, and so the JobSet, at once (manifests.jobset).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import grpc
 
 from kubetrain.errors import ExitCode, KubetrainError
+from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.ps.common.errors import CheckpointError, DivergedError, JobAbortedError
 from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.model_names import MODEL_NAMES
@@ -40,7 +43,7 @@ from kubetrain.ps.master.taskbook import TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "exit_code", "main"]
 
 log = logging.getLogger("kubetrain.ps.master")
 SERVICE = "kubetrain.ps.Master"
@@ -254,7 +257,7 @@ def run(config: MasterConfig) -> int:
     stop_on_signals(stop)
     token = ensure_token(config.job_token_file)
     server = make_server(token=token)
-    health = HealthReporter(server, [SERVICE])
+    health = HealthReporter(server)
     pb_grpc.add_MasterServicer_to_server(MasterServicer(core, settings), server)
     host = config.bind or default_bind()
     bind(server, host, config.port)
@@ -294,7 +297,19 @@ def main(argv: list[str] | None = None) -> int:
         # Unprefixed, as Python ends a traceback: the launcher reads this last line of a failed
         # pod's log as the program's error and puts it first in the job's one-line failure.
         print(f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        return int(e.exit_code)
+        return exit_code(e)
+
+
+def exit_code(error: KubetrainError) -> int:
+    """PS_FINAL_EXIT_CODE for a failure a restart would only repeat, else the error's own code.
+
+    Final: the job failed on purpose (a diverged model, dropped work; the state on the claim
+    records it, so a restart fails the same way) or input that can never work (a flag, the data
+    set). Not final: a peer unreachable, the state's disk, another master's newer generation.
+    """
+    if isinstance(error, (JobAbortedError, DivergedError)) or error.exit_code == ExitCode.INVALID_INPUT:
+        return PS_FINAL_EXIT_CODE
+    return int(error.exit_code)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from kubetrain.errors import KubetrainError
+from kubetrain.errors import KubetrainError, SpecError
 from kubetrain.ps.common.errors import UnknownTaskError
 from kubetrain.ps.common.evaluation import EvalResult
-from kubetrain.ps.common.tasks import EVAL, Directive, Lease
+from kubetrain.ps.common.tasks import EVAL, Directive, Lease, task_from_id
 from kubetrain.ps.master.state import StateStore, book_to_json
 from kubetrain.ps.master.taskbook import TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
@@ -230,6 +230,10 @@ def _report_problem(request: pb.ReportTaskRequest) -> str:
     """What makes a report malformed ("" when nothing)."""
     if request.lease < 1:
         return f"lease: got {request.lease}; expected the lease number GetTask gave (>= 1)"
+    try:
+        task_from_id(request.task_id)
+    except SpecError as bad_id:
+        return str(bad_id)
     if request.records < 0:
         return f"records: got {request.records}; expected >= 0"
     if request.HasField("eval"):

@@ -307,7 +307,7 @@ def serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     stop_on_signals(stop)
     server = make_server(token=ensure_token(args.job_token_file))
-    health = HealthReporter(server, [SERVICE])
+    health = HealthReporter(server)
     servicer = ParameterServerServicer(shard, stop=stop, checkpointer=checkpointer)
     pb_grpc.add_ParameterServerServicer_to_server(servicer, server)
     host = args.bind or default_bind()

@@ -7,6 +7,10 @@ Semantics of the Job controller that matter here:
   `Never`: a failed pod stays failed and the Job creates a new pod for its index. Either way every
   failure counts, and the Job fails with `BackoffLimitExceeded` once failures exceed `backoffLimit`
   (default 6).
+- `podFailurePolicy` (pods `restartPolicy: Never`): the first rule whose `onExitCodes` matches a
+  failed pod's exit code acts: `FailJob` fails the Job at once (`PodFailurePolicy`), `Ignore`
+  replaces the pod without counting the failure, `Count` counts it. `onPodConditions` rules never
+  match here: nothing preempts or evicts a local pod (no `DisruptionTarget`).
 - `activeDeadlineSeconds`, from the Job's start: Failed with `DeadlineExceeded`.
 - restarts wait an exponential back-off (the kubelet's 10 s, 20 s, ... scaled down locally).
 """
@@ -51,6 +55,7 @@ class BatchJob:
         self.deadline = get_int(spec, "activeDeadlineSeconds", None)
         template_spec = (spec.get("template") or {}).get("spec") or {}
         self.pod_restart_policy = str(template_spec.get("restartPolicy") or "OnFailure")
+        self._failure_rules: list[Mapping[str, Any]] = list((spec.get("podFailurePolicy") or {}).get("rules") or [])
         self._make_pod = make_pod
         self._backoff = restart_backoff_seconds
         self.pods: dict[int, LocalPod] = {}
@@ -108,14 +113,24 @@ class BatchJob:
             if code == 0:
                 self.succeeded.add(index)
                 continue
-            self.failures += 1
+            action, rule = self._failure_action(pod, code)
+            if action == "FailJob":
+                container = pod.info().container
+                message = (
+                    f"Container {container} for pod {pod.plan.name} failed with exit code {code} "
+                    f"matching FailJob rule at index {rule}"
+                )
+                self._finish("Failed", "PodFailurePolicy", message, now)
+                return
+            if action != "Ignore":
+                self.failures += 1
             if self.failures > self.backoff_limit:
                 detail = f"{pod.plan.name} exited with code {code}"
                 self._finish(
                     "Failed", "BackoffLimitExceeded", f"Job has reached the specified backoff limit; {detail}", now
                 )
                 return
-            delay = backoff_delay(self._backoff, self.failures)
+            delay = backoff_delay(self._backoff, max(self.failures, 1))
             if self.pod_restart_policy == "OnFailure":
                 pod.restart_at = now + delay
                 pod.reason, pod.message = "CrashLoopBackOff", f"exit code {code}; restarting in {delay:.1f}s"
@@ -137,6 +152,20 @@ class BatchJob:
             if self._check_fatal(pod, now):
                 return
             active += 1
+
+    def _failure_action(self, pod: LocalPod, code: int) -> tuple[str, int]:
+        """The podFailurePolicy's verdict on a failed pod: (FailJob, Ignore or Count; the rule's index)."""
+        if self.pod_restart_policy != "Never":  # the API server allows a podFailurePolicy only then
+            return "Count", -1
+        container = pod.info().container
+        for i, rule in enumerate(self._failure_rules):
+            codes = rule.get("onExitCodes")
+            if codes is None or codes.get("containerName") not in (None, container):
+                continue
+            listed = code in [int(v) for v in codes.get("values") or ()]
+            if listed == (codes.get("operator") == "In"):
+                return str(rule.get("action")), i
+        return "Count", -1
 
     def _check_fatal(self, pod: LocalPod, now: float) -> bool:
         if pod.fatal is None:
