@@ -1,13 +1,20 @@
-"""Loopback addresses for local replicas: one block of 127.0.0.0/8 per running job.
+"""Loopback addresses and rendezvous ports for local replicas: one block of each per running job.
 
 On a cluster every pod has its own IP, so two jobs (or two replicas) can listen on the same port.
 Locally each job holds a *slot* s (1..65535) and its replicas get `127.<s // 256>.<s % 256>.<n>`,
 n = 1..254 in the job's pod order (on Linux all of 127.0.0.0/8 routes to the loopback device, so
 these addresses need no set-up). Slots rotate, so consecutive jobs get fresh addresses.
 
-A slot is held with an exclusive `flock` on a file in a per-user lock directory, so
-concurrent jobs in different processes get different ones, and it is freed automatically when
-its holder exits, however it exits. The directory is one only this user can write (see
+Addresses alone do not keep jobs apart: torch's stores (an `env://` program's TCPStore at
+MASTER_PORT, torchrun's rendezvous store) listen on every interface, so two jobs with the same
+master port meet on it. A job therefore also holds, for each rendezvous port its manifest names,
+a port of its own (`AddressBlock.hold_port`), free on every interface and held by no other job,
+and its operator hands that port to the programs (MASTER_PORT, PET_MASTER_PORT, the rendezvous
+endpoint) in place of the manifest's.
+
+Slots and ports are held with an exclusive `flock` on a file in a per-user lock directory, so
+concurrent jobs in different processes get different ones, and they are freed automatically when
+their holder exits, however it exits. The directory is one only this user can write (see
 `default_lock_dir`), and nothing in it is followed through a symbolic link.
 """
 
@@ -16,6 +23,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +32,10 @@ from kubetrain.errors import BackendError
 
 MAX_PODS_PER_JOB = 254
 _MAX_SLOT = 65535
+# Below Linux's ephemeral range (32768-60999 by default): a port the kernel hands a client socket,
+# or a gloo listener bound to port 0, is never one of these, so a held port stays free until the
+# job's rank 0 listens on it.
+RENDEZVOUS_PORTS = range(20000, 32768)
 LOCK_DIR_NAME = "kubetrain-loopback"
 
 
@@ -37,7 +49,7 @@ def loopback_address(slot: int, ordinal: int) -> str:
 
 
 def default_lock_dir() -> Path:
-    """Where slot locks live: `$XDG_RUNTIME_DIR/kubetrain-loopback`, else `~/.kubetrain/loopback`.
+    """Where slot and port locks live: `$XDG_RUNTIME_DIR/kubetrain-loopback`, else `~/.kubetrain/loopback`.
 
     Shared by every kubetrain process of this user, whatever its TMPDIR: `kubetrain run` points
     each run's steps at a TMPDIR of their own, and under TMPDIR two runs side by side both handed
@@ -105,13 +117,39 @@ def _open_lock_file(dir_fd: int, name: str, directory: Path) -> int:
     return fd
 
 
+def port_free(port: int) -> bool:
+    """Whether a server can listen on `port` on every interface, IPv4 and (where this machine has it) IPv6.
+
+    As torch's TCPStore listens (SO_REUSEADDR: a port left in TIME_WAIT by an earlier job is free).
+    """
+    for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this machine
+        with sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind((host, port))
+                sock.listen(1)
+            except OSError as e:
+                if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                    return False
+                if family == socket.AF_INET6 and e.errno == errno.EADDRNOTAVAIL:
+                    continue
+                raise
+    return True
+
+
 def _hold_next(
     dir_fd: int, directory: Path, kind: str, candidates: range, usable: Callable[[int], bool]
 ) -> tuple[int, int] | None:
     """Lock the first usable candidate after the one handed out last: (number, descriptor holding it).
 
     Numbers rotate instead of restarting from the lowest: a new job's replicas then get addresses
-    that no recent job used, like new pods get new IPs, so a server does not meet the
+    (and ports) that no recent job used, like new pods get new IPs, so a server does not meet the
     TIME_WAIT sockets of the previous job.
     """
     counter = _open_lock_file(dir_fd, f"next-{kind}", directory)
@@ -140,20 +178,45 @@ def _hold_next(
 
 
 class AddressBlock:
-    """A held slot. Release it when the job's processes are gone."""
+    """A held slot, and the ports held with it. Release it when the job's processes are gone."""
 
     def __init__(self, slot: int, fd: int, *, dir_fd: int | None = None, directory: Path | None = None) -> None:
         self.slot = slot
         self._fds: list[int] = [fd]
         self._dir_fd = dir_fd
         self._directory = directory
+        self._ports: dict[int, int] = {}
 
     def address(self, ordinal: int) -> str:
         """The address of the job's `ordinal`-th pod."""
         return loopback_address(self.slot, ordinal)
 
+    def hold_port(self, manifest_port: int) -> int:
+        """The job's own port standing for `manifest_port` (the same one each time it is asked for).
+
+        Free on every interface now and held by no other job until this block is released.
+        """
+        if manifest_port in self._ports:
+            return self._ports[manifest_port]
+        if self._dir_fd is None or self._directory is None:
+            raise BackendError("this address block was released; its job cannot hold ports any more")
+        held = _hold_next(self._dir_fd, self._directory, "port", RENDEZVOUS_PORTS, port_free)
+        if held is None:
+            raise BackendError(
+                f"no port in {RENDEZVOUS_PORTS.start}..{RENDEZVOUS_PORTS.stop - 1} is free for a local job's "
+                f"rendezvous (all are held by running local jobs or by other servers on this machine)"
+            )
+        self._ports[manifest_port] = held[0]
+        self._fds.append(held[1])
+        return held[0]
+
+    @property
+    def ports(self) -> dict[int, int]:
+        """Manifest port → the job's own port, for every port held so far."""
+        return dict(self._ports)
+
     def release(self) -> None:
-        """Give the slot back (idempotent)."""
+        """Give the slot and the ports back (idempotent)."""
         for fd in self._fds:
             os.close(fd)  # closing a descriptor drops its flock
         self._fds = []
