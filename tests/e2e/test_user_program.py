@@ -51,9 +51,9 @@ with open(os.path.join(out, f"rank-{rank}-of-{size}.txt"), "w") as f:
 """
 
 
-# The user's DDP script rendezvouses through env://: rank 0's store listens on every interface at
-# the operator's default port, which every other local PyTorchJob of the session uses too.
-@pytest.mark.alone
+# The user's DDP script rendezvouses through env://: rank 0's store listens on every interface.
+# It used to run alone (the operator's default port was every local job's); each local job now
+# has a rendezvous port of its own (issue 49).
 def test_a_third_party_pipeline_with_the_users_own_programs(tmp_path: Path) -> None:
     torch_script, mpi_script = tmp_path / "train.py", tmp_path / "mpi_train.py"
     torch_script.write_text(TORCH_SCRIPT)
