@@ -17,7 +17,7 @@ class ExitCode(IntEnum):
     INVALID_INPUT = 2  # bad spec, flag or manifest: nothing was submitted
     TIMEOUT = 3  # the overall timeout passed; the job was deleted or suspended
     INFRASTRUCTURE = 4  # API server / backend errors that persisted after retries
-    CANCELLED = 5  # SIGTERM/SIGINT (the KFP run was cancelled); the job was deleted
+    CANCELLED = 5  # SIGTERM/SIGINT/SIGHUP (the KFP run was cancelled); the job was deleted
 
 
 class KubetrainError(Exception):

@@ -5,7 +5,8 @@ local backend and on the cluster; `differences` says what a program would see di
 by item: an environment variable's name, `argv`, `cwd`, `hostfile`, `user`, `endpoints`, and
 never-acceptable ones (`unresolved`, `unanswered`: a name the job gave that does not resolve, an
 endpoint that does not answer). Host names are mapped to the local backend's addresses, a pod's IP
-to its local address and mount paths to the local directories that stand for them first.
+to its local address, the job's rendezvous ports to the ports the local job was given instead, and
+mount paths to the local directories that stand for them first.
 """
 
 from __future__ import annotations
@@ -76,8 +77,14 @@ def _mpi_trainjob(manifest: Mapping[str, Any]) -> bool:
     return manifest["kind"] == "TrainJob" and "launcher" in templates(dict(manifest))
 
 
-def local_views(manifest: dict[str, Any], root: Path, namespace: str) -> tuple[dict[str, ProgramView], dict[str, str]]:
-    """Run the manifest locally until every pod that runs the probe has printed; views by host name."""
+def local_views(
+    manifest: dict[str, Any], root: Path, namespace: str
+) -> tuple[dict[str, ProgramView], dict[str, str], dict[int, int]]:
+    """Run the manifest locally until every pod that runs the probe has printed.
+
+    The views by host name, the job's host names → addresses, and its rendezvous ports (manifest
+    port → the job's own: torch's stores listen on every interface, so locally each job has its own).
+    """
     backend = LocalBackend(root=root, namespace=namespace)
     try:
         ref = backend.submit(manifest)
@@ -96,10 +103,11 @@ def local_views(manifest: dict[str, Any], root: Path, namespace: str) -> tuple[d
 
         until("every local probe printed", all_printed, 180)
         hosts = backend.host_addresses(ref)
+        ports = backend.rendezvous_ports(ref)
         backend.delete(ref)
     finally:
         backend.close()
-    return {v.env["HOSTNAME"]: v for v in views.values()}, hosts
+    return {v.env["HOSTNAME"]: v for v in views.values()}, hosts, ports
 
 
 def _missing_mpi_launcher(manifest: Mapping[str, Any], ref: JobRef, backend: LocalBackend) -> bool:
@@ -112,18 +120,30 @@ def probe_container(pod: Mapping[str, Any]) -> str | None:
     return next((c["name"] for c in pod["spec"]["containers"] if (c.get("command") or []) == PROBE_COMMAND), None)
 
 
-def _as_local(real: str, *, hosts: Mapping[str, str], pod_ip: str, address: str) -> str:
-    """A cluster value as the local backend would give it: host names and the pod IP mapped."""
+def _as_local(
+    real: str, *, hosts: Mapping[str, str], pod_ip: str, address: str, ports: Mapping[int, int] | None = None
+) -> str:
+    """A cluster value as the local backend would give it: host names, the pod IP and rendezvous ports mapped.
+
+    A rendezvous port is mapped where it is the whole value (MASTER_PORT) or a `host:port`'s port.
+    """
     for host in sorted(hosts, key=len, reverse=True):
         real = real.replace(host, hosts[host])
-    return real.replace(pod_ip, address) if pod_ip else real
+    real = real.replace(pod_ip, address) if pod_ip else real
+    for cluster_port, local_port in (ports or {}).items():
+        if real == str(cluster_port):
+            return str(local_port)
+        real = re.sub(rf"(?<=:){cluster_port}(?!\d)", str(local_port), real)
+    return real
 
 
-def _same(real: str, local: str, *, hosts: Mapping[str, str], pod_ip: str, address: str, root: Path) -> bool:
+def _same(
+    real: str, local: str, *, hosts: Mapping[str, str], pod_ip: str, address: str, root: Path, ports: Mapping[int, int]
+) -> bool:
     """Whether a real value and a local one mean the same to the program, modulo what the local backend maps."""
     if real == local:  # a pod's own host name stays a name locally
         return True
-    expected = _as_local(real, hosts=hosts, pod_ip=pod_ip, address=address)
+    expected = _as_local(real, hosts=hosts, pod_ip=pod_ip, address=address, ports=ports)
     local = local.replace(str(root / "claims" / WORKSPACE_CLAIM), WORKSPACE)
     if local == expected:
         return True
@@ -145,13 +165,19 @@ def _env_item(key: str) -> str:
 
 
 def differences(
-    local: ProgramView, real: ProgramView, pod: Mapping[str, Any], *, hosts: Mapping[str, str], root: Path
+    local: ProgramView,
+    real: ProgramView,
+    pod: Mapping[str, Any],
+    *,
+    hosts: Mapping[str, str],
+    root: Path,
+    ports: Mapping[int, int] | None = None,
 ) -> dict[str, str]:
     """What differs between the two views, item → how (an env variable's name, `argv`, `cwd`, `hostfile`, ...)."""
     found: dict[str, str] = {}
     address = local.env.get("KUBETRAIN_BIND_ADDRESS", "")
     pod_ip = (pod.get("status") or {}).get("podIP", "")
-    same = functools.partial(_same, hosts=hosts, pod_ip=pod_ip, address=address, root=root)
+    same = functools.partial(_same, hosts=hosts, pod_ip=pod_ip, address=address, root=root, ports=ports or {})
     # The local process gets part of this machine's environment: what the backend set is what differs from it.
     set_locally = {k for k, v in local.env.items() if os.environ.get(k) != v}
     for key in sorted(set(real.env) | set_locally):
@@ -174,7 +200,7 @@ def differences(
     if real.user is not None and real.user != local.user:
         found["user"] = f"cluster {real.user}, locally {local.user}"
     if real.answers is not None and local.answers is not None:
-        mapped = {_as_local(e, hosts=hosts, pod_ip=pod_ip, address=address) for e in real.answers}
+        mapped = {_as_local(e, hosts=hosts, pod_ip=pod_ip, address=address, ports=ports) for e in real.answers}
         if mapped != set(local.answers):
             found["endpoints"] = f"cluster {sorted(real.answers)}, locally {sorted(local.answers)}"
     for side, view in (("cluster", real), ("locally", local)):

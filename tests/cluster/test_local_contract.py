@@ -5,7 +5,8 @@ runs on the local backend and is created on the real control plane, where the re
 training-operator, mpi-operator, JobSet controller or Trainer makes the pods, twice: on a kwok node
 (nothing runs; the view is derived from the pod, program_view.py) and on the real node, where the
 probe runs in the container and reports what it sees. For each pod the views are compared
-(contract.py): environment variables, arguments, working directory, MPI hostfile, user and groups,
+(contract.py, which maps host names, pod IPs, the job's rendezvous ports and mount paths to the
+local ones first): environment variables, arguments, working directory, MPI hostfile, user and groups,
 the job's endpoints, and that every name the job gives resolves and every endpoint answers; and
 the pod's restart policy. Every difference must be one listed (DIFFERENCES, and IN_REAL_PODS for
 what only a running container shows), each with its reason in the table of
@@ -102,16 +103,21 @@ def _restart_policy(manifest: Mapping[str, Any], host: str) -> str:
 
 
 def _compare(
-    local: Mapping[str, ProgramView], cluster: Views, hosts: Mapping[str, str], root: Path, listed: set[str],
+    local: Mapping[str, ProgramView],
+    cluster: Views,
+    hosts: Mapping[str, str],
+    ports: Mapping[int, int],
+    root: Path,
+    listed: set[str],
     manifest: Mapping[str, Any],
-) -> None:  # fmt: skip
+) -> None:
     """Every difference is listed, every listed one is seen, every pod restarts as its template says."""
     assert sorted(cluster) == sorted(local), (
         f"pods (host names) differ: cluster {sorted(cluster)}, locally {sorted(local)}"
     )
     seen: dict[str, str] = {}
     for host, (view, pod) in sorted(cluster.items()):
-        for item, how in differences(local[host], view, pod, hosts=hosts, root=root).items():
+        for item, how in differences(local[host], view, pod, hosts=hosts, root=root, ports=ports).items():
             seen.setdefault(item, f"{host}: {how}")
         expected = _restart_policy(manifest, host)
         assert pod["spec"].get("restartPolicy") == expected, (
@@ -132,8 +138,10 @@ def test_a_program_sees_on_the_local_backend_what_it_sees_under_the_real_operato
 ) -> None:
     kind = KINDS[case]
     manifest = probe_manifest(kind, f"contract-{case}", NAMESPACE)
-    local, hosts = local_views(manifest, tmp_path, NAMESPACE)
-    _compare(local, _kwok_views(cluster, kind, manifest, len(local)), hosts, tmp_path, DIFFERENCES[case], manifest)
+    local, hosts, ports = local_views(manifest, tmp_path, NAMESPACE)
+    _compare(
+        local, _kwok_views(cluster, kind, manifest, len(local)), hosts, ports, tmp_path, DIFFERENCES[case], manifest
+    )
     until(f"contract-{case} deleted", lambda: not job_pods(cluster, kind.kind, f"contract-{case}"), 90)
 
 
@@ -152,9 +160,9 @@ def test_a_program_sees_on_the_local_backend_what_it_sees_in_a_real_pod(
     kind = KINDS[case]
     manifest = probe_manifest(kind, f"contract-{case}", node.REAL_NAMESPACE)
     real.kubectl("delete", kind.plural, f"contract-{case}", "--ignore-not-found", "--wait=true")
-    local, hosts = local_views(manifest, tmp_path, node.REAL_NAMESPACE)
+    local, hosts, ports = local_views(manifest, tmp_path, node.REAL_NAMESPACE)
     cluster = _real_views(real, kind, manifest, len(local))
-    _compare(local, cluster, hosts, tmp_path, DIFFERENCES[case] | IN_REAL_PODS, manifest)
+    _compare(local, cluster, hosts, ports, tmp_path, DIFFERENCES[case] | IN_REAL_PODS, manifest)
 
 
 def test_every_listed_difference_is_explained_in_docs() -> None:

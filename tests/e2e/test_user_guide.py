@@ -19,9 +19,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 
 
 # The guide's DDP program (docs/examples/ddp_train.py) rendezvouses through env://: rank 0's store
-# listens on every interface at the operator's default port, which every other local PyTorchJob of
-# the session uses too.
-@pytest.mark.alone
+# listens on every interface. It used to run alone (the operator's default port was every local
+# job's); each local job now has a rendezvous port of its own (issue 49).
 def test_the_user_guides_pipeline_reads_the_data_and_loads_every_frameworks_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

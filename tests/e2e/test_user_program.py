@@ -51,9 +51,9 @@ with open(os.path.join(out, f"rank-{rank}-of-{size}.txt"), "w") as f:
 """
 
 
-# The user's DDP script rendezvouses through env://: rank 0's store listens on every interface at
-# the operator's default port, which every other local PyTorchJob of the session uses too.
-@pytest.mark.alone
+# The user's DDP script rendezvouses through env://: rank 0's store listens on every interface.
+# It used to run alone (the operator's default port was every local job's); each local job now
+# has a rendezvous port of its own (issue 49).
 def test_a_third_party_pipeline_with_the_users_own_programs(tmp_path: Path) -> None:
     torch_script, mpi_script = tmp_path / "train.py", tmp_path / "mpi_train.py"
     torch_script.write_text(TORCH_SCRIPT)
@@ -100,3 +100,60 @@ def test_a_third_party_pipeline_with_the_users_own_programs(tmp_path: Path) -> N
     files = sorted(p.name for p in Path(mpi.artifacts["model"]).iterdir())
     assert files == ["rank-0-of-2.txt", "rank-1-of-2.txt"]
     assert set(mpi.metrics) == {"job_seconds"}  # no metrics.json: fine
+
+
+# Issue 49: a user's env:// program in two iterations of one ParallelFor (kfp.local runs them at
+# once). Each job's rank 0 marks that its store is up; every rank then waits (bounded) until both
+# jobs' marks are there, so both stores are up at the same time, and the group gathers which job
+# each rank belongs to.
+ENV_LOOP_SCRIPT = """
+import json, os, sys, time
+from datetime import timedelta
+import torch.distributed as dist
+marks, job = sys.argv[1], os.environ["HOSTNAME"].rsplit("-", 2)[0]
+os.makedirs(marks, exist_ok=True)
+dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+rank = dist.get_rank()
+if rank == 0:
+    open(os.path.join(marks, job), "w").close()
+deadline = time.monotonic() + 120
+while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:
+    time.sleep(0.1)
+overlapped = len(os.listdir(marks)) >= 2
+jobs = [None] * dist.get_world_size()
+dist.all_gather_object(jobs, job)
+if rank == 0:
+    out = os.environ["KUBETRAIN_OUTPUT_DIR"]
+    os.makedirs(out, exist_ok=True)
+    metrics = {"world": len(jobs), "jobs": len(set(jobs)), "overlapped": int(overlapped), "history": []}
+    with open(os.path.join(out, "metrics.json"), "w") as f:
+        json.dump(metrics, f)
+dist.destroy_process_group()
+"""
+
+
+def test_two_parallel_for_iterations_of_an_env_program_run_side_by_side(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(ENV_LOOP_SCRIPT)
+    marks = tmp_path / "marks"
+    download = load_component(str(COMPONENTS / "download_dataset.yaml"))
+    pytorch_train = load_component(str(COMPONENTS / "pytorch_train.yaml"))
+
+    @dsl.pipeline(name="env-loop")
+    def env_loop():
+        data = download()
+        with dsl.ParallelFor([1, 2]) as epochs:
+            pytorch_train(
+                dataset=data.outputs["dataset"], workers=1, epochs=epochs,
+                command=["python", str(script)], args=[str(marks)],
+            )  # fmt: skip
+
+    outcome = run_pipeline_locally(env_loop, name="env-loop", arguments={}, runs_dir=tmp_path / "runs")
+    assert outcome.state == "SUCCEEDED", outcome.to_json()
+    loop = [t for t in outcome.tasks if t.name.startswith("pytorch-train")]
+    assert len(loop) == 2, [t.name for t in outcome.tasks]
+    for task in loop:
+        # Both jobs' stores were up at once, and each job's ranks met only each other.
+        seen = {key: task.metrics.get(key) for key in ("world", "jobs", "overlapped")}
+        assert seen == {"world": 2, "jobs": 1, "overlapped": 1}, (task.name, task.metrics)
+    assert len({t.parameters["job_name"] for t in loop}) == 2

@@ -5,7 +5,6 @@ replica templates and PyTorchJob manifests, programs in the claim, the processes
 from __future__ import annotations
 
 import os
-import socket
 import textwrap
 import time
 from pathlib import Path
@@ -16,18 +15,6 @@ from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.status import JobPhase, JobStatus, parse_job_status
 
 CLAIM = "work"
-
-
-def free_port() -> int:
-    """A port nothing listens on, on any interface.
-
-    For jobs whose rank 0 listens on every interface (torchrun's stores, env:// in a user's program):
-    at the operator's default port 23456 they would fail every other local PyTorchJob started
-    meanwhile by the test session's other worker (see LocalBackend's docs).
-    """
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return int(s.getsockname()[1])
 
 
 def _pids_of(root: Path) -> list[int]:

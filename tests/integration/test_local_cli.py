@@ -17,7 +17,7 @@ import yaml
 
 from kubetrain.data.download import download
 from kubetrain.errors import ExitCode
-from tests.integration.local_jobs import _pids_of, _wait_for, free_port
+from tests.integration.local_jobs import _pids_of, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -95,12 +95,9 @@ def test_rendered_elastic_pytorchjob_rendezvous_under_torchrun(tmp_path: Path, d
     # With both required, the rendezvous completes when both have joined, however late.
     manifest = _render("pytorchjob", tmp_path, "--workers", "2", "--elastic", "2:2", "--epochs", "1")
     assert "torch.distributed.run" in manifest.read_text()
-    # torchrun's c10d store listens on every interface, so at the operator's default port 23456 it
-    # made every other local PyTorchJob of the test session fail to host its rendezvous (CI, stop
-    # 38). A free rdzvPort is what the local backend's docs tell users running jobs side by side.
-    job = yaml.safe_load(manifest.read_text())
-    job["spec"]["elasticPolicy"]["rdzvPort"] = free_port()
-    manifest.write_text(yaml.safe_dump(job))
+    # torchrun's c10d store listens on every interface: at the manifest's port (the operator's
+    # default 23456) it made every other local PyTorchJob of the test session fail to host its
+    # rendezvous (CI, stop 38). The local backend gives the job a rendezvous port of its own.
     done = _launch(manifest, root)
     assert done.returncode == ExitCode.SUCCESS, done.stderr[-3000:]
     metrics = json.loads((claim / "runs" / "cli-pytorchjob" / "output" / "metrics.json").read_text())

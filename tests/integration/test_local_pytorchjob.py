@@ -62,17 +62,19 @@ def test_hand_written_pytorchjob_sees_the_operators_env(backend: LocalBackend, m
     claim = backend.claim_dir(CLAIM)
     master_ip = backend.pod_address(ref, "envjob-master-0")
     assert master_ip.startswith("127.")
+    # The job's own port stands for the manifest's (torch's stores listen on every interface).
+    port = str(backend.rendezvous_ports(ref)[29555])
     seen_ips = set()
     for name, rank in (("envjob-master-0", 0), ("envjob-worker-0", 1), ("envjob-worker-1", 2)):
         got = json.loads((claim / f"env-{name}.json").read_text())
         operator = {
             "PYTHONUNBUFFERED": "1",
             "MASTER_ADDR": master_ip,
-            "MASTER_PORT": "29555",
+            "MASTER_PORT": port,
             "WORLD_SIZE": "3",
             "RANK": str(rank),
             "PET_MASTER_ADDR": master_ip,
-            "PET_MASTER_PORT": "29555",
+            "PET_MASTER_PORT": port,
             "PET_NNODES": "3",
             "PET_NODE_RANK": str(rank),
             "PET_NPROC_PER_NODE": "auto",  # the operator's defaulting when nprocPerNode is not set
@@ -96,7 +98,7 @@ def test_hand_written_pytorchjob_sees_the_operators_env(backend: LocalBackend, m
         assert got["SCRATCH"].startswith(str(backend.job_dir(ref))) and got["SCRATCH"].endswith("/scratch/tmp")
         assert got["POD_IP"] == backend.pod_address(ref, name)
         assert got["POD_NAME"] == got["HOSTNAME"] == name
-        assert got["argv"] == [f"--master={master_ip}:29555", "--out", f"{claim}/out", str(rank)]
+        assert got["argv"] == [f"--master={master_ip}:{port}", "--out", f"{claim}/out", str(rank)]
         seen_ips.add(got["POD_IP"])
     assert len(seen_ips) == 3  # one loopback address per replica
 

@@ -1,95 +1,153 @@
-"""Two local PyTorchJobs with the same master port at the same time, as two jobs on a cluster can.
+"""Local PyTorchJobs with the same master port side by side, as two jobs on a cluster can (issue 49).
 
-Each job's rank 0 must host its rendezvous store on its own loopback address: torch's default
-store listens on every interface, so the second master could not bind the port, or the second
-job's workers would reach the first job's store.
+A user's program that rendezvouses through `env://` makes rank 0's TCPStore listen on every
+interface at MASTER_PORT, whatever loopback address the job's replicas have: two local jobs with the
+same port collided (EADDRINUSE), or one job's workers joined the other job's store and hung. Each
+local job's programs are therefore told a port of the job's own; these tests run two such jobs at
+once, in one backend (two iterations of a ParallelFor) and in two processes (two `kubetrain run`s).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kubetrain.backends.base import JobRef
+from kubetrain.backends.local.addresses import RENDEZVOUS_PORTS
 from kubetrain.backends.local.backend import LocalBackend
-from kubetrain.data.download import download
-from kubetrain.status import JobPhase, parse_job_status
-from tests.integration.local_jobs import CLAIM, _follow, _pytorchjob, _template, _wait_for, free_port
+from kubetrain.status import JobPhase
+from tests.integration.local_jobs import CLAIM, _follow, _pytorchjob, _template
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-GATE = "/workspace/go"
-# Workers start training only once the test opened the gate (bounded: 120 s), so both jobs'
-# masters are listening on the shared port at the same time, whatever the machine's load.
-WORKER_GATE = f"i=0; until [ -e {GATE} ] || [ $i -ge 2400 ]; do sleep 0.05; i=$((i+1)); done; exec "
+MANIFEST_PORT = 23456  # the operator's default: what two users' jobs share most often
+# A program that knows nothing of kubetrain: the operator's env, `env://`, gloo. Once its group is
+# up, rank 0 marks that in a directory both jobs share ($MARKS); every rank then waits (bounded)
+# for both jobs' marks, so both jobs' stores are up at the same time, and gathers which job each
+# rank of its group belongs to.
+ENV_PROGRAM = """
+import json, os, time
+from datetime import timedelta
+import torch.distributed as dist
+work, job, marks = os.environ["WORK"], os.environ["JOB"], os.environ["MARKS"]
+dist.init_process_group("gloo", timeout=timedelta(seconds=90))
+if dist.get_rank() == 0:
+    open(os.path.join(marks, job), "w").close()
+deadline = time.monotonic() + 120
+while len(os.listdir(marks)) < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)
+jobs = [None] * dist.get_world_size()
+dist.all_gather_object(jobs, job)
+with open(os.path.join(work, f"{job}-rank-{dist.get_rank()}.json"), "w") as f:
+    json.dump({"jobs": jobs, "port": os.environ["MASTER_PORT"], "overlapped": len(os.listdir(marks)) >= 2}, f)
+dist.destroy_process_group()
+"""
 
 
-def _listening(address: str, port: int) -> bool:
-    """Whether a socket listens on exactly `address`:`port` (not on the wildcard address)."""
-    want = f"{socket.inet_aton(address)[::-1].hex().upper()}:{port:04X}"
-    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    return any(f[1] == want and f[3] == "0A" for f in (line.split() for line in lines))  # 0A: LISTEN
-
-
-def _ddp_job(name: str, port: int) -> dict[str, Any]:
-    train = (
-        f"python -m kubetrain.train.torch_ddp --data /workspace/digits --output /workspace/{name} "
-        "--epochs 1 --threads 1 --timeout-seconds 60 --init-timeout-seconds 150"
-    )
-    ports = [{"name": "pytorchjob-port", "containerPort": port}]
-    master = _template(["sh", "-c", train], ports=ports)
-    worker = _template(["sh", "-c", WORKER_GATE + train], ports=ports)
-    # One worker per job is enough to show each job's workers reach their own master's store.
-    job = _pytorchjob(name, master, worker, workers=1, policy="Never")
-    job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 200
+def env_job(name: str, program: str, marks: Path) -> dict[str, Any]:
+    """A PyTorchJob of the env:// program, master + one worker, at the operator's default port."""
+    env = [{"name": "JOB", "value": name}, {"name": "MARKS", "value": str(marks)}]
+    ports = [{"name": "pytorchjob-port", "containerPort": MANIFEST_PORT}]
+    template = _template(["python", program], env=env, ports=ports)
+    job = _pytorchjob(name, template, template, workers=1, policy="Never")
+    job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 240
     return job
 
 
-def _master_address(backend: LocalBackend, ref: JobRef) -> str:
-    return backend.host_addresses(ref)[f"{ref.name}-master-0"]
+def assert_each_job_met_only_itself(claim: Path, names: tuple[str, ...]) -> set[int]:
+    """Every rank of every job gathered only its own job's ranks; the ports the jobs were told."""
+    ports = set()
+    for name in names:
+        for rank in (0, 1):
+            seen = json.loads((claim / f"{name}-rank-{rank}.json").read_text())
+            assert seen["jobs"] == [name, name], f"{name} rank {rank} joined a group of {seen['jobs']}"
+            assert seen["overlapped"], f"{name} rank {rank} never saw the other job's store up"
+            ports.add(int(seen["port"]))
+    assert ports <= set(RENDEZVOUS_PORTS), ports
+    return ports
 
 
-def test_two_jobs_with_the_same_master_port_train_side_by_side(backend: LocalBackend) -> None:
+def test_two_env_jobs_with_the_same_master_port_run_side_by_side_in_one_backend(backend: LocalBackend) -> None:
+    """Two iterations of a ParallelFor: one backend (one step process each in kfp.local; one here)."""
     claim = backend.claim_dir(CLAIM)
-    download("builtin:digits", claim / "digits", quiet=True)
-    port = free_port()
-    refs = [backend.submit(_ddp_job(name, port)) for name in ("ddp-a", "ddp-b")]
-    masters = [_master_address(backend, ref) for ref in refs]
-    assert masters[0] != masters[1]
-
-    def both_listen() -> bool:
-        for ref in refs:
-            status = parse_job_status(backend.get(ref))
-            assert not status.phase.terminal, f"{ref.name} ended early: {status.message}"
-        return all(_listening(address, port) for address in masters)
-
-    # Each master's store listens on its own address only; with the wildcard one master fails.
-    _wait_for(both_listen, timeout=150, what=f"both masters to listen on {masters} port {port}")
-    (claim / "go").touch()
+    (claim / "train.py").write_text(ENV_PROGRAM)
+    (claim / "marks").mkdir()
+    names = ("iter-0", "iter-1")
+    refs = [backend.submit(env_job(name, "/workspace/train.py", claim / "marks")) for name in names]
+    ports = [backend.rendezvous_ports(ref)[MANIFEST_PORT] for ref in refs]
+    assert ports[0] != ports[1]
     for ref in refs:
-        status, _ = _follow(backend, ref, timeout=180)
+        status, _ = _follow(backend, ref, timeout=200)
         assert status.phase is JobPhase.SUCCEEDED, status.message
-    for name in ("ddp-a", "ddp-b"):
-        metrics = json.loads((claim / name / "metrics.json").read_text())
-        assert (metrics["world_size"], metrics["epochs"]) == (2, 1)
+    assert assert_each_job_met_only_itself(claim, names) == set(ports)
 
 
-def test_a_master_port_held_by_another_process_fails_the_job_before_its_first_start(backend: LocalBackend) -> None:
-    """Issue 34: the job used all its starts (about 20 s) before failing; no start can succeed while the port is held."""
+RUN_ONE = """
+import json, sys
+from pathlib import Path
+from kubetrain.backends.local.backend import LocalBackend
+from tests.integration.local_jobs import _follow
+from tests.integration.test_local_pytorchjob_ports import MANIFEST_PORT, ENV_PROGRAM, env_job
+root, name, marks = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+backend = LocalBackend(root)
+(backend.claim_dir("work") / "train.py").write_text(ENV_PROGRAM)
+ref = backend.submit(env_job(name, "/workspace/train.py", marks))
+print(backend.rendezvous_ports(ref)[MANIFEST_PORT], flush=True)
+status, _ = _follow(backend, ref, timeout=200)
+print(json.dumps({"phase": status.phase.value, "message": status.message}), flush=True)
+backend.close()
+"""
+
+
+def test_two_env_jobs_with_the_same_master_port_run_side_by_side_from_two_processes(tmp_path: Path) -> None:
+    """Two `kubetrain run`s in two terminals: two processes, each with its own backend and root."""
+    repo = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(repo / "src"), str(repo), os.environ.get("PYTHONPATH", "")])
+    names = ("term-a", "term-b")
+    (tmp_path / "marks").mkdir()
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RUN_ONE, str(tmp_path / name), name, str(tmp_path / "marks")],
+            env={**os.environ, "PYTHONPATH": path},
+            text=True,
+            stdout=subprocess.PIPE,
+        )
+        for name in names
+    ]
+    try:
+        ports = [int(run.stdout.readline()) for run in runs if run.stdout is not None]
+        assert len(ports) == 2 and ports[0] != ports[1], ports
+        for run in runs:
+            out, _ = run.communicate(timeout=240)
+            result = json.loads(out.strip().splitlines()[-1])
+            assert result["phase"] == JobPhase.SUCCEEDED.value, result["message"]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    for name in names:
+        assert_each_job_met_only_itself(tmp_path / name / "claims" / CLAIM, (name,))
+
+
+def test_a_manifest_port_held_by_another_server_does_not_stop_a_local_job(backend: LocalBackend) -> None:
+    """The job is told a port of its own, so a server already on the manifest's port is no obstacle."""
     with socket.socket() as holder:
         holder.bind(("0.0.0.0", 0))  # the wildcard address: every loopback address's port is taken
         holder.listen(1)
         port = int(holder.getsockname()[1])
+        code = "import os; print('port', os.environ['MASTER_PORT'], os.environ['PET_MASTER_PORT'])"
         ports = [{"name": "pytorchjob-port", "containerPort": port}]
-        job = _pytorchjob("held", _template(["sh", "-c", "exit 1"], ports=ports), None, workers=0)
-        job["spec"]["runPolicy"]["backoffLimit"] = 3
-        ref = backend.submit(job)
+        ref = backend.submit(_pytorchjob("held", _template(["python", "-c", code], ports=ports), None, workers=0))
         status, _ = _follow(backend, ref, timeout=60)
-    assert status.phase is JobPhase.FAILED
-    assert f"port {port}, where held-master-0 hosts the job's rendezvous, is held by another process" in status.message
-    assert status.restarts == 0
-    assert backend.pods(ref) == []  # no replica was started
+    assert status.phase is JobPhase.SUCCEEDED, status.message
+    own = backend.rendezvous_ports(ref)[port]
+    assert own != port
+    master = next(p for p in backend.pods(ref) if p.name == "held-master-0")
+    assert list(backend.pod_log(ref, master, follow=False)) == [f"port {own} {own}"]

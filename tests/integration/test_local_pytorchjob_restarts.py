@@ -11,7 +11,7 @@ from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.errors import JobFailedError
 from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.status import JobPhase
-from tests.integration.local_jobs import CLAIM, _follow, _program, _pytorchjob, _template, _wait_for, free_port
+from tests.integration.local_jobs import CLAIM, _follow, _program, _pytorchjob, _template, _wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -41,9 +41,9 @@ KILLABLE_ALL_REDUCE = """
 
 def test_sigkilled_worker_is_restarted_and_the_gloo_all_reduce_succeeds(backend: LocalBackend) -> None:
     program = _program(backend, "allreduce.py", KILLABLE_ALL_REDUCE)
-    # env:// makes rank 0's store listen on every interface: at the default port 23456 it would
-    # fail any other local PyTorchJob the test session starts meanwhile (see LocalBackend's docs).
-    template = _template(["python", program], ports=[{"name": "pytorchjob-port", "containerPort": free_port()}])
+    # env:// makes rank 0's store listen on every interface, at the default port 23456 here: the
+    # local backend gives the job a port of its own, so other local jobs meanwhile do not meet it.
+    template = _template(["python", program])
     ref = backend.submit(_pytorchjob("killjob", template, template, run_policy={"backoffLimit": 3}))
     pid_file = backend.claim_dir(CLAIM) / "victim.pid"
     _wait_for(lambda: pid_file.exists() and pid_file.read_text(), what="the worker to write its pid")

@@ -58,3 +58,15 @@ def test_an_armed_guard_is_cancelled_once_by_a_storm() -> None:
     with CancelGuard(StormEvent()) as guard, pytest.raises(Cancelled) as stopped, guard.interruptible():
         signal.raise_signal(signal.SIGTERM)
     assert stopped.value.signal_name == "SIGTERM" and guard.event.is_set()
+
+
+def test_sighup_stops_like_sigterm_unless_the_command_runs_under_nohup() -> None:
+    """Issue 48: a closed terminal's SIGHUP killed `kubetrain run` at once, with no outcome."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    event = hold_signals()
+    signal.raise_signal(signal.SIGHUP)
+    assert event.is_set() and event.signal_name == "SIGHUP"
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as `nohup` starts it
+    hold_signals()
+    with CancelGuard(threading.Event()):
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN

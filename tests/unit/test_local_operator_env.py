@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubetrain.backends.local.operators.mpijob import mpi_operator_env
-from kubetrain.backends.local.operators.pytorchjob import pytorch_operator_env
+from kubetrain.backends.local.operators.pytorchjob import pytorch_operator_env, rendezvous_ports
 from kubetrain.manifests import build_mpijob, build_pytorchjob
 from kubetrain.specs import JobMeta, MPIJobSpec, PyTorchJobSpec
 from kubetrain.specs.common import ReplicaSpec
@@ -73,6 +73,25 @@ def test_elastic_jobs_get_the_rendezvous_env() -> None:
         "PET_MAX_RESTARTS": "2",
         "PET_NPROC_PER_NODE": "1",
     }
+
+
+def test_locally_the_rendezvous_ports_are_the_jobs_own() -> None:
+    """Issue 49: torch's stores listen on every interface; two local jobs must not share a port."""
+    job = _pytorchjob(1)
+    assert rendezvous_ports(job) == {29400}
+    env = _env(pytorch_operator_env(job, "Worker", 0, ports={29400: 21001}))
+    assert (env["MASTER_PORT"], env["PET_MASTER_PORT"]) == ("21001", "21001")
+    elastic = _pytorchjob(2, master=False, elastic=ElasticPolicy(min_replicas=1, max_replicas=2))
+    assert rendezvous_ports(elastic) == {29400}  # worker-0 hosts torchrun's c10d store there
+    assert _env(pytorch_operator_env(elastic, "Worker", 1, ports={29400: 21002}))["PET_RDZV_ENDPOINT"] == (
+        "tj-worker-0:21002"
+    )
+    # A rendezvous server outside the job keeps its port.
+    elastic["spec"]["elasticPolicy"]["rdzvHost"] = "etcd.infra"
+    assert rendezvous_ports(elastic) == set()
+    assert _env(pytorch_operator_env(elastic, "Worker", 1, ports={29400: 21002}))["PET_RDZV_ENDPOINT"] == (
+        "etcd.infra:29400"
+    )
 
 
 def test_a_missing_port_defaults_to_the_operator_default() -> None:

@@ -51,6 +51,20 @@ def test_torch_trainjob_resolves_to_nodes_with_the_rendezvous_env() -> None:
     assert {"name": "workspace", "mountPath": "/workspace"} in container["volumeMounts"]
 
 
+def test_localized_torch_nodes_are_told_the_jobs_own_master_port(tmp_path: Path) -> None:
+    """Issue 49: torchrun's store listens on every interface; two local TrainJobs must not share 29500."""
+    trainjob = build_manifest(pytorch_trainjob_spec(name="tj", params=PARAMS, workers=1, workspace_pvc="ws"))
+    held: list[int] = []
+
+    def hold(port: int) -> int:
+        held.append(port)
+        return 21003
+
+    jobset = localize(resolve(trainjob, torch_distributed_runtime()), workdir=tmp_path, total_ranks=2, hold_port=hold)
+    assert _env(_container(_rjob(jobset, "node")))["PET_MASTER_PORT"] == "21003"
+    assert held == [29500]
+
+
 def test_mpi_trainjob_resolves_to_a_launcher_with_the_hostfile_and_sshd_nodes() -> None:
     trainjob = build_manifest(mpi_trainjob_spec(name="tjm", params=PARAMS, workers=3, slots_per_worker=2))
     jobset = resolve(trainjob, kubetrain_mpi_runtime(CHAINERMN_IMAGE))

@@ -39,6 +39,7 @@ from kubetrain.launcher.pending import REJECTION_REASONS, PendingLook
 from kubetrain.launcher.pods import PodBook, PodListener, PodTracker
 from kubetrain.launcher.program_error import program_error
 from kubetrain.launcher.progress import LogSink, ProgressReporter, stderr_sink
+from kubetrain.launcher.relay import CappedRelay
 from kubetrain.launcher.signals import CancelGuard, Cancelled
 from kubetrain.launcher.silence import SilenceWatch
 from kubetrain.launcher.stopper import Stopper
@@ -115,6 +116,7 @@ class _Await:
         self.follower: LogFollower | None = None
         self.followed: LogFollower | None = None  # the follower, kept once stopped: which logs it wrote whole
         self.silence: SilenceWatch | None = None
+        self.relay: CappedRelay | None = None
         self.tracker: PodTracker | None = None
         self.final_pods: list[PodInfo] | None = None  # the look at the pods once the job ended
         self.replicas: tuple[str, ...] = ()  # the job's replica names, as far as it has said
@@ -136,10 +138,16 @@ class _Await:
             progress = ProgressReporter(self.ref, self.sink)
             listeners: list[PodListener] = [progress.pods]
             if self.opts.stream_logs:
+                relay = self.relay = CappedRelay(
+                    silence.line,
+                    max_bytes=self.opts.tuning.max_relayed_log_bytes,
+                    heard=silence.heard,
+                    where=lambda: self.backend.debug_hint(self.ref),
+                )
                 follower = self.follower = LogFollower(
                     self.backend,
                     self.ref,
-                    silence.line,
+                    relay.line,
                     poll_seconds=self.opts.tuning.pending_poll_seconds,
                     job_done=self.job_done,
                     stop=self.stop_logs,
@@ -386,6 +394,8 @@ class _Await:
         if follower.is_alive():
             logger.debug("log follower still blocked in a read; it is a daemon thread and ends with the process")
         self.follower = None
+        if self.relay is not None:
+            self.relay.finish()
 
 
 class _Deadline(Exception):  # noqa: N818 - control flow, never escapes this module

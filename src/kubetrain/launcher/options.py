@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kubetrain.errors import InvalidInputError
+from kubetrain.launcher.relay import DEFAULT_MAX_RELAYED_BYTES
 from kubetrain.specs.limits import check_seconds
 
 DeleteAfter = Literal["never", "success", "always"]
@@ -38,6 +39,8 @@ class Tuning:
     log_drain_seconds: float = 10.0
     # A notice after this long without a line of the followed log (then again each time as long).
     silence_notice_seconds: float = 600.0
+    # How much of the followed log the launcher relays to its own output (launcher.relay).
+    max_relayed_log_bytes: int = DEFAULT_MAX_RELAYED_BYTES
 
     def __post_init__(self) -> None:
         for name in ("watch_window_seconds", "pending_poll_seconds", "log_drain_seconds", "silence_notice_seconds"):
@@ -48,6 +51,8 @@ class Tuning:
                 f"pending_poll_max_seconds: got {self.pending_poll_max_seconds!r}; expected at least "
                 f"pending_poll_seconds ({self.pending_poll_seconds!r})"
             )
+        if self.max_relayed_log_bytes < 1:
+            raise InvalidInputError(f"max_relayed_log_bytes: got {self.max_relayed_log_bytes!r}; expected ≥ 1")
         if self.log_tail_lines < 1:
             raise InvalidInputError(f"log_tail_lines: got {self.log_tail_lines!r}; expected ≥ 1")
 

@@ -1,4 +1,4 @@
-"""SIGTERM/SIGINT handling for the launcher: a cancelled KFP run must not leave its job running.
+"""SIGTERM/SIGINT/SIGHUP handling for the launcher: a cancelled KFP run must not leave its job running.
 
 KFP cancels a run by deleting the step's pod: the launcher gets SIGTERM and a grace period. The
 guard turns the signal into :class:`Cancelled` at a point where the launcher knows which job to
@@ -16,18 +16,49 @@ life with :func:`hold_signals`: a signal before the launcher's guard is up only 
 launcher then submits nothing), and one after it (while the command reports the cancellation)
 changes nothing, where the default action would have killed it with 143 and no report; once the
 outcome is printed, :func:`ignore_signals` keeps it so through the interpreter's shutdown.
+
+SIGHUP (the terminal of `kubetrain run` or `launch` closed) stops like SIGTERM: its default action
+killed the command at once, leaving no outcome, a temporary directory, and a cluster job nobody
+followed. A command started under `nohup` (SIGHUP ignored) keeps ignoring it. After a hang-up the
+terminal is gone and every write to it fails (EIO): the command's stdout and stderr, where they
+are that terminal, then go to /dev/null, so the clean-up and the outcome file are not cut short.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The stop signals to handle now: HANDLED_SIGNALS, less SIGHUP where it is ignored (`nohup`)."""
+    return tuple(sig for sig in HANDLED_SIGNALS if sig != signal.SIGHUP or signal.getsignal(sig) != signal.SIG_IGN)
+
+
+def after_hangup(signum: int) -> None:
+    """On SIGHUP, point stdout and stderr away from the terminal that hung up (writes to it fail)."""
+    if signum != signal.SIGHUP:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in (1, 2):
+            try:
+                # Not isatty(): on a terminal that hung up it fails (EIO) and says False. A character
+                # device is a terminal (or /dev/null already); pipes and files keep working.
+                if stat.S_ISCHR(os.fstat(fd).st_mode):
+                    os.dup2(devnull, fd)
+            except OSError:
+                continue  # a closed descriptor: nothing will be written there anyway
+    finally:
+        os.close(devnull)
 
 
 class SignalEvent(threading.Event):
@@ -39,7 +70,7 @@ class SignalEvent(threading.Event):
 
 
 def hold_signals() -> SignalEvent:
-    """For the rest of a command's life: SIGTERM and SIGINT only set the returned event.
+    """For the rest of a command's life: SIGTERM, SIGINT and SIGHUP only set the returned event.
 
     Pass the event to `run_job` (or `kubetrain run`'s guard) as `cancel`. Installed only from the
     main thread (elsewhere the event is returned unconnected); meant for a command's entry point,
@@ -57,21 +88,22 @@ def hold_signals() -> SignalEvent:
             if event.signal_name is not None:
                 return
             event.signal_name = signal.Signals(signum).name
+            after_hangup(signum)
             event.set()
 
-        for sig in HANDLED_SIGNALS:
+        for sig in stop_signals():
             signal.signal(sig, record)
     return event
 
 
 def ignore_signals() -> None:
-    """The command's outcome is decided: from now on SIGTERM and SIGINT are ignored by the OS.
+    """The command's outcome is decided: from now on SIGTERM, SIGINT and SIGHUP are ignored by the OS.
 
     A Python-level handler is not enough at the very end: the interpreter restores the default
     action while it shuts down (but keeps an "ignore"), and a signal then ends the process with 143.
     """
     if threading.current_thread() is threading.main_thread():
-        for sig in HANDLED_SIGNALS:
+        for sig in stop_signals():
             signal.signal(sig, signal.SIG_IGN)
 
 
@@ -96,7 +128,7 @@ class CancelGuard:
 
     def __enter__(self) -> CancelGuard:
         if threading.current_thread() is threading.main_thread():
-            for sig in HANDLED_SIGNALS:
+            for sig in stop_signals():
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -115,6 +147,7 @@ class CancelGuard:
         try:
             if self.signal_name is None:
                 self.signal_name = signal.Signals(signum).name
+                after_hangup(signum)
             if not self.event.is_set():
                 self.event.set()
         finally:

@@ -47,10 +47,14 @@ class SilenceWatch(threading.Thread):
 
     def line(self, text: str) -> None:
         """A log line: to the sink, and the silence starts again."""
+        self.heard()
+        self._sink(text)
+
+    def heard(self) -> None:
+        """Output that is not passed on (a line past the relay's cap): the silence starts again all the same."""
         with self._lock:
             self._last = self._clock()
             self._said = 0
-        self._sink(text)
 
     def check(self) -> float:
         """Say so if a notice is due; returns the seconds until the next one could be."""

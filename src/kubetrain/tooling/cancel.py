@@ -5,9 +5,10 @@ run used to leave the current step, and the job it launched, running without a p
 step carries an environment marker (the local backend's container marker, so the same scan finds
 it), and:
 
-- SIGTERM or SIGINT to the run sends SIGTERM to the marked steps, whose launchers delete their jobs
-  and exit; the run waits for them, stops starting new steps, and reports the run as cancelled
-  (exit 5, and its JSON outcome with --json). Further signals while it cancels change nothing.
+- SIGTERM, SIGINT or SIGHUP (its terminal closed) to the run sends SIGTERM to the marked steps,
+  whose launchers delete their jobs and exit; the run waits for them, stops starting new steps,
+  and reports the run as cancelled (exit 5, and its JSON outcome with --json). Further signals
+  while it cancels change nothing.
 - SIGKILL of the run leaves no chance to act, so a watchdog process (the local backend's) holds
   the marker; when the run dies without saying goodbye, it SIGTERMs the marked steps, whose
   launchers clean up as above, and SIGKILLs what is left after a grace period.
@@ -32,6 +33,7 @@ from typing import Any
 
 from kubetrain.backends.local.process import CONTAINER_ENV, ContainerId, container_members, signal_container
 from kubetrain.backends.local.watchdog import Watchdog
+from kubetrain.launcher.signals import after_hangup, stop_signals
 
 # Time the steps get to delete their jobs and exit after SIGTERM, before SIGKILL. A launcher on
 # the local backend stops its replicas within their grace period (a few seconds).
@@ -76,7 +78,7 @@ class RunGuard:
         self._watchdog = Watchdog(self.grace_seconds)
         self._watchdog.add(self.steps)
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in stop_signals():
                 self._previous[sig] = signal.signal(sig, self._handle)
         # Checked after the handlers are in place: a signal comes either before (the event) or after.
         if self.cancel.is_set() and self.signal_name is None:
@@ -107,6 +109,7 @@ class RunGuard:
         if self.signal_name is not None:
             return  # already cancelling: a second signal changes nothing
         self.signal_name = signal.Signals(signum).name
+        after_hangup(signum)
         self.cancel.set()
         self.stop_steps()
         if self._armed:

@@ -127,6 +127,7 @@ class RunLog(io.TextIOBase):
         self.verbose = verbose
         self.progress = ProgressFilter()
         self._partial = ""
+        self._console_gone = False
 
     def writable(self) -> bool:
         """It is written to."""
@@ -146,9 +147,9 @@ class RunLog(io.TextIOBase):
             self.log.write(line + "\n")
             shown = self.progress.feed(line)
             if self.verbose:
-                self.console.write(line + "\n")
+                self._to_console(line + "\n")
             elif shown is not None:
-                self.console.write(shown + "\n")
+                self._to_console(shown + "\n")
         return len(text)
 
     def finish(self) -> None:
@@ -162,12 +163,26 @@ class RunLog(io.TextIOBase):
         text = redact_text(text)
         self.log.write(text)
         if self.verbose:
+            self._to_console(text)
+
+    def _to_console(self, text: str) -> None:
+        if self._console_gone:
+            return
+        try:
             self.console.write(text)
+        except OSError:
+            # The terminal hung up (EIO) or its reader went away: the run goes on, and its log keeps
+            # every line; a console write failing must not fail the step that printed it.
+            self._console_gone = True
 
     def flush(self) -> None:
         """Flush both ends (a partial line stays buffered until its newline)."""
         self.log.flush()
-        self.console.flush()
+        if not self._console_gone:
+            try:
+                self.console.flush()
+            except OSError:
+                self._console_gone = True
 
 
 class RunLogHandler(logging.Handler):

@@ -27,14 +27,15 @@ commands. A command that does not exist here fails its job at once, naming the r
 Every replica also gets `KUBETRAIN_BIND_ADDRESS=<its address>`: servers should listen there (or
 on the host of their own entry in the address lists the manifest passes), not on 0.0.0.0 — two
 replicas binding the wildcard address on one port collide here (with SO_REUSEPORT, as gRPC sets
-it, they silently share connections), where on a cluster each pod has its own IP. The DDP
-program's rank 0 hosts its rendezvous store there (kubetrain.train.torch_dist), so two PyTorchJobs
-with the same master port run side by side; gloo needs nothing, it listens on ephemeral ports.
-Limitation: torchrun's own stores (the c10d rendezvous store of an elastic PyTorchJob at
-`rdzvPort`, and a static agent's store at MASTER_PORT) listen on every interface, and torch has no
-setting (rdzv conf or env) to bind them to one address: two such jobs with the same port must not
-run at the same time on one machine (give them different `rdzvPort`s), or the second job's agents
-fail to host the store and join the first job's instead.
+it, they silently share connections), where on a cluster each pod has its own IP.
+Ports stay as the manifest has them, but for those where programs host a rendezvous store:
+torch's TCPStore (an `env://` program's rank 0 at MASTER_PORT, torchrun's static agent there)
+and torchrun's c10d rendezvous store (an elastic job's `rdzvPort`) listen on every interface,
+and torch has no setting to bind them to one address, so two jobs with the same port would meet
+there (the second fails EADDRINUSE, or its workers join the first job's store). Each local job
+is therefore given a port of its own for each of those (`addresses.AddressBlock.hold_port`), and
+MASTER_PORT, PET_MASTER_PORT and PET_RDZV_ENDPOINT (a TrainJob's PET_MASTER_PORT) carry it; a
+port a program writes into its own command line stays as written.
 
 Directories under `root` (default `$KUBETRAIN_LOCAL_ROOT`, else `~/.kubetrain/local`):
 `claims/<claimName>/` for each PersistentVolumeClaim (shared by all replicas, kept across runs:

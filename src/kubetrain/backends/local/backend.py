@@ -146,6 +146,10 @@ class LocalBackend(Backend):
         """Every host name the job's manifest can use (service, pod host, `host.subdomain`) → address."""
         return dict(self._record(ref).controller.hosts())
 
+    def rendezvous_ports(self, ref: JobRef) -> dict[int, int]:
+        """Manifest port → the port this job's programs are told instead (see `addresses`)."""
+        return self._record(ref).controller.ctx.block.ports
+
     def pod_address(self, ref: JobRef, pod: str) -> str:
         """The loopback address of a pod, by pod name, host name or `host.subdomain`."""
         hosts = self.host_addresses(ref)
@@ -248,12 +252,12 @@ class LocalBackend(Backend):
                 controller: Controller = TrainJobController(obj, ctx, self._runtimes)
             else:
                 controller = _CONTROLLERS[ref.kind.kind](obj, ctx)
-        except (ValueError, ManifestError) as e:  # more pods than one address block holds, or a bad spec
+        except BaseException as e:  # nothing ran: leave nothing behind, hold nothing
             block.release()
-            shutil.rmtree(job_dir, ignore_errors=True)  # nothing ran: leave nothing behind
-            if isinstance(e, ManifestError):
-                raise
-            raise ManifestError("spec", str(e)) from e
+            shutil.rmtree(job_dir, ignore_errors=True)
+            if isinstance(e, ValueError) and not isinstance(e, ManifestError):  # more pods than a block holds
+                raise ManifestError("spec", str(e)) from e
+            raise
         hosts.update(controller.hosts())
         record = JobRecord(ref=ref, obj=obj, controller=controller, block=block, wake=wake)
         holder.append(record)

@@ -2,7 +2,8 @@
 
 - `$(VAR)` references in env values, command and args are expanded as the kubelet does.
 - Host names the manifest uses (operator service names, JobSet and MPI host names, with or without
-  `.<ns>.svc.cluster.local`) become each replica's loopback address; ports stay as they are.
+  `.<ns>.svc.cluster.local`) become each replica's loopback address; ports stay as they are (the
+  operators' rendezvous ports aside, see the package docstring).
 - Volume mount paths become local directories wherever a value starts with one (also after `=`,
   `:`, `,` or a space, so `--data=/workspace/x` and shell strings are translated too).
 - A replica's environment is what a pod's would be: its image's ENV (:func:`image_environment`),

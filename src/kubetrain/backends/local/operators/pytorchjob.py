@@ -4,6 +4,8 @@
   env the operator appends to every container (operator-contracts.md §2): PYTHONUNBUFFERED,
   MASTER_ADDR/PORT, WORLD_SIZE, RANK, PET_* (elastic: PET_RDZV_*, PET_NNODES=min:max, ...).
   MASTER_ADDR names the master's service, which the backend rewrites to its loopback address.
+  The master's port and an in-job elastic rendezvous port are the job's own (`rendezvous_ports`):
+  MASTER_PORT, PET_MASTER_PORT and PET_RDZV_ENDPOINT carry them instead of the manifest's.
 - Success: the master succeeded (the workers are then stopped); without a master, every worker
   succeeded, or any worker under an elasticPolicy.
 - A failed replica under restartPolicy OnFailure/Always, or ExitCode with a code ≥ 128, restarts
@@ -18,8 +20,7 @@
 
 from __future__ import annotations
 
-import errno
-import socket
+from collections.abc import Mapping
 from typing import Any
 
 from kubetrain.backends.local.conditions import condition_is_true, rfc3339, set_kubeflow_condition
@@ -44,8 +45,15 @@ def _replica_port(spec: dict[str, Any], rtype: str) -> int:
     return DEFAULT_PORT  # the operator's defaulting appends this port when it is missing
 
 
-def pytorch_operator_env(job: dict[str, Any], rtype: str, index: int) -> list[dict[str, str]]:
-    """The env training-operator v1.9 appends to every container of replica `rtype`-`index`."""
+def pytorch_operator_env(
+    job: dict[str, Any], rtype: str, index: int, *, ports: Mapping[int, int] | None = None
+) -> list[dict[str, str]]:
+    """The env training-operator v1.9 appends to every container of replica `rtype`-`index`.
+
+    `ports` (manifest port → port): the ports the programs are told instead of the manifest's
+    (the local backend gives each job rendezvous ports of its own, see `rendezvous_ports`).
+    """
+    own = ports or {}
     name = str(job["metadata"]["name"])
     spec = job["spec"]
     replicas = spec["pytorchReplicaSpecs"]
@@ -54,7 +62,8 @@ def pytorch_operator_env(job: dict[str, Any], rtype: str, index: int) -> list[di
     per_node = int(nproc) if nproc.isdigit() else 1
     pairs: list[tuple[str, str]] = [("PYTHONUNBUFFERED", "1")]
     if "Master" in replicas:
-        port = str(_replica_port(spec, "Master"))
+        manifest_port = _replica_port(spec, "Master")
+        port = str(own.get(manifest_port, manifest_port))
         master = f"{name}-master-0"
         rank = str(index + 1 if rtype == "Worker" else index)
         pairs += [("MASTER_PORT", port), ("MASTER_ADDR", master), ("PET_MASTER_PORT", port)]
@@ -66,7 +75,8 @@ def pytorch_operator_env(job: dict[str, Any], rtype: str, index: int) -> list[di
         low = elastic.get("minReplicas", elastic.get("maxReplicas", workers))
         high = elastic.get("maxReplicas", low)
         host = elastic.get("rdzvHost") or f"{name}-worker-0"
-        rdzv_port = elastic.get("rdzvPort") or _replica_port(spec, "Worker")
+        rdzv_port = int(elastic.get("rdzvPort") or _replica_port(spec, "Worker"))
+        rdzv_port = own.get(rdzv_port, rdzv_port) if _in_job(job, str(host)) else rdzv_port
         pairs += [
             ("PET_RDZV_ENDPOINT", f"{host}:{rdzv_port}"),
             ("PET_RDZV_BACKEND", elastic.get("rdzvBackend") or "c10d"),
@@ -89,21 +99,36 @@ def pytorch_operator_env(job: dict[str, Any], rtype: str, index: int) -> list[di
     return env_items(pairs)
 
 
-def port_held(address: str, port: int) -> bool:
-    """Whether another process holds `port` so that a server on `address` cannot listen there.
+def _in_job(job: dict[str, Any], host: str) -> bool:
+    """Whether `host` (as a manifest writes it, with or without a domain) names one of the job's pods."""
+    name = job["metadata"]["name"]
+    pods = {
+        f"{name}-{rtype.lower()}-{i}"
+        for rtype, replica in job["spec"]["pytorchReplicaSpecs"].items()
+        for i in range(int(replica.get("replicas", 1)))
+    }
+    return host.split(".", maxsplit=1)[0] in pods
 
-    SO_REUSEADDR as torch's store sets it: a port left in TIME_WAIT by an earlier job is free.
+
+def rendezvous_ports(job: dict[str, Any]) -> set[int]:
+    """The manifest ports where the job's programs host a store that listens on every interface.
+
+    torch's TCPStore (an `env://` program's rank 0 at MASTER_PORT, a static torchrun agent's store
+    there) and torchrun's c10d rendezvous store (at the elastic policy's `rdzvPort`) bind the
+    wildcard address, whatever address the job gives its replicas: on one machine two jobs with the
+    same port would meet there, so locally each of these ports stands for one of the job's own.
+    A rendezvous host outside the job keeps its port.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((address, port))
-            s.listen(1)
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return True
-            raise
-    return False
+    name = str(job["metadata"]["name"])
+    spec = job["spec"]
+    replicas = spec["pytorchReplicaSpecs"]
+    found: set[int] = set()
+    if "Master" in replicas:
+        found.add(_replica_port(spec, "Master"))
+    elastic = spec.get("elasticPolicy")
+    if elastic is not None and _in_job(job, str(elastic.get("rdzvHost") or f"{name}-worker-0")):
+        found.add(int(elastic.get("rdzvPort") or _replica_port(spec, "Worker")))
+    return found
 
 
 class PyTorchJobController(Controller):
@@ -116,6 +141,7 @@ class PyTorchJobController(Controller):
         self._counts = {t: int(replicas[t].get("replicas", 1)) for t in self._types}
         self._policy = {t: str(replicas[t].get("restartPolicy") or "OnFailure") for t in self._types}
         self._plans: dict[tuple[str, int], PodPlan] = {}
+        self._ports = {port: ctx.block.hold_port(port) for port in sorted(rendezvous_ports(obj))}
         ordinal = 0
         for rtype in self._types:
             for index in range(self._counts[rtype]):
@@ -157,7 +183,7 @@ class PyTorchJobController(Controller):
             annotations=dict((template.get("metadata") or {}).get("annotations") or {}),
             container_name=str(container.get("name")),
             image=str(container.get("image") or ""),
-            operator_env=tuple(pytorch_operator_env(self.obj, rtype, index)),
+            operator_env=tuple(pytorch_operator_env(self.obj, rtype, index, ports=self._ports)),
         )
 
     def hosts(self) -> dict[str, str]:
@@ -198,10 +224,6 @@ class PyTorchJobController(Controller):
                 f"Job {self.name} has failed because it was active longer than specified deadline",
                 now,
             )
-            return
-        if not self._pods and (held := self._held_rendezvous_port()) is not None:
-            # Every restart would meet the same process on the port: fail before the first start.
-            self._fail(f"{KIND}Failed", held, now)
             return
         for key, plan in self._plans.items():
             pod = self._pods.get(key)
@@ -306,25 +328,6 @@ class PyTorchJobController(Controller):
             counts["succeeded"] = counts.get("succeeded", 0) + counts.get("active", 0)
             counts["active"] = 0
         self._finished = True
-
-    def _held_rendezvous_port(self) -> str | None:
-        """Why the job cannot start here, if the port its rank 0 (or rendezvous host) listens on is held."""
-        spec = self.obj["spec"]
-        elastic = spec.get("elasticPolicy")
-        if "Master" in self._types and elastic is None:
-            rtype, port = "Master", _replica_port(spec, "Master")
-        elif "Worker" in self._types and elastic is not None and not elastic.get("rdzvHost"):
-            rtype, port = "Worker", int(elastic.get("rdzvPort") or _replica_port(spec, "Worker"))
-        else:
-            return None
-        plan = self._plans[(rtype, 0)]
-        if not port_held(plan.address, port):
-            return None
-        return (
-            f"port {port}, where {plan.name} hosts the job's rendezvous, is held by another process on this "
-            f"machine (see `ss -ltnp 'sport = :{port}'`): stop that process, or give the job another port "
-            f"(the {rtype} container's port named {PORT_NAME})"
-        )
 
     def _fail(self, reason: str, message: str, now: float) -> None:
         text = self.now_text(now)

@@ -12,14 +12,15 @@ container name.
 ConfigMap store, so the hostfile becomes a local directory (every rank on `localhost`, as the local
 MPIJob does) and the SSH keys an empty directory; the MPI nodes' sshd is not run (mpirun starts
 the ranks here), so a node pod is a process that waits to be stopped; and Open MPI gets the local
-settings the local MPIJob uses (oversubscribe, yield when idle, run as root where we are root).
+settings the local MPIJob uses (oversubscribe, yield when idle, run as root where we are root);
+the torch policy's PET_MASTER_PORT becomes a port of the job's own (see `addresses`).
 """
 
 from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -198,12 +199,23 @@ def resolve(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Manifest
     return jobset
 
 
-def localize(jobset: Manifest, *, workdir: Path, total_ranks: int) -> Manifest:
-    """The resolved JobSet as the local backend runs it (see the module docstring)."""
+def localize(
+    jobset: Manifest, *, workdir: Path, total_ranks: int, hold_port: Callable[[int], int] | None = None
+) -> Manifest:
+    """The resolved JobSet as the local backend runs it (see the module docstring).
+
+    `hold_port` (manifest port → the job's own port): what PET_MASTER_PORT says instead, since
+    torchrun's store listens on every interface and two local jobs must not meet there.
+    """
     out = copy.deepcopy(jobset)
     hostfile_dir = workdir / "etc-mpi"
     for rjob in out["spec"]["replicatedJobs"]:
         pod = _pod_spec(rjob)
+        if hold_port is not None and _is_trainer(rjob):
+            for container in _containers(rjob, NODE):
+                for item in container.get("env") or ():
+                    if item.get("name") == "PET_MASTER_PORT" and str(item.get("value", "")).isdigit():
+                        item["value"] = str(hold_port(int(item["value"])))
         for volume in pod.get("volumes") or ():
             if volume.get("name") == MPI_HOSTFILE_VOLUME:
                 hostfile_dir.mkdir(parents=True, exist_ok=True)

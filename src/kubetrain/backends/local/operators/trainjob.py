@@ -50,7 +50,9 @@ class TrainJobController(Controller):
         trainer = spec.get("trainer") or {}
         mpi = ((runtime.get("spec") or {}).get("mlPolicy") or {}).get("mpi") or {}
         ranks = int(trainer.get("numNodes") or 1) * int(trainer.get("numProcPerNode") or mpi.get("numProcPerNode") or 1)
-        jobset = localize(resolve(obj, runtime), workdir=ctx.pods.job_dir, total_ranks=ranks)
+        jobset = localize(
+            resolve(obj, runtime), workdir=ctx.pods.job_dir, total_ranks=ranks, hold_port=ctx.block.hold_port
+        )
         self._inner = JobSetController(jobset, ctx)
         self._deadline = spec.get("activeDeadlineSeconds")
         self._started = time.time()
