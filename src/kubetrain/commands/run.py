@@ -10,13 +10,15 @@ compare_frameworks), or your own: a .py file defining a @dsl.pipeline function (
 NAME picks one when it defines several; importing the file is all kubetrain does with it), or a
 compiled pipeline .yaml. `kubetrain run PIPELINE --list-params` lists its parameters.
 
-Each step runs as a process here and each training job as local processes behaving like the
-operator's pods; no cluster, no container. It prints each step's progress, then the outcome:
-every task's state, where its outputs and HTML reports are, its final metrics, and for a failed
-task its error and exit code. Everything, kfp's own output included, is kept in the run
-directory's run.log (--verbose prints it all). With --json, the progress goes to stderr and stdout
-ends with one JSON object: the pipeline's state and, per task, its state, error, exit code,
-metrics, output parameters and artifact paths.
+Before any step starts, the inputs of every kubetrain step known up front (constants, the
+parameters, a ParallelFor's items; inside control flow too) are checked as --dry-run checks them: a
+bad one ends the run at once with exit 2, nothing run. Each step runs as a process here and each
+training job as local processes behaving like the operator's pods; no cluster, no container. It
+prints each step's progress, then the outcome: every task's state, where its outputs and HTML
+reports are, its final metrics, and for a failed task its error and exit code. Everything, kfp's
+own output included, is kept in the run directory's run.log (--verbose prints it all). With --json,
+the progress goes to stderr and stdout ends with one JSON object: the pipeline's state and, per
+task, its state, error, exit code, metrics, output parameters and artifact paths.
 
 Exit code: 0 when every step succeeded; else the failed step's own (1 the job failed, 2 invalid
 input, 3 timed out, 4 API errors); 5 when SIGTERM or SIGINT (Ctrl-C) stopped the run (its running
@@ -137,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
+    from kubetrain.tooling.dry_run import dry_run
     from kubetrain.tooling.local_run import describe, run_pipeline_locally
     from kubetrain.tooling.params import describe_inputs, parse_params, pipeline_inputs
     from kubetrain.tooling.sources import load_pipeline
@@ -148,10 +151,9 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
         return int(ExitCode.SUCCESS)
     arguments = parse_params(args.param, inputs)
     prepare_runs_dir(args.runs_dir)
+    # A bad input of a later step fails now, not after the steps before it have run (a download first).
+    checked = dry_run(loaded.pipeline, name=loaded.name, arguments=arguments)
     if args.dry_run:
-        from kubetrain.tooling.dry_run import dry_run
-
-        checked = dry_run(loaded.pipeline, name=loaded.name, arguments=arguments)
         print(checked.describe(), file=sys.stderr if args.json else sys.stdout, flush=True)
         if args.json:
             print(json.dumps(checked.to_json()), flush=True)

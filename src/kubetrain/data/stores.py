@@ -18,7 +18,7 @@ from kubetrain.data.progress import Progress
 from kubetrain.data.sink import CHUNK_SIZE, HashingSink
 from kubetrain.urls import redact_url
 
-__all__ = ["fetch_fsspec", "local_path", "open_store", "store_exists"]
+__all__ = ["check_store", "fetch_fsspec", "local_path", "open_store", "store_exists"]
 
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
@@ -33,8 +33,8 @@ def local_path(url: str) -> Path:
     return Path(url)
 
 
-def open_store(url: str) -> tuple[Any, str]:
-    """The fsspec filesystem and in-store path for `url`; DataError for unknown or missing."""
+def check_store(url: str) -> None:
+    """DataError when fsspec knows no store for `url`'s scheme or its driver is not installed; no I/O."""
     import fsspec
 
     scheme = urllib.parse.urlsplit(url).scheme
@@ -53,6 +53,13 @@ def open_store(url: str) -> tuple[Any, str]:
             else "install its fsspec driver"
         )
         raise DataError(f"{redact_url(url)}: the {scheme}:// driver is not installed ({e}); {hint}") from e
+
+
+def open_store(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem and in-store path for `url`; DataError for unknown or missing."""
+    import fsspec
+
+    check_store(url)
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except (ImportError, ValueError, OSError) as e:

@@ -138,7 +138,8 @@ class DagTask:
         return self.component.removeprefix("comp-")
 
 
-def _upstream_first(tasks: Mapping[str, Any]) -> list[str]:
+def upstream_first(tasks: Mapping[str, Any]) -> list[str]:
+    """The names of a DAG's tasks, each after the tasks it depends on, ties in name order (the same every time)."""
     ordered: list[str] = []
     while len(ordered) < len(tasks):
         ready = sorted(
@@ -155,7 +156,7 @@ def _upstream_first(tasks: Mapping[str, Any]) -> list[str]:
 def _walk(spec: Any, dag: Any, conditions: tuple[str, ...], loops: tuple[str, ...]) -> list[DagTask]:
     tasks = dict(dag.tasks.items())
     out: list[DagTask] = []
-    for task_name in _upstream_first(tasks):
+    for task_name in upstream_first(tasks):
         task = tasks[task_name]
         component = spec.components[task.component_ref.name]
         if component.WhichOneof("implementation") == "dag":
