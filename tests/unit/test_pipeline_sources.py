@@ -198,3 +198,37 @@ def test_a_compiled_file_whose_name_is_no_run_name_gets_one(
     assert load_pipeline(str(compiled)).name == "my-pipeline-v2"
     assert main(["run", str(compiled), "--list-params"]) == ExitCode.SUCCESS
     assert "epochs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "expected"),
+    [
+        # A script's own ending at module level: it ended kubetrain itself, exit 0 and nothing said.
+        (
+            "\nimport sys\nsys.exit(0)\n",
+            ExitCode.INVALID_INPUT,
+            "calls sys.exit(0) when imported; kubetrain imports the file and runs nothing else: put the script "
+            'part under `if __name__ == "__main__":`',
+        ),
+        (
+            "\nraise KeyboardInterrupt\n",
+            ExitCode.CANCELLED,
+            "loading it was interrupted (KeyboardInterrupt); nothing ran",
+        ),
+    ],
+)
+def test_a_file_that_exits_or_is_interrupted_while_loading_ends_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, code: ExitCode, expected: str
+) -> None:
+    path = _write(tmp_path, "fetch", extra=extra)
+    sys.modules.pop("kubetrain_user_pipeline_my_pipelines", None)
+    failing_line = len(path.read_text().splitlines())
+    for command in (
+        ["run", str(path), "--runs-dir", str(tmp_path / "runs")],
+        ["submit", str(path), "--host", "http://127.0.0.1:9"],
+    ):
+        assert main(command) == code, command
+        err = capsys.readouterr().err
+        assert f"pipeline: {path}:{failing_line}: {expected}" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

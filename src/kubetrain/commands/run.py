@@ -103,13 +103,18 @@ def add_pipeline_argument(parser: argparse.ArgumentParser) -> None:
 
 def prepare_runs_dir(runs_dir: Path) -> None:
     """Make `--runs-dir` (and its parents), or fail in one line saying why it cannot be one."""
-    blocker = next((p for p in (runs_dir, *runs_dir.parents) if p.exists() and not p.is_dir()), None)
+    prepare_directory(runs_dir, "--runs-dir")
+
+
+def prepare_directory(path: Path, flag: str) -> None:
+    """Make the directory a user named with `flag` (and its parents), or fail in one line saying why it cannot."""
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
-        raise InvalidInputError(f"--runs-dir {runs_dir}: {blocker} is a file, not a directory; choose another")
+        raise InvalidInputError(f"{flag} {path}: {blocker} is a file, not a directory; choose another")
     try:
-        runs_dir.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InvalidInputError(f"--runs-dir {runs_dir}: cannot be made ({e.strerror}); choose another") from e
+        raise InvalidInputError(f"{flag} {path}: cannot be made ({e.strerror}); choose another") from e
 
 
 def single_threaded_defaults() -> None:
