@@ -146,15 +146,20 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
     from kubetrain.tooling.dry_run import dry_run
     from kubetrain.tooling.local_run import describe, run_pipeline_locally
+    from kubetrain.tooling.outcome import run_fields
     from kubetrain.tooling.params import describe_inputs, parse_params, pipeline_inputs
     from kubetrain.tooling.sources import load_pipeline
 
+    # An error ends in the CLI, whose JSON object (with --json) has the run's keys as far as they are known.
+    args.json_fields = run_fields()
     loaded = load_pipeline(args.pipeline, pipeline_func=args.pipeline_func)
+    args.json_fields = run_fields(loaded.name)
     inputs = pipeline_inputs(loaded.pipeline)
     if args.list_params:
         print(describe_inputs(inputs))
         return int(ExitCode.SUCCESS)
     arguments = parse_params(args.param, inputs)
+    args.json_fields = run_fields(loaded.name, arguments)
     prepare_runs_dir(args.runs_dir)
     # A bad input of a later step fails now, not after the steps before it have run (a download first).
     checked = dry_run(loaded.pipeline, name=loaded.name, arguments=arguments)

@@ -29,7 +29,8 @@ from kubetrain.data.sources import check_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
 from kubetrain.tooling.compiling import compile_pipeline
-from kubetrain.tooling.outcome import upstream_first
+from kubetrain.tooling.outcome import run_fields, upstream_first
+from kubetrain.tooling.result_json import result_json
 
 # The training components' functions (what their executors run), and the request each validates.
 REQUESTS: Mapping[str, type[TrainingRequest]] = {
@@ -59,17 +60,13 @@ class DryRun:
     arguments: Mapping[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object `run --dry-run --json` ends with."""
-        return {
-            "pipeline": self.pipeline,
-            "state": "CHECKED",
-            "exit_code": 0,
-            "error": None,
+        """The JSON object `run --dry-run --json` ends with: a run's (nothing ran), and the steps checked."""
+        fields = {
+            **run_fields(self.pipeline, self.arguments),
             "steps": list(self.steps),
             "checked_steps": list(self.checked),
-            "arguments": dict(self.arguments),
-            "warnings": [],
         }
+        return result_json(state="CHECKED", exit_code=0, fields=fields)
 
     def describe(self) -> str:
         """What a user reads."""
