@@ -66,6 +66,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Submit and print the run URL."""
+    from kubetrain.presets import WORKSPACE_MOUNT
+    from kubetrain.tooling.dry_run import unmounted_workspace
     from kubetrain.tooling.params import parse_params, pipeline_inputs
     from kubetrain.tooling.result_json import result_json
     from kubetrain.tooling.sources import load_pipeline
@@ -90,13 +92,20 @@ def run(args: argparse.Namespace) -> int:
         version_name=args.version_name,
         ca_cert=args.ca_cert,
     )
+    warnings = [
+        f"step {step}: mounts no workspace claim at {WORKSPACE_MOUNT}; on the cluster it fails when it starts: "
+        f"kfp.kubernetes.mount_pvc(task, pvc_name=CLAIM, mount_path={WORKSPACE_MOUNT!r})"
+        for step in unmounted_workspace(loaded.compile_text())
+    ]
+    for warning in warnings:
+        print(f"kubetrain submit: warning: {warning}", file=sys.stderr, flush=True)
     result = submit(request)
     what = "uploaded" if result.uploaded == "pipeline" else "uploaded a new version of"
     print(f"{what} pipeline {result.pipeline_name} ({result.pipeline_id}, version {result.version_id})")
     print(f"run {result.run_id}: {result.run_url}", flush=True)
     if args.wait is None:
         if args.json:
-            print(json.dumps(result_json(state="SUBMITTED", exit_code=0, fields=result.to_json())))
+            print(json.dumps(result_json(state="SUBMITTED", exit_code=0, warnings=warnings, fields=result.to_json())))
         return 0
     end = follow_run(
         request,
@@ -108,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     said = f": {end.error}" if end.error else ""
     print(f"run {result.run_id} ended {end.state}{said}", flush=True)
     if args.json:
-        print(
-            json.dumps(result_json(state=end.state, exit_code=end.exit_code, error=end.error, fields=result.to_json()))
-        )
+        fields = result.to_json()
+        ended = result_json(state=end.state, exit_code=end.exit_code, error=end.error, warnings=warnings, fields=fields)
+        print(json.dumps(ended))
     return end.exit_code

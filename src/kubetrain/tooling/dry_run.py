@@ -217,3 +217,35 @@ def dry_run(pipeline: Any, *, name: str, arguments: Mapping[str, Any]) -> DryRun
                 raise InvalidInputError(f"step {step.name}: {e}") from e
         checked.append(step.name)
     return DryRun(name, tuple(steps), tuple(checked), dict(arguments))
+
+
+def unmounted_workspace(compiled_yaml: str) -> list[str]:
+    """The kubetrain download and training steps of a compiled pipeline that mount no claim at /workspace.
+
+    On this machine the workspace is a directory whatever the pipeline says; on a cluster such a
+    step fails when it starts (`kfp.kubernetes.mount_pvc` is what puts the claim there), so
+    `kubetrain submit` says so before it uploads.
+    """
+    import yaml
+
+    from kubetrain.presets import WORKSPACE_MOUNT
+
+    documents = [d for d in yaml.safe_load_all(compiled_yaml) if isinstance(d, dict)]
+    if not documents:
+        return []
+    spec, platform = documents[0], (documents[1] if len(documents) > 1 else {})
+    mounts = ((platform.get("platforms") or {}).get("kubernetes") or {}).get("deploymentSpec") or {}
+    mounted = {
+        label
+        for label, config in (mounts.get("executors") or {}).items()
+        if any(m.get("mountPath") == WORKSPACE_MOUNT for m in (config or {}).get("pvcMount") or [])
+    }
+    executors = (spec.get("deploymentSpec") or {}).get("executors") or {}
+    unmounted = []
+    for name, component in sorted((spec.get("components") or {}).items()):
+        label = (component or {}).get("executorLabel")
+        args = ((executors.get(label) or {}).get("container") or {}).get("args") or []
+        function = args[args.index("--function_to_execute") + 1] if "--function_to_execute" in args[:-1] else None
+        if function in CHECKS and label not in mounted:
+            unmounted.append(name.removeprefix("comp-"))
+    return unmounted
