@@ -44,7 +44,7 @@ def looped(epochs: int = 1, sizes: list = [0, 1]):
     data = download_dataset(source="{source}")
     with dsl.ParallelFor({items}) as item:
         pytorch_train(dataset=data.outputs["dataset"], workers={workers}, epochs=epochs)
-    with dsl.ParallelFor(sizes) as size, dsl.If(epochs > 0):
+    with dsl.ParallelFor(sizes) as size:
         pytorch_train(dataset=data.outputs["dataset"], workers=size, epochs=epochs)
 """
 
@@ -72,9 +72,7 @@ def test_a_dry_run_checks_the_steps_inside_a_parallel_for(
     assert f"step pytorch-train: {said}" in capsys.readouterr().err
 
 
-def test_a_dry_run_checks_a_loop_over_a_parameter_inside_a_condition(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_dry_run_checks_a_loop_over_a_parameter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pipeline = _looped(tmp_path)
     code = main(["run", pipeline, "--param", "sizes=[0, -3]", "--dry-run", "--runs-dir", str(tmp_path / "runs")])
     assert code == ExitCode.INVALID_INPUT
@@ -120,3 +118,48 @@ def test_a_dry_run_lists_the_steps_upstream_first_in_the_same_order_every_time(
     assert shipped == ExitCode.SUCCESS
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["steps"] == ["download-dataset", "chainermn-train", "ps-train", "pytorch-train", "compare-summary"]
+
+
+GUARDED = """
+from kfp import dsl
+
+from kubetrain.components import download_dataset, pytorch_train
+
+
+@dsl.pipeline(name="guarded")
+def guarded(w: int = 1):
+    data = download_dataset(source="builtin:digits")
+    with dsl.If(w >= 0):
+        pytorch_train(dataset=data.outputs["dataset"], workers=w)
+        download_dataset(source="{source}")
+        pytorch_train(dataset=data.outputs["dataset"], workers={constant})
+"""
+
+
+def _guarded(tmp_path: Path, *, source: str = "s3://bucket/data.npz", constant: int = 1) -> str:
+    path = tmp_path / "guarded.py"
+    path.write_text(GUARDED.format(source=source, constant=constant), encoding="utf-8")
+    return str(path)
+
+
+def test_in_a_branch_what_the_condition_may_guard_is_left_to_the_run(tmp_path: Path) -> None:
+    # w=-1 is what `dsl.If(w >= 0)` keeps from the step; whether this machine has s3's driver matters
+    # only if the branch runs here.
+    pipeline = _guarded(tmp_path)
+    assert main(["run", pipeline, "--param", "w=-1", "--dry-run", "--runs-dir", str(tmp_path / "runs")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("source", "constant", "said"),
+    [
+        ("s3://bucket/data.npz", -4, "step pytorch-train-2: workers: got -4"),
+        ("htp://example.com/data.npz", 1, "step download-dataset-2: htp://example.com/data.npz: unknown scheme"),
+    ],
+)
+def test_in_a_branch_a_value_the_pipeline_writes_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, constant: int, said: str
+) -> None:
+    pipeline = _guarded(tmp_path, source=source, constant=constant)
+    code = main(["run", pipeline, "--dry-run", "--runs-dir", str(tmp_path / "runs")])
+    assert code == ExitCode.INVALID_INPUT
+    assert said in capsys.readouterr().err

@@ -42,13 +42,14 @@ def describe_source(urls: Sequence[str]) -> str:
     return ", ".join(redact_url(url) for url in urls)
 
 
-def check_source(source: str | Sequence[str], *, sha256: str = "", shards: int = 1) -> list[str]:
+def check_source(source: str | Sequence[str], *, sha256: str = "", shards: int = 1, drivers: bool = True) -> list[str]:
     """A download's inputs checked as far as they can be without reading or fetching anything; its URLs.
 
     `kubetrain run` (and `--dry-run`) checks a download step's inputs with this before any step
     starts, and the step itself before it opens the workspace, so both refuse the same inputs:
-    shards, the checksums' form, a built-in name, and a scheme no fetcher knows (`htp://`) or whose
-    driver is not installed here. Whether the files exist is for the download to find out.
+    shards, the checksums' form, a built-in name, and a scheme no fetcher knows (`htp://`) or, with
+    `drivers`, whose store driver is not installed here. Whether the files exist is for the
+    download to find out.
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
@@ -75,5 +76,5 @@ def check_source(source: str | Sequence[str], *, sha256: str = "", shards: int =
         elif urllib.parse.urlsplit(url).scheme not in _FETCHED_DIRECTLY:
             from kubetrain.data.stores import check_store
 
-            check_store(url)
+            check_store(url, driver=drivers)
     return urls

@@ -33,18 +33,19 @@ def local_path(url: str) -> Path:
     return Path(url)
 
 
-def check_store(url: str) -> None:
-    """DataError when fsspec knows no store for `url`'s scheme or its driver is not installed; no I/O."""
+def check_store(url: str, *, driver: bool = True) -> None:
+    """DataError when fsspec knows no store for `url`'s scheme or (`driver`) its driver is not installed; no I/O."""
     import fsspec
 
     scheme = urllib.parse.urlsplit(url).scheme
+    if not driver:
+        if scheme not in fsspec.available_protocols():
+            raise DataError(_unknown_scheme(url, scheme))
+        return
     try:
         fsspec.get_filesystem_class(scheme)
     except ValueError as e:
-        raise DataError(
-            f"{redact_url(url)}: unknown scheme {scheme!r}; expected http(s)://, file://, a local path, "
-            "builtin:NAME, or an fsspec object store such as s3:// or gs://"
-        ) from e
+        raise DataError(_unknown_scheme(url, scheme)) from e
     except ImportError as e:
         extra = _EXTRAS.get(scheme)
         hint = (
@@ -53,6 +54,13 @@ def check_store(url: str) -> None:
             else "install its fsspec driver"
         )
         raise DataError(f"{redact_url(url)}: the {scheme}:// driver is not installed ({e}); {hint}") from e
+
+
+def _unknown_scheme(url: str, scheme: str) -> str:
+    return (
+        f"{redact_url(url)}: unknown scheme {scheme!r}; expected http(s)://, file://, a local path, "
+        "builtin:NAME, or an fsspec object store such as s3:// or gs://"
+    )
 
 
 def open_store(url: str) -> tuple[Any, str]:

@@ -3,14 +3,15 @@
 Checked: the parameters (names and types, as for a run), that the pipeline compiles, and the
 inputs of each kubetrain step whose values are known before the run: constants, the pipeline's
 parameters, and the items of a `dsl.ParallelFor` over a list written in the pipeline or given as
-a parameter (each item is checked). The steps inside control flow (`dsl.If`/`Elif`/`Else`,
-`ParallelFor`, `ExitHandler`, a nested pipeline) are checked as well, every branch of a condition
-included: a value written in the pipeline is wrong whichever branch runs. A training step's inputs
-are validated as the step itself validates them (its request), a download step's source, sha256
-and shards as the download step checks them before fetching anything
-(:func:`kubetrain.data.sources.check_source`), so a bad `architecture`, `workers=-1` or
-`source=htp://...` fails here and not after the steps before it have run. Inputs that come from
-another step's outputs are known only when the run gets there.
+a parameter (each item is checked), for the steps inside control flow too (`ParallelFor`,
+`ExitHandler`, a nested pipeline). Inside a `dsl.If`/`Elif`/`Else` branch, in every branch, only
+the constants the pipeline writes are checked (wrong whichever branch runs): a parameter or an item
+there may be what the condition guards against, and this machine's store drivers matter only if
+the branch runs. A training step's inputs are validated as the step itself validates them (its
+request), a download step's source, sha256 and shards as the download step checks them before
+fetching anything (:func:`kubetrain.data.sources.check_source`), so a bad `architecture`,
+`workers=-1` or `source=htp://...` fails here and not after the steps before it have run. Inputs
+that come from another step's outputs are known only when the run gets there.
 """
 
 from __future__ import annotations
@@ -46,8 +47,17 @@ MAX_COMBINATIONS = 256
 # What kfp writes for `item.key` of a ParallelFor over dicts.
 _SELECTOR = re.compile(r'parseJson\(string_value\)\["([^"]*)"\]')
 
-# Input name -> the values it can take in this DAG (one, or one per loop item); absent: unknown before the run.
-Scope = dict[str, tuple[Any, ...]]
+
+@dataclass(frozen=True)
+class _Known:
+    """An input's values known before the run: one, or one per loop item."""
+
+    values: tuple[Any, ...]
+    written: bool  # a constant written in the pipeline, not a parameter's value or a loop item
+
+
+# Input name -> what is known of it in this DAG; absent: unknown before the run (another step's output).
+Scope = dict[str, _Known]
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,9 @@ class _Step:
     function: str | None  # the Python function its executor runs, None for a container
     inputs: Scope
     defaults: Mapping[str, Any]  # the component's own defaults
+    # Inside a dsl.If/Elif/Else branch: only what the pipeline writes is checked (a parameter or an
+    # item there may be what the condition guards against), and not this machine's store drivers.
+    guarded: bool
 
 
 def _function(spec: Any, component: Any) -> str | None:
@@ -122,12 +135,14 @@ def _task_inputs(task: Any, component: Any, scope: Scope) -> Scope:
     for name, value in task.inputs.parameters.items():
         kind = value.WhichOneof("kind")
         values: tuple[Any, ...] | None = None
+        written = True
         if kind == "runtime_value":
             values = (json_format.MessageToDict(value.runtime_value.constant),)
         elif kind == "component_input_parameter" and value.component_input_parameter in scope:
-            values = _selected(scope[value.component_input_parameter], value.parameter_expression_selector)
+            outer = scope[value.component_input_parameter]
+            values, written = _selected(outer.values, value.parameter_expression_selector), outer.written
         if values is not None:
-            known[name] = tuple(_typed(v, types.get(name, 0)) for v in values)
+            known[name] = _Known(tuple(_typed(v, types.get(name, 0)) for v in values), written)
     return known
 
 
@@ -138,12 +153,12 @@ def _loop_items(task: Any, inputs: Scope) -> tuple[Any, ...] | None:
         items = json.loads(iterator.items.raw)
         return tuple(items) if isinstance(items, list) else None
     lists = inputs.get(iterator.items.input_parameter)
-    if lists is None or not all(isinstance(v, list) for v in lists):
+    if lists is None or not all(isinstance(v, list) for v in lists.values):
         return None
-    return tuple(item for each in lists for item in each)
+    return tuple(item for each in lists.values for item in each)
 
 
-def _steps(spec: Any, dag: Any, scope: Scope) -> Iterator[_Step]:
+def _steps(spec: Any, dag: Any, scope: Scope, *, guarded: bool = False) -> Iterator[_Step]:
     """The steps of `dag` and of its control-flow groups, upstream first, with their known inputs."""
     tasks = dict(dag.tasks.items())
     for task_name in upstream_first(tasks):
@@ -154,40 +169,53 @@ def _steps(spec: Any, dag: Any, scope: Scope) -> Iterator[_Step]:
             if task.WhichOneof("iterator") == "parameter_iterator":
                 items = _loop_items(task, inputs)
                 if items:
-                    inputs[task.parameter_iterator.item_input] = items
-            yield from _steps(spec, component.dag, inputs)
+                    inputs[task.parameter_iterator.item_input] = _Known(items, written=False)
+            inner = guarded or bool(task.trigger_policy.condition)
+            yield from _steps(spec, component.dag, _written(inputs) if inner else inputs, guarded=inner)
             continue
         defaults = {
             k: _typed(json_format.MessageToDict(v.default_value), v.parameter_type)
             for k, v in component.input_definitions.parameters.items()
             if v.HasField("default_value")
         }
-        yield _Step(task.component_ref.name.removeprefix("comp-"), _function(spec, component), inputs, defaults)
+        name = task.component_ref.name.removeprefix("comp-")
+        known = _written(inputs) if guarded else inputs
+        yield _Step(name, _function(spec, component), known, defaults, guarded)
+
+
+def _written(inputs: Scope) -> Scope:
+    """The inputs whose values the pipeline writes (constants), what a branch's condition cannot guard."""
+    return {name: known for name, known in inputs.items() if known.written}
 
 
 def _combinations(inputs: Scope) -> Iterator[dict[str, Any]]:
     """Each combination of the inputs' possible values (one when every input has one value), up to a bound."""
     names = list(inputs)
-    for values in itertools.islice(itertools.product(*(inputs[n] for n in names)), MAX_COMBINATIONS):
+    for values in itertools.islice(itertools.product(*(inputs[n].values for n in names)), MAX_COMBINATIONS):
         yield dict(zip(names, values, strict=True))
 
 
-def _check_training(request: type[TrainingRequest]) -> Callable[[Mapping[str, Any], Mapping[str, Any]], None]:
+# A step's check: (its known inputs, its component's defaults, whether it sits in a branch) -> None or raise.
+Check = Callable[[Mapping[str, Any], Mapping[str, Any], bool], None]
+
+
+def _check_training(request: type[TrainingRequest]) -> Check:
     fields = {f.name for f in dataclasses.fields(request)}
 
-    def check(known: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    def check(known: Mapping[str, Any], defaults: Mapping[str, Any], guarded: bool) -> None:
         request.from_inputs({**{k: v for k, v in known.items() if k in fields}, **_NAMING})
 
     return check
 
 
-def _check_download(known: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+def _check_download(known: Mapping[str, Any], defaults: Mapping[str, Any], guarded: bool) -> None:
     values = {**defaults, **known}
     if "source" in values:  # else it comes from another step's output
-        check_source(values["source"], sha256=values.get("sha256") or "", shards=values.get("shards", 1))
+        shards = values.get("shards", 1)
+        check_source(values["source"], sha256=values.get("sha256") or "", shards=shards, drivers=not guarded)
 
 
-CHECKS: Mapping[str, Callable[[Mapping[str, Any], Mapping[str, Any]], None]] = {
+CHECKS: Mapping[str, Check] = {
     **{function: _check_training(request) for function, request in REQUESTS.items()},
     DOWNLOAD_FUNCTION: _check_download,
 }
@@ -197,12 +225,15 @@ def dry_run(pipeline: Any, *, name: str, arguments: Mapping[str, Any]) -> DryRun
     """Compile `pipeline` and validate its kubetrain steps' known inputs; InvalidInputError naming the step."""
     compile_pipeline(pipeline, name)
     spec = pipeline.pipeline_spec
-    root: Scope = {
-        k: (_typed(json_format.MessageToDict(v.default_value), v.parameter_type),)
-        for k, v in spec.root.input_definitions.parameters.items()
-        if v.HasField("default_value")
+    given = {
+        **{
+            k: _typed(json_format.MessageToDict(v.default_value), v.parameter_type)
+            for k, v in spec.root.input_definitions.parameters.items()
+            if v.HasField("default_value")
+        },
+        **arguments,
     }
-    root.update({k: (v,) for k, v in arguments.items()})
+    root: Scope = {k: _Known((v,), written=False) for k, v in given.items()}
     steps: list[str] = []
     checked: list[str] = []
     for step in _steps(spec, spec.root.dag, root):
@@ -212,7 +243,7 @@ def dry_run(pipeline: Any, *, name: str, arguments: Mapping[str, Any]) -> DryRun
             continue
         for known in _combinations(step.inputs):
             try:
-                check(known, step.defaults)
+                check(known, step.defaults, step.guarded)
             except (InvalidInputError, DataError) as e:
                 raise InvalidInputError(f"step {step.name}: {e}") from e
         checked.append(step.name)
