@@ -156,3 +156,13 @@ def test_submit_and_list_have_the_head(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["list", "--runs-dir", str(tmp_path), "--json"]) == ExitCode.SUCCESS
     listed = _last(capsys.readouterr().out)
     assert (listed["state"], listed["exit_code"], listed["runs"]) == ("SUCCEEDED", 0, {})
+
+
+def test_list_params_with_json_ends_with_the_object_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "mnist_pytorch", "--list-params", "--json"]) == ExitCode.SUCCESS
+    captured = capsys.readouterr()
+    out = _last(captured.out)
+    assert (out["state"], out["exit_code"], out["pipeline"]) == ("SUCCEEDED", 0, "mnist_pytorch")
+    assert out["parameters"]["epochs"]["type"] == "Integer"
+    assert list(out)[len(HEAD) :] == [*RUN_KEYS, "parameters"]
+    assert "epochs" in captured.err  # the table, for a person

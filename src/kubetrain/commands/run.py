@@ -28,6 +28,7 @@ step deleted its job; the outcome, with --json the JSON object, is still printed
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -148,6 +149,7 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
     from kubetrain.tooling.local_run import describe, run_pipeline_locally
     from kubetrain.tooling.outcome import run_fields
     from kubetrain.tooling.params import describe_inputs, parse_params, pipeline_inputs
+    from kubetrain.tooling.result_json import result_json
     from kubetrain.tooling.sources import load_pipeline
 
     # An error ends in the CLI, whose JSON object (with --json) has the run's keys as far as they are known.
@@ -156,7 +158,11 @@ def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
     args.json_fields = run_fields(loaded.name)
     inputs = pipeline_inputs(loaded.pipeline)
     if args.list_params:
-        print(describe_inputs(inputs))
+        print(describe_inputs(inputs), file=sys.stderr if args.json else sys.stdout, flush=True)
+        if args.json:
+            listed = {name: dataclasses.asdict(item) for name, item in inputs.items()}
+            fields = {**run_fields(loaded.name), "parameters": listed}
+            print(json.dumps(result_json(state="SUCCEEDED", exit_code=ExitCode.SUCCESS, fields=fields)), flush=True)
         return int(ExitCode.SUCCESS)
     arguments = parse_params(args.param, inputs)
     args.json_fields = run_fields(loaded.name, arguments)
