@@ -40,7 +40,8 @@ $(STAMP): pyproject.toml Makefile images/constraints.txt
 	# The versions the images install (images/constraints.txt), so kfp here is the kfp that
 	# compiles the YAML and runs in the launcher image.
 	$(UV_INSTALL) -c images/constraints.txt -e '.[torch,chainer,ps,dev]'
-	SETUPTOOLS_USE_DISTUTILS=stdlib $(PY) -c "import torch, chainer, chainermn, mpi4py.MPI, grpc, kfp, kubetrain"
+	# Chainer imported as kubetrain imports it (its pkg_resources and distutils warnings silenced).
+	SETUPTOOLS_USE_DISTUTILS=stdlib $(PY) -c "import torch, kubetrain.train.chainer_models, chainermn, mpi4py.MPI, grpc, kfp, kubetrain"
 	@touch $(STAMP)
 	@echo "setup: done ($(VENV))"
 

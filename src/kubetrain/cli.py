@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from kubetrain import __version__
 from kubetrain.commands import compile as compile_command
@@ -56,11 +58,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: error: {message}")
 
 
-def error_json(error: KubetrainError) -> str:
-    """The one JSON object a `--json` command ends stdout with when it fails before or outside its run."""
-    text = redact_text(error.headline() if isinstance(error, JobFailedError) else str(error))
+def error_json(error: KubetrainError, fields: Mapping[str, Any] | None = None) -> str:
+    """The one JSON object a `--json` command ends stdout with when an error ends it (:mod:`.tooling.result_json`).
+
+    `fields`: the command's own keys, as far as it got (`args.json_fields`, set by the command).
+    """
+    from kubetrain.tooling.result_json import error_state, result_json
+
+    text = error.headline() if isinstance(error, JobFailedError) else str(error)
+    code = int(error.exit_code)
     return json.dumps(
-        {"state": "FAILED", "error": text, "error_type": type(error).__name__, "exit_code": int(error.exit_code)}
+        result_json(
+            state=error_state(code),
+            exit_code=code,
+            error=redact_text(text),
+            error_type=type(error).__name__,
+            fields=fields,
+        )
     )
 
 
@@ -108,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         shown = e.headline() if isinstance(e, JobFailedError) and e.shown else str(e)
         print(f"kubetrain {args.command}: {redact_text(shown)}", file=sys.stderr)
         if getattr(args, "json", False):
-            print(error_json(e), flush=True)
+            print(error_json(e, getattr(args, "json_fields", None)), flush=True)
         return int(e.exit_code)
     except BrokenPipeError:
         # The reader went away (`kubetrain render ... | head`): not an error of ours.

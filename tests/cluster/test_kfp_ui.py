@@ -300,18 +300,18 @@ def _retry(page: KfpUI, kfp_backend: KfpBackend, tmp_path: Path) -> None:
     # one new job of the same name: never two at once. (test_kfp_retry.py ran the same through
     # RetryRun; merged here, where Retry is the user's click.)
     # The first job waits on its gate until it is reaped (kfp_pipelines.GATED_TRAINING says why);
-    # the retried one finds it open.
+    # the retried one finds it open. The gated program is the training (kubetrain passes a program of
+    # the user's no training flags), so the pipeline takes no parameters: an `epochs` here did nothing.
     opened, gated = gate("ui-retried")
     package = users_pipeline(tmp_path, "ui_retried", f"""
         @dsl.pipeline(name="ui-retried-training")
-        def pipeline(epochs: int = 40) -> None:
+        def pipeline() -> None:
             data = claim(download(source="builtin:digits"))
-            task = claim(train(dataset=data.outputs["dataset"], **IDS, epochs=epochs, delete_after="never",
-                               command={gated!r}))
+            task = claim(train(dataset=data.outputs["dataset"], **IDS, delete_after="never", command={gated!r}))
             task.set_retry(num_retries=2)
     """)  # fmt: skip
     page.upload(package, f"retried-{uuid.uuid4().hex[:6]}")
-    run_id = page.start_run({"epochs": "30"})
+    run_id = page.start_run({})
     wait_for("the PyTorchJob of the run", lambda: run_jobs(kfp_backend, run_id), 600)
     job = run_jobs(kfp_backend, run_id)[0].split("/")[-1]
     uid = kfp_backend.kubectl("get", "pytorchjob", job, "-o", "jsonpath={.metadata.uid}")

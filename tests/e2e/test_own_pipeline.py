@@ -57,7 +57,9 @@ def test_own_pipeline_recipe(tmp_path: Path) -> None:
 
     listed = cli(user, "run", "my_pipeline.py", "--list-params")
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines()[1:4] == [
+    assert listed.stdout.splitlines()[1:5] == [  # in name order, as the compiled YAML lists them too
+        "claim             String   'kubetrain-workspace'  ReadWriteMany PersistentVolumeClaim shared by the steps and "
+        "the training pods.",
         "dataset           String   'builtin:digits'       builtin:digits (no network), or a URL of MNIST-format files.",
         "epochs            Integer  3                      Training epochs.",
         "minimum_accuracy  Float    0.8                    The run fails below this test accuracy.",

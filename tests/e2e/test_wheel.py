@@ -9,12 +9,19 @@ module the venv imports comes from the wheel, which the test checks. No network,
 downloads. Then, from a directory outside the checkout, with no PYTHONPATH: the components by
 name, the compiled YAML as package data, the shipped pipelines, a user's pipeline compiled,
 `kubetrain run` of it for one epoch, and `kubetrain submit` to the stand-in KFP API.
+
+The extras are installed as docs/use-from-your-project.md#install says, with plain pip (PyPI) in
+a fresh venv with pip: Chainer 7.8.1 really built from its sdist, step 2 resolved by pip's
+`--dry-run --report` (torch with its CUDA libraries is 3 GB), and the result held to what the
+training needs at run time (setuptools < 81 for Chainer's pkg_resources, numpy < 2, torch 2.13.0).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import sysconfig
@@ -31,6 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "wheel-token"
+INSTALL_DOC = REPO / "docs" / "use-from-your-project.md"
 
 USER_PIPELINE = """
 import sys
@@ -159,3 +167,47 @@ def test_the_wheel_installed_alone_provides_components_yaml_pipelines_run_and_su
         assert submitted.returncode == 0, submitted.stderr[-3000:]
     (pipeline,) = api.state.pipelines.values()
     assert pipeline["display_name"] == "from-the-wheel"
+
+
+def _install_steps() -> list[list[str]]:
+    """The `pip install` commands of the document's install block, as argument lists after `pip`."""
+    match = re.search(r"<!-- install -->\n```bash\n(.*?)```", INSTALL_DOC.read_text(encoding="utf-8"), re.S)
+    assert match, f"{INSTALL_DOC} lost its install block"
+    return [shlex.split(line, comments=True)[1:] for line in match.group(1).splitlines() if line.startswith("pip ")]
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def test_the_wheel_with_every_extra_installs_with_plain_pip_as_documented(tmp_path: Path) -> None:
+    wheel, _ = _built(tmp_path / "dist")
+    venv = tmp_path / "venv"
+    done = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)  # with pip: a user's fresh venv
+    assert done.returncode == 0, done.stderr
+    python = str(venv / "bin" / "python")
+    # The user's pip cache, so that a second run does not download again (HOME is the test's).
+    cache = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
+    *first, last = _install_steps()
+    assert last[0] == "install" and last[-1].startswith("kubetrain["), last
+    extras = last[-1].split("[", 1)[1].split("]", 1)[0]
+    assert set(extras.split(",")) == {"torch", "chainer", "ps", "s3", "gcs"}, "the document installs every extra"
+    for step in first:
+        done = _run([python, "-m", "pip", "--cache-dir", cache, *step], cwd=tmp_path, timeout=900)
+        assert done.returncode == 0, f"pip {shlex.join(step)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    # Chainer was built from its sdist here, and imports (pkg_resources and numpy.distutils included).
+    imported = _run([python, "-c", "import chainer, pkg_resources; print(chainer.__version__)"], cwd=tmp_path)
+    assert imported.returncode == 0 and imported.stdout.split()[-1] == "7.8.1", imported.stderr[-3000:]
+
+    report = tmp_path / "report.json"
+    step2 = [*last[:-1], "--dry-run", "--report", str(report), f"{wheel}[{extras}]"]
+    done = _run([python, "-m", "pip", "--cache-dir", cache, *step2], cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, f"pip {shlex.join(step2)}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    planned = {
+        i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+    }
+    assert planned["kubetrain"] == "0.1.0" and planned["torch"] == "2.13.0", planned
+    assert "chainer" not in planned, "step 2 would build Chainer again, with a setuptools it cannot build with"
+    assert _version(planned.get("setuptools", "65")) < (81,), f"Chainer imports pkg_resources: {planned}"
+    assert _version(planned.get("numpy", "1")) < (2,), planned
+    assert {"grpcio", "protobuf", "mpi4py", "s3fs", "gcsfs"} <= set(planned), sorted(planned)

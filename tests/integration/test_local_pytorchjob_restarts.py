@@ -123,8 +123,7 @@ def test_always_restarts_even_after_success_until_the_backoff_limit(backend: Loc
 
 def test_a_program_file_that_is_not_there_fails_once_and_names_it(backend: LocalBackend) -> None:
     """Issue 49 item 7: a missing program exited 1 after 4 starts, `can't open file` only in the log tails."""
-    port = [{"name": "pytorchjob-port", "containerPort": free_port()}]
-    template = _template(["python", "-u", "/workspace/trian.py", "--epochs", "2"], ports=port)
+    template = _template(["python", "-u", "/workspace/trian.py", "--epochs", "2"])
     manifest = _pytorchjob("nofile", template, None, run_policy={"backoffLimit": 3})
     lines: list[str] = []
     with pytest.raises(JobFailedError) as failed:

@@ -131,8 +131,8 @@ def test_list_params_of_a_users_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["run", str(path), "--list-params", "--runs-dir", str(runs)]) == ExitCode.SUCCESS
     assert capsys.readouterr().out.splitlines() == [
         "NAME    TYPE     DEFAULT           DESCRIPTION",
-        "source  String   'builtin:digits'  Where the data comes from.",
         "shards  Integer  2                 Training shards.",
+        "source  String   'builtin:digits'  Where the data comes from.",
     ]
     assert not runs.exists()  # listing runs nothing
 
@@ -198,3 +198,78 @@ def test_a_compiled_file_whose_name_is_no_run_name_gets_one(
     assert load_pipeline(str(compiled)).name == "my-pipeline-v2"
     assert main(["run", str(compiled), "--list-params"]) == ExitCode.SUCCESS
     assert "epochs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "expected"),
+    [
+        # A script's own ending at module level: it ended kubetrain itself, exit 0 and nothing said.
+        (
+            "\nimport sys\nsys.exit(0)\n",
+            ExitCode.INVALID_INPUT,
+            "calls sys.exit(0) when imported; kubetrain imports the file and runs nothing else: put the script "
+            'part under `if __name__ == "__main__":`',
+        ),
+        (
+            "\nraise KeyboardInterrupt\n",
+            ExitCode.CANCELLED,
+            "loading it was interrupted (KeyboardInterrupt); nothing ran",
+        ),
+    ],
+)
+def test_a_file_that_exits_or_is_interrupted_while_loading_ends_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, code: ExitCode, expected: str
+) -> None:
+    path = _write(tmp_path, "fetch", extra=extra)
+    sys.modules.pop("kubetrain_user_pipeline_my_pipelines", None)
+    failing_line = len(path.read_text().splitlines())
+    for command in (
+        ["run", str(path), "--runs-dir", str(tmp_path / "runs")],
+        ["submit", str(path), "--host", "http://127.0.0.1:9"],
+    ):
+        assert main(command) == code, command
+        err = capsys.readouterr().err
+        assert f"pipeline: {path}:{failing_line}: {expected}" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+TYPED = """
+from typing import Dict, List
+
+from kfp import dsl
+
+from kubetrain.components.download_dataset import download_dataset
+
+
+@dsl.pipeline(name="typed")
+def typed(zeta: int = 2, sizes: List[int] = [1, 2], weights: Dict[str, float] = {"a": 1.0}, names: list = ["x"],
+          rate: float = 2.0, source: str = "builtin:digits"):
+    download_dataset(source=source, shards=zeta)
+"""
+
+
+def test_list_params_is_the_same_for_a_file_and_its_compiled_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kfp import compiler
+
+    source = tmp_path / "typed.py"
+    source.write_text(TYPED)
+    compiled = tmp_path / "typed.yaml"
+    compiler.Compiler().compile(load_pipeline(str(source)).pipeline, str(compiled))
+    listed = []
+    for path in (source, compiled):
+        assert main(["run", str(path), "--list-params"]) == ExitCode.SUCCESS
+        listed.append(capsys.readouterr().out.splitlines())
+    assert listed[0] == listed[1]
+    # In name order (a compiled YAML keeps no other), KFP's type names, list and dict defaults as --param takes them.
+    assert [line.split()[:3] for line in listed[0]] == [
+        ["NAME", "TYPE", "DEFAULT"],
+        ["names", "List", '["x"]'],
+        ["rate", "Float", "2.0"],
+        ["sizes", "List", "[1,"],
+        ["source", "String", "'builtin:digits'"],
+        ["weights", "Dict", '{"a":'],
+        ["zeta", "Integer", "2"],
+    ]

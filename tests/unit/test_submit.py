@@ -211,3 +211,36 @@ def test_wait_gives_up_after_its_seconds_with_the_timeout_code(
     api.run_states = ["RUNNING"]
     assert _submit(api, "--wait", "0.05") == ExitCode.TIMEOUT
     assert "did not end within 0.05s (last state RUNNING); it goes on" in capsys.readouterr().err
+
+
+UNMOUNTED = """
+from kfp import dsl, kubernetes
+
+from kubetrain.components import download_dataset, pytorch_train
+
+
+@dsl.pipeline(name="unmounted")
+def unmounted(claim: str = "kubetrain-workspace"):
+    data = download_dataset(source="builtin:digits", workspace_pvc=claim)
+    kubernetes.mount_pvc(data, pvc_name=claim, mount_path="/workspace")
+    pytorch_train(dataset=data.outputs["dataset"], workspace_pvc=claim)  # the claim not mounted
+"""
+
+
+def test_a_kubetrain_step_without_the_workspace_mounted_is_named_before_upload(
+    api: FakeKfpApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 49.17: such a step fails on the cluster only when it starts; locally nothing tells."""
+    path = tmp_path / "unmounted.py"
+    path.write_text(UNMOUNTED)
+    assert main(["submit", str(path), "--host", api.url, "--token", TOKEN, "--json"]) == 0
+    captured = capsys.readouterr()
+    said = (
+        "step pytorch-train: mounts no workspace claim at /workspace; on the cluster it fails when it starts: "
+        "kfp.kubernetes.mount_pvc(task, pvc_name=CLAIM, mount_path='/workspace')"
+    )
+    assert f"kubetrain submit: warning: {said}" in captured.err
+    assert "download-dataset" not in captured.err  # mounted
+    assert json.loads(captured.out.strip().splitlines()[-1])["warnings"] == [said]
+    assert _submit(api) == 0  # the shipped pipelines mount it on every step
+    assert "warning" not in capsys.readouterr().err

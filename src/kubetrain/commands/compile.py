@@ -7,6 +7,9 @@ SDK version line; it prints the differences and the command that fixes them.
 `--registry HOST/PATH --out DIR` writes them all to DIR/components and DIR/pipelines (each with
 its kfp-pre-2.15/ copy) for images published to that registry (images/build.sh --push with
 REGISTRY=HOST/PATH): the same as compiling with KUBETRAIN_REGISTRY=HOST/PATH set.
+
+Writing beside the sources is for a kubetrain checkout: where kubetrain is installed (pip), the
+YAML beside its modules is the package's own, so compile refuses to run there without --out.
 """
 
 from __future__ import annotations
@@ -53,10 +56,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compile or check; returns 0, or 1 when --check found stale files."""
+    from kubetrain.commands.run import prepare_directory
     from kubetrain.errors import InvalidInputError
     from kubetrain.presets import DEFAULT_REGISTRY, IMAGE_REGISTRY, REGISTRY_ENV, registry_from
     from kubetrain.tooling.compiling import check_all, compile_all
-    from kubetrain.tooling.hub import stale_hub, write_hub
+    from kubetrain.tooling.hub import in_checkout, repo_root, stale_hub, write_hub
 
     try:
         wanted = IMAGE_REGISTRY if args.registry is None else registry_from({REGISTRY_ENV: args.registry})
@@ -72,6 +76,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.check and args.out is not None:
         raise InvalidInputError("--check: compares the YAML beside the sources; leave --out out")
+    if args.out is None and not in_checkout():
+        # The YAML beside an installed package's sources is the package's own: never rewritten in place.
+        raise InvalidInputError(
+            f"kubetrain is installed here ({repo_root()}), not a checkout: its compiled YAML ships with it "
+            "(kubetrain.components.compiled_yaml()); write YAML of your own with --out DIR "
+            "(and --registry HOST/PATH), or run `kubetrain compile` in a kubetrain checkout"
+        )
+    if args.out is not None:
+        prepare_directory(args.out, "--out")
     selected = entries()
     if args.names:
         unknown = sorted(set(args.names) - {e.name for e in selected})
@@ -80,7 +93,12 @@ def run(args: argparse.Namespace) -> int:
         selected = [e for e in selected if e.name in args.names]
     hub_names = [e.name for e in selected if e.kind == "component"]
     if not args.check:
-        for path in compile_all(selected, out=args.out):
+        try:
+            written = compile_all(selected, out=args.out)
+        except OSError as e:
+            where = f"--out {args.out}" if args.out is not None else "the YAML beside the sources"
+            raise InvalidInputError(f"{where}: cannot write {e.filename} ({e.strerror}); choose another") from e
+        for path in written:
             print(f"wrote {path}")
         if args.out is None:  # the hub's files describe the sources' YAML
             for path in write_hub(hub_names):

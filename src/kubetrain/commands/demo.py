@@ -22,6 +22,7 @@ from kubetrain.commands.run import add_run_options, prepare_runs_dir, single_thr
 from kubetrain.launcher.signals import SignalEvent
 
 PIPELINE = "compare_frameworks"
+DEMO_ARGUMENTS = {"dataset": "builtin:digits"}
 TARGET_ACCURACY = 0.95
 FRAMEWORK_TASKS = (("pytorch", "pytorch-train"), ("chainermn", "chainermn-train"), ("ps", "ps-train"))
 
@@ -46,12 +47,14 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
     from kubetrain.tooling.catalog import pipeline
     from kubetrain.tooling.local_run import describe, run_locally
+    from kubetrain.tooling.outcome import run_fields
 
+    args.json_fields = run_fields(PIPELINE, DEMO_ARGUMENTS)  # for an error's JSON object (kubetrain.cli)
     prepare_runs_dir(args.runs_dir)
     single_threaded_defaults()
     outcome = run_locally(
         pipeline(PIPELINE),
-        {"dataset": "builtin:digits"},
+        DEMO_ARGUMENTS,
         runs_dir=args.runs_dir,
         logs_to_stderr=args.json,
         cancel=cancel,

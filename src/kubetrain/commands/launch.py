@@ -19,12 +19,17 @@ import yaml
 
 from kubetrain.backends import open_backend
 from kubetrain.backends.base import Backend
-from kubetrain.errors import InvalidInputError, ManifestError
+from kubetrain.errors import ExitCode, InvalidInputError, JobFailedError, ManifestError
 from kubetrain.launcher import DELETE_AFTER_CHOICES, ON_TIMEOUT_CHOICES, AwaitOptions, DeleteAfter, OnTimeout, run_job
 from kubetrain.launcher.signals import hold_signals, ignore_signals
 from kubetrain.manifests.kinds import kind_of
+from kubetrain.status import JobPhase
+from kubetrain.tooling.result_json import result_json
 
 DEFAULT_TIMEOUT_SECONDS = 24 * 3600
+# What `launch --json` reports of the job after the head: a JobResult's keys.
+_JOB_KEYS = ("name", "namespace", "kind", "uid", "phase", "reason", "message", "start_time", "completion_time",
+             "duration_seconds", "restarts", "backend")  # fmt: skip
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -162,8 +167,20 @@ def run(args: argparse.Namespace) -> int:
         ignore_signals()
 
 
+def job_fields(manifest: dict[str, Any] | None = None, **known: Any) -> dict[str, Any]:
+    """The keys of `launch --json` after the head (a JobResult's), null unless known: the manifest's names first."""
+    metadata = (manifest or {}).get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    fields: dict[str, Any] = dict.fromkeys(_JOB_KEYS)
+    fields.update(name=metadata.get("name"), namespace=metadata.get("namespace"), kind=(manifest or {}).get("kind"))
+    return {**fields, **known}
+
+
 def _launch(args: argparse.Namespace, cancel: threading.Event) -> int:
+    # An error ends in the CLI, whose JSON object (with --json) has the job's keys as far as they are known.
+    args.json_fields = job_fields(backend="local" if args.local else "kubernetes")
     manifest = apply_namespace(load_manifest(args.filename), args.namespace)
+    args.json_fields = job_fields(manifest, backend=args.json_fields["backend"])
     kind_of(manifest)
     if args.dry_run:
         return dry_run(args, manifest)
@@ -182,8 +199,11 @@ def _launch(args: argparse.Namespace, cancel: threading.Event) -> int:
             ),
             cancel=cancel,
         )
+    except JobFailedError as e:
+        args.json_fields = {**args.json_fields, "phase": JobPhase.FAILED.value, "reason": e.reason or None}
+        raise
     finally:
         backend.close()
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps(result_json(state="SUCCEEDED", exit_code=ExitCode.SUCCESS, fields=result.to_json())))
     return 0

@@ -10,13 +10,15 @@ compare_frameworks), or your own: a .py file defining a @dsl.pipeline function (
 NAME picks one when it defines several; importing the file is all kubetrain does with it), or a
 compiled pipeline .yaml. `kubetrain run PIPELINE --list-params` lists its parameters.
 
-Each step runs as a process here and each training job as local processes behaving like the
-operator's pods; no cluster, no container. It prints each step's progress, then the outcome:
-every task's state, where its outputs and HTML reports are, its final metrics, and for a failed
-task its error and exit code. Everything, kfp's own output included, is kept in the run
-directory's run.log (--verbose prints it all). With --json, the progress goes to stderr and stdout
-ends with one JSON object: the pipeline's state and, per task, its state, error, exit code,
-metrics, output parameters and artifact paths.
+Before any step starts, the inputs of every kubetrain step known up front (constants, the
+parameters, a ParallelFor's items; inside control flow too) are checked as --dry-run checks them: a
+bad one ends the run at once with exit 2, nothing run. Each step runs as a process here and each
+training job as local processes behaving like the operator's pods; no cluster, no container. It
+prints each step's progress, then the outcome: every task's state, where its outputs and HTML
+reports are, its final metrics, and for a failed task its error and exit code. Everything, kfp's
+own output included, is kept in the run directory's run.log (--verbose prints it all). With --json,
+the progress goes to stderr and stdout ends with one JSON object: the pipeline's state and, per
+task, its state, error, exit code, metrics, output parameters and artifact paths.
 
 Exit code: 0 when every step succeeded; else the failed step's own (1 the job failed, 2 invalid
 input, 3 timed out, 4 API errors); 5 when SIGTERM or SIGINT (Ctrl-C) stopped the run (its running
@@ -26,6 +28,7 @@ step deleted its job; the outcome, with --json the JSON object, is still printed
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -101,13 +104,18 @@ def add_pipeline_argument(parser: argparse.ArgumentParser) -> None:
 
 def prepare_runs_dir(runs_dir: Path) -> None:
     """Make `--runs-dir` (and its parents), or fail in one line saying why it cannot be one."""
-    blocker = next((p for p in (runs_dir, *runs_dir.parents) if p.exists() and not p.is_dir()), None)
+    prepare_directory(runs_dir, "--runs-dir")
+
+
+def prepare_directory(path: Path, flag: str) -> None:
+    """Make the directory a user named with `flag` (and its parents), or fail in one line saying why it cannot."""
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
-        raise InvalidInputError(f"--runs-dir {runs_dir}: {blocker} is a file, not a directory; choose another")
+        raise InvalidInputError(f"{flag} {path}: {blocker} is a file, not a directory; choose another")
     try:
-        runs_dir.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise InvalidInputError(f"--runs-dir {runs_dir}: cannot be made ({e.strerror}); choose another") from e
+        raise InvalidInputError(f"{flag} {path}: cannot be made ({e.strerror}); choose another") from e
 
 
 def single_threaded_defaults() -> None:
@@ -137,21 +145,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, cancel: SignalEvent) -> int:
+    from kubetrain.tooling.dry_run import dry_run
     from kubetrain.tooling.local_run import describe, run_pipeline_locally
+    from kubetrain.tooling.outcome import run_fields
     from kubetrain.tooling.params import describe_inputs, parse_params, pipeline_inputs
+    from kubetrain.tooling.result_json import result_json
     from kubetrain.tooling.sources import load_pipeline
 
+    # An error ends in the CLI, whose JSON object (with --json) has the run's keys as far as they are known.
+    args.json_fields = run_fields()
     loaded = load_pipeline(args.pipeline, pipeline_func=args.pipeline_func)
+    args.json_fields = run_fields(loaded.name)
     inputs = pipeline_inputs(loaded.pipeline)
     if args.list_params:
-        print(describe_inputs(inputs))
+        print(describe_inputs(inputs), file=sys.stderr if args.json else sys.stdout, flush=True)
+        if args.json:
+            listed = {name: dataclasses.asdict(item) for name, item in inputs.items()}
+            fields = {**run_fields(loaded.name), "parameters": listed}
+            print(json.dumps(result_json(state="SUCCEEDED", exit_code=ExitCode.SUCCESS, fields=fields)), flush=True)
         return int(ExitCode.SUCCESS)
     arguments = parse_params(args.param, inputs)
+    args.json_fields = run_fields(loaded.name, arguments)
     prepare_runs_dir(args.runs_dir)
+    # A bad input of a later step fails now, not after the steps before it have run (a download first).
+    checked = dry_run(loaded.pipeline, name=loaded.name, arguments=arguments)
     if args.dry_run:
-        from kubetrain.tooling.dry_run import dry_run
-
-        checked = dry_run(loaded.pipeline, name=loaded.name, arguments=arguments)
         print(checked.describe(), file=sys.stderr if args.json else sys.stdout, flush=True)
         if args.json:
             print(json.dumps(checked.to_json()), flush=True)

@@ -70,7 +70,10 @@ def list_command(args: argparse.Namespace) -> int:
 
     runs = list_runs(args.runs_dir)
     if args.json:
-        print(json.dumps({"runs_dir": str(args.runs_dir), "runs": {r.name: r.state for r in runs}}))
+        from kubetrain.tooling.result_json import result_json
+
+        fields = {"runs_dir": str(args.runs_dir), "runs": {r.name: r.state for r in runs}}
+        print(json.dumps(result_json(state="SUCCEEDED", exit_code=ExitCode.SUCCESS, fields=fields)))
         return int(ExitCode.SUCCESS)
     if not runs:
         print(f"no runs in {args.runs_dir}")

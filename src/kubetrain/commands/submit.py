@@ -19,6 +19,7 @@ refused the credentials (HTTP 401/403), is not there (404) or failed, 5 the run 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -65,10 +66,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Submit and print the run URL."""
+    from kubetrain.presets import WORKSPACE_MOUNT
+    from kubetrain.tooling.dry_run import unmounted_workspace
     from kubetrain.tooling.params import parse_params, pipeline_inputs
+    from kubetrain.tooling.result_json import result_json
     from kubetrain.tooling.sources import load_pipeline
-    from kubetrain.tooling.submit import SubmitRequest, follow_run, submit
+    from kubetrain.tooling.submit import SubmitRequest, SubmitResult, follow_run, submit
 
+    # An error ends in the CLI, whose JSON object (with --json) has these keys, null until known.
+    args.json_fields = dict.fromkeys(f.name for f in dataclasses.fields(SubmitResult))
     loaded = load_pipeline(args.pipeline, pipeline_func=args.pipeline_func)
     params = parse_params(args.param, pipeline_inputs(loaded.pipeline))
     token = args.token or (os.environ.get(TOKEN_ENV) if not args.token_file else None) or None
@@ -86,13 +92,20 @@ def run(args: argparse.Namespace) -> int:
         version_name=args.version_name,
         ca_cert=args.ca_cert,
     )
+    warnings = [
+        f"step {step}: mounts no workspace claim at {WORKSPACE_MOUNT}; on the cluster it fails when it starts: "
+        f"kfp.kubernetes.mount_pvc(task, pvc_name=CLAIM, mount_path={WORKSPACE_MOUNT!r})"
+        for step in unmounted_workspace(loaded.compile_text())
+    ]
+    for warning in warnings:
+        print(f"kubetrain submit: warning: {warning}", file=sys.stderr, flush=True)
     result = submit(request)
     what = "uploaded" if result.uploaded == "pipeline" else "uploaded a new version of"
     print(f"{what} pipeline {result.pipeline_name} ({result.pipeline_id}, version {result.version_id})")
     print(f"run {result.run_id}: {result.run_url}", flush=True)
     if args.wait is None:
         if args.json:
-            print(json.dumps(result.to_json()))
+            print(json.dumps(result_json(state="SUBMITTED", exit_code=0, warnings=warnings, fields=result.to_json())))
         return 0
     end = follow_run(
         request,
@@ -104,5 +117,7 @@ def run(args: argparse.Namespace) -> int:
     said = f": {end.error}" if end.error else ""
     print(f"run {result.run_id} ended {end.state}{said}", flush=True)
     if args.json:
-        print(json.dumps({**result.to_json(), "state": end.state, "error": end.error, "exit_code": end.exit_code}))
+        fields = result.to_json()
+        ended = result_json(state=end.state, exit_code=end.exit_code, error=end.error, warnings=warnings, fields=fields)
+        print(json.dumps(ended))
     return end.exit_code

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from kubetrain.data.prepare import RawDataset
+from kubetrain.data.sources import BUILTIN_PREFIX
 from kubetrain.errors import DataError
 
 __all__ = ["BUILTIN_PREFIX", "builtin_names", "load_builtin"]
 
-BUILTIN_PREFIX = "builtin:"
 DIGITS_FILE = "digits.csv.gz"
 
 

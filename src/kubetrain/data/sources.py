@@ -1,4 +1,4 @@
-"""Splitting a download source into its URLs: light enough for a step that only checks its cache."""
+"""Splitting a download source into its URLs, and checking it before anything is fetched (no numpy, no fetchers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from collections.abc import Sequence
 from kubetrain.data.errors import DataError
 from kubetrain.urls import has_userinfo, redact_url
 
-__all__ = ["describe_source", "parse_source"]
+__all__ = ["check_source", "describe_source", "parse_source"]
+
+BUILTIN_PREFIX = "builtin:"
+# Schemes the downloader fetches itself; any other goes through an fsspec store.
+_FETCHED_DIRECTLY = ("", "file", "http", "https")
 
 
 def parse_source(source: str | Sequence[str]) -> list[str]:
@@ -77,3 +81,41 @@ def _refuse_malformed(url: str) -> None:
             f"{redact_url(url)}: not a valid URL: {e}; fix the URL (an IPv6 host goes in brackets: "
             "http://[::1]:8080/data.npz)"
         ) from e
+
+
+def check_source(source: str | Sequence[str], *, sha256: str = "", shards: int = 1, drivers: bool = True) -> list[str]:
+    """A download's inputs checked as far as they can be without reading or fetching anything; its URLs.
+
+    `kubetrain run` (and `--dry-run`) checks a download step's inputs with this before any step
+    starts, and the step itself before it opens the workspace, so both refuse the same inputs:
+    shards, the checksums' form, a built-in name, and a scheme no fetcher knows (`htp://`) or, with
+    `drivers`, whose store driver is not installed here. Whether the files exist is for the
+    download to find out.
+    """
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
+    urls = parse_source(source)
+    label = describe_source(urls)
+    if sha256 or any("#sha256=" in url for url in urls):
+        from kubetrain.data.fetch import normalize_sha256, split_checksum
+
+        if sha256:
+            normalize_sha256(sha256, label)
+        for url in urls:
+            split_checksum(url)
+    for url in urls:
+        if url.startswith(BUILTIN_PREFIX):
+            from kubetrain.data.builtin import builtin_names
+
+            if len(urls) > 1 or sha256:
+                raise DataError(f"{label}: a built-in data set stands alone (no other sources, no sha256)")
+            if url.removeprefix(BUILTIN_PREFIX) not in builtin_names():
+                raise DataError(
+                    f"{url}: unknown built-in data set; expected one of "
+                    f"{', '.join(BUILTIN_PREFIX + name for name in builtin_names())}"
+                )
+        elif urllib.parse.urlsplit(url).scheme not in _FETCHED_DIRECTLY:
+            from kubetrain.data.stores import check_store
+
+            check_store(url, driver=drivers)
+    return urls

@@ -18,7 +18,7 @@ from kubetrain.data.progress import Progress
 from kubetrain.data.sink import CHUNK_SIZE, HashingSink
 from kubetrain.urls import redact_url
 
-__all__ = ["fetch_fsspec", "local_path", "open_store", "store_exists"]
+__all__ = ["check_store", "fetch_fsspec", "local_path", "open_store", "store_exists"]
 
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
@@ -33,18 +33,19 @@ def local_path(url: str) -> Path:
     return Path(url)
 
 
-def open_store(url: str) -> tuple[Any, str]:
-    """The fsspec filesystem and in-store path for `url`; DataError for unknown or missing."""
+def check_store(url: str, *, driver: bool = True) -> None:
+    """DataError when fsspec knows no store for `url`'s scheme or (`driver`) its driver is not installed; no I/O."""
     import fsspec
 
     scheme = urllib.parse.urlsplit(url).scheme
+    if not driver:
+        if scheme not in fsspec.available_protocols():
+            raise DataError(_unknown_scheme(url, scheme))
+        return
     try:
         fsspec.get_filesystem_class(scheme)
     except ValueError as e:
-        raise DataError(
-            f"{redact_url(url)}: unknown scheme {scheme!r}; expected http(s)://, file://, a local path, "
-            "builtin:NAME, or an fsspec object store such as s3:// or gs://"
-        ) from e
+        raise DataError(_unknown_scheme(url, scheme)) from e
     except ImportError as e:
         extra = _EXTRAS.get(scheme)
         hint = (
@@ -53,6 +54,20 @@ def open_store(url: str) -> tuple[Any, str]:
             else "install its fsspec driver"
         )
         raise DataError(f"{redact_url(url)}: the {scheme}:// driver is not installed ({e}); {hint}") from e
+
+
+def _unknown_scheme(url: str, scheme: str) -> str:
+    return (
+        f"{redact_url(url)}: unknown scheme {scheme!r}; expected http(s)://, file://, a local path, "
+        "builtin:NAME, or an fsspec object store such as s3:// or gs://"
+    )
+
+
+def open_store(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem and in-store path for `url`; DataError for unknown or missing."""
+    import fsspec
+
+    check_store(url)
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except (ImportError, ValueError, OSError) as e:

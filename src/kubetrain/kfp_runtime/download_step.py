@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_dataset_info
-from kubetrain.data.sources import describe_source, parse_source
+from kubetrain.data.sources import check_source, describe_source, parse_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
 from kubetrain.kfp_runtime.exits import step
@@ -96,6 +96,8 @@ def download_dataset_step(
     """Fetch `source` to the workspace (or reuse it) and fill the Dataset artifact; returns its metadata."""
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise InvalidInputError(f"shards: got {shards!r}; expected an integer >= 1")
+    # The checks `kubetrain run` makes before any step starts: the same inputs fail the same way here.
+    check_source(source, sha256=sha256, shards=shards)
     workspace = open_workspace(workspace_pvc, kind=backend_kind())
     name = dataset_dir_name(source, sha256=sha256, shards=shards)
     pod_path = workspace.pod(DATASETS_DIR, name)

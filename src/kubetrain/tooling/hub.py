@@ -64,6 +64,11 @@ def repo_root() -> Path:
     return Entry("component", COMPONENTS[0]).source.parent.parent
 
 
+def in_checkout() -> bool:
+    """Whether the components are a kubetrain checkout's (its pyproject.toml beside them), not an installed copy."""
+    return (repo_root() / "pyproject.toml").is_file()
+
+
 def _env_file(path: Path) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in path.read_text(encoding="utf-8").splitlines() if "=" in line)
     return {k.strip(): v.strip() for k, v in pairs if not k.lstrip().startswith("#")}

@@ -178,8 +178,9 @@ def run_pipeline_locally(
     guard = RunGuard(cancel=cancel)
     log_file = run_dir / RUN_LOG
     print(f"running {name} in {run_dir} (full log: {log_file.name} there)", file=console, flush=True)
-    for task, notice in unused_task_settings(pipeline).items():
-        print(f"step {task}: {notice}", file=console, flush=True)
+    notices = tuple(f"step {task}: {notice}" for task, notice in unused_task_settings(pipeline).items())
+    for notice in notices:
+        print(notice, file=console, flush=True)
     # kfp.local's steps write their code to `mktemp -d` and never remove it: the steps (and their
     # pods) get a temporary directory of the run's own, removed when the run ends. Short, under the
     # system's: Open MPI puts its session directory's sockets there.
@@ -233,6 +234,7 @@ def run_pipeline_locally(
         arguments=redact_values(dict(arguments)),
         tasks=tasks,
         log_file=log_file,
+        notices=notices,
     )
     mark_ended(run_dir, outcome.to_json())
     return outcome

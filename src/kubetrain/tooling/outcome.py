@@ -27,6 +27,8 @@ from kubetrain.errors import ExitCode
 from kubetrain.kfp_runtime.artifacts import as_metric
 from kubetrain.kfp_runtime.exits import read_failure
 from kubetrain.kfp_runtime.report import display_value, format_value
+from kubetrain.tooling.result_json import result_json
+from kubetrain.urls import redact_values
 
 # SKIPPED: control flow left the step out (a false dsl.If condition, a ParallelFor over no items).
 TaskState = Literal["SUCCEEDED", "FAILED", "CANCELLED", "SKIPPED", "NOT_RUN"]
@@ -80,6 +82,7 @@ class RunOutcome:
     arguments: Mapping[str, Any]
     tasks: tuple[TaskOutcome, ...]
     log_file: Path | None = None  # everything kfp.local and the steps printed
+    notices: tuple[str, ...] = ()  # said before the run: a step's settings that do nothing here
 
     def task(self, name: str) -> TaskOutcome:
         """The task called `name` (KeyError naming the tasks if absent)."""
@@ -104,19 +107,57 @@ class RunOutcome:
         )
         return codes[0][1] if codes else int(ExitCode.JOB_FAILED)
 
+    @property
+    def error(self) -> str | None:
+        """One line for a run that did not succeed: the task its exit code comes from, and its error."""
+        if self.state == "SUCCEEDED":
+            return None
+        ended = [t for t in self.tasks if t.state == self.state]
+        # The task exit_code took its code from: a recorded failure before one judged by its log.
+        ended.sort(key=lambda t: (t.exit_code != self.exit_code, not t.recorded))
+        if not ended:
+            return "cancelled before any step started" if self.state == "CANCELLED" else "no step ran; see the log"
+        return f"task {ended[0].name}: {ended[0].error or 'see the log'}"
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The run's notices, then every task's warnings, each naming its task."""
+        return self.notices + tuple(f"task {t.name}: {w}" for t in self.tasks for w in t.warnings)
+
     def to_json(self) -> dict[str, Any]:
-        """The one JSON object `kubetrain run --json` prints last."""
-        return {
-            "pipeline": self.pipeline,
-            "state": self.state,
-            "exit_code": self.exit_code,
-            "run_dir": str(self.run_dir),
-            "log": str(self.log_file) if self.log_file else None,
-            "claims_dir": str(self.claims_dir),
-            "wall_seconds": round(self.wall_seconds, 2),
-            "arguments": dict(self.arguments),
-            "tasks": {t.name: t.to_json() for t in self.tasks},
-        }
+        """The one JSON object `kubetrain run --json` prints last (:mod:`.result_json`'s head, then the run's)."""
+        return result_json(
+            state=self.state,
+            exit_code=self.exit_code,
+            error=self.error,
+            warnings=self.warnings,
+            fields=run_fields(
+                self.pipeline,
+                self.arguments,
+                run_dir=str(self.run_dir),
+                log=str(self.log_file) if self.log_file else None,
+                claims_dir=str(self.claims_dir),
+                wall_seconds=round(self.wall_seconds, 2),
+                tasks={t.name: t.to_json() for t in self.tasks},
+            ),
+        )
+
+
+def run_fields(pipeline: str | None = None, arguments: Mapping[str, Any] | None = None, **known: Any) -> dict[str, Any]:
+    """The keys of `kubetrain run --json` after the head, null (or empty) unless known."""
+    fields: dict[str, Any] = {
+        "pipeline": pipeline,
+        "run_dir": None,
+        "log": None,
+        "claims_dir": None,
+        "wall_seconds": None,
+        "arguments": redact_values(dict(arguments or {})),  # a presigned URL's signature is not printed
+        "tasks": {},
+    }
+    unknown = sorted(set(known) - set(fields))
+    if unknown:
+        raise ValueError(f"run_fields: no such keys {unknown}")
+    return {**fields, **known}
 
 
 @dataclass(frozen=True)
@@ -139,7 +180,8 @@ class DagTask:
         return self.component.removeprefix("comp-")
 
 
-def _upstream_first(tasks: Mapping[str, Any]) -> list[str]:
+def upstream_first(tasks: Mapping[str, Any]) -> list[str]:
+    """The names of a DAG's tasks, each after the tasks it depends on, ties in name order (the same every time)."""
     ordered: list[str] = []
     while len(ordered) < len(tasks):
         ready = sorted(
@@ -156,7 +198,7 @@ def _upstream_first(tasks: Mapping[str, Any]) -> list[str]:
 def _walk(spec: Any, dag: Any, conditions: tuple[str, ...], loops: tuple[str, ...]) -> list[DagTask]:
     tasks = dict(dag.tasks.items())
     out: list[DagTask] = []
-    for task_name in _upstream_first(tasks):
+    for task_name in upstream_first(tasks):
         task = tasks[task_name]
         component = spec.components[task.component_ref.name]
         if component.WhichOneof("implementation") == "dag":

@@ -54,19 +54,29 @@ def _compiled_descriptions(pipeline: Any) -> dict[str, str]:
     return {name: str(p.get("description") or "") for name, p in params.items() if isinstance(p, dict)}
 
 
+def _type_name(kind: str) -> str:
+    """The type name a compiled pipeline gives a parameter: `typing.List[int]` and `List[String]` are List."""
+    json_kind = _json_kind(kind)
+    return {"list": "List", "dict": "Dict"}[json_kind] if json_kind else kind
+
+
 def pipeline_inputs(pipeline: Any) -> dict[str, PipelineInput]:
-    """The parameters a KFP pipeline object (from Python or compiled YAML) declares, by name."""
+    """The parameters a KFP pipeline object (from Python or compiled YAML) declares, by name, in name order.
+
+    A .py file and its compiled .yaml give the same: the YAML keeps neither the order the function
+    declares them in (its keys are sorted) nor the element types of a list or dict.
+    """
     spec = pipeline.component_spec
     compiled = _compiled_descriptions(pipeline)
     return {
         name: PipelineInput(
             name=name,
-            type=str(inp.type),
+            type=_type_name(str(inp.type)),
             default=inp.default,
             optional=bool(inp.optional),
             description=" ".join(str(inp.description or compiled.get(name, "")).split()),
         )
-        for name, inp in (spec.inputs or {}).items()
+        for name, inp in sorted((spec.inputs or {}).items())
     }
 
 
@@ -76,7 +86,21 @@ def _shown_default(item: PipelineInput, kind: str) -> str:
     # A compiled YAML stores every number as a float: show an Integer's default as the integer it is.
     if kind == "Integer" and isinstance(item.default, float) and item.default.is_integer():
         return str(int(item.default))
+    if _json_kind(kind) is not None and item.default is not None:
+        # As --param takes it; a compiled YAML stores 1 as 1.0, so a whole number shows as one.
+        return json.dumps(_whole_numbers(item.default))
     return "(none)" if item.default is None else repr(item.default)
+
+
+def _whole_numbers(value: Any) -> Any:
+    """`value` with every float that is a whole number as an int, inside lists and dicts too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    return value
 
 
 def describe_inputs(inputs: Mapping[str, PipelineInput]) -> str:

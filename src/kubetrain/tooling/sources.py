@@ -3,9 +3,11 @@
 `PIPELINE` is one of the shipped pipelines by name (:mod:`.catalog`), a Python source file
 (`.py`) defining one or more `@dsl.pipeline` functions, or a compiled pipeline (`.yaml`/`.yml`).
 A source file is imported as a module, the way `import` would (its directory first on the module
-search path while it loads, as when Python runs it as a script), and nothing else is executed;
-its `if __name__ == "__main__":` block does not run. Of the pipelines it defines itself (not those
-it imports), one is taken, or the one `--pipeline-func NAME` names.
+search path while it loads, as when Python runs it as a script), and nothing else is executed; its
+`if __name__ == "__main__":` block does not run. Whatever its module-level code raises, a
+`sys.exit()` (exit 2) and a KeyboardInterrupt (exit 5) included, ends in one line naming the file's
+line. Of the pipelines it defines itself (not those it imports), one is taken, or the one
+`--pipeline-func NAME` names.
 
 Every form ends as a :class:`LoadedPipeline`: the KFP pipeline object that `kfp.local` runs, the
 name its run directory gets, and the YAML that `submit` uploads.
@@ -24,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from kubetrain.errors import InvalidInputError
+from kubetrain.errors import InvalidInputError, JobCancelledError
 from kubetrain.tooling.catalog import PIPELINES, pipeline
 from kubetrain.tooling.compiling import compile_pipeline
 
@@ -148,6 +150,19 @@ def _import(path: Path) -> ModuleType:
     except ImportError as e:
         sys.modules.pop(name, None)
         raise InvalidInputError(f"pipeline: {_where(e, path)}: an import failed while loading it: {e}") from e
+    except SystemExit as e:
+        # Left alone, it ended kubetrain itself: exit 0 and nothing said (a script's own ending at module level).
+        sys.modules.pop(name, None)
+        raise InvalidInputError(
+            f"pipeline: {_where(e, path)}: calls sys.exit({e.code!r}) when imported; kubetrain imports the file "
+            'and runs nothing else: put the script part under `if __name__ == "__main__":`'
+        ) from e
+    except KeyboardInterrupt as e:
+        # SIGINT (Ctrl-C), or the file raising it: a stop either way, in one line like every other stop.
+        sys.modules.pop(name, None)
+        raise JobCancelledError(
+            f"pipeline: {_where(e, path)}: loading it was interrupted (KeyboardInterrupt); nothing ran"
+        ) from e
     except Exception as e:  # the user's module-level code: whatever it raises, name it
         # (kfp itself raises TypeError/ValueError while it builds a @dsl.pipeline's graph.)
         sys.modules.pop(name, None)
