@@ -52,8 +52,12 @@ def download_dataset(
     """
     from kubetrain.kfp_runtime.download_step import download_dataset_step
 
-    del cache_key  # read by KFP's cache alone
-
     download_dataset_step(
-        source=source, sha256=sha256, shards=shards, workspace_pvc=workspace_pvc, refresh=refresh, dataset=dataset
+        source=source,
+        sha256=sha256,
+        shards=shards,
+        workspace_pvc=workspace_pvc,
+        refresh=refresh,
+        dataset=dataset,
+        cache_key=cache_key,
     )

@@ -224,6 +224,11 @@ def test_repeated_signals_while_cancelling_keep_exit_5_and_the_json(tmp_path: Pa
     _wait_for(lambda: _pids_of(tmp_path) == [], timeout=10, what="every replica to go")
 
 
+def _head(result: dict[str, Any]) -> dict[str, Any]:
+    """The five keys every `--json` object begins with (docs/user-guide.md), whatever the command."""
+    return {key: result[key] for key in ("state", "exit_code", "error", "error_type", "warnings")}
+
+
 def test_unreadable_inputs_of_launch_are_one_line_errors(tmp_path: Path) -> None:
     root = tmp_path / "root"
     listed = tmp_path / "list.yaml"
@@ -231,23 +236,26 @@ def test_unreadable_inputs_of_launch_are_one_line_errors(tmp_path: Path) -> None
     done = _launch(listed, root)
     assert done.returncode == ExitCode.INVALID_INPUT
     assert "expected one job object (a mapping with apiVersion, kind, ...), found a list" in done.stderr
-    assert _result(done) == {
+    assert _head(_result(done)) == {
         "state": "FAILED",
+        "exit_code": ExitCode.INVALID_INPUT,
         "error": f"{listed}: expected one job object (a mapping with apiVersion, kind, ...), found a list",
         "error_type": "ManifestError",
-        "exit_code": ExitCode.INVALID_INPUT,
+        "warnings": [],
     }
+    assert _result(done)["name"] is None  # launch's own keys are there, empty: no job was read
 
     latin = tmp_path / "latin.yaml"
     latin.write_bytes(b"kind: \xff\xfe\n")
     done = _launch(latin, root)
     assert done.returncode == ExitCode.INVALID_INPUT
     assert "not UTF-8 text" in done.stderr and "Traceback" not in done.stderr
-    assert _result(done) == {
+    assert _head(_result(done)) == {
         "state": "FAILED",
+        "exit_code": ExitCode.INVALID_INPUT,
         "error": f"{latin}: not UTF-8 text (byte 6: invalid start byte); save the manifest as UTF-8",
         "error_type": "ManifestError",
-        "exit_code": ExitCode.INVALID_INPUT,
+        "warnings": [],
     }
 
     a_file = tmp_path / "a-file"

@@ -17,7 +17,7 @@ from kubetrain.errors import JobConflictError, JobFailedError
 from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
 from kubetrain.status import JobPhase
-from tests.integration.local_jobs import CLAIM, _follow, _program, _pytorchjob, _template, free_port
+from tests.integration.local_jobs import CLAIM, _follow, _program, _pytorchjob, _template
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -140,8 +140,7 @@ RANK1_RAISES = """
 def test_a_ddp_programs_own_exception_is_the_one_line_error(backend: LocalBackend) -> None:
     """Issues 48 item 10 and 49 item 2: the error said `worker-0 exited with code 1`, or rank 0's lost connection."""
     program = _program(backend, "raise.py", RANK1_RAISES)
-    port = [{"name": "pytorchjob-port", "containerPort": free_port()}]
-    template = _template(["python", program], ports=port)
+    template = _template(["python", program])  # the job's own rendezvous port, locally (issue 49.1)
     manifest = _pytorchjob("ddpraise", template, template, workers=1, policy="Never")
     with pytest.raises(JobFailedError) as failed:
         run_job(manifest, backend=backend, options=AwaitOptions(timeout_seconds=120), log_sink=lambda _: None)

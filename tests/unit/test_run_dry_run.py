@@ -117,7 +117,14 @@ def test_a_dry_run_lists_the_steps_upstream_first_in_the_same_order_every_time(
     shipped = main(["run", "compare_frameworks", "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")])
     assert shipped == ExitCode.SUCCESS
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["steps"] == ["download-dataset", "chainermn-train", "ps-train", "pytorch-train", "compare-summary"]
+    assert result["steps"] == [
+        "download-cache-key",
+        "download-dataset",
+        "chainermn-train",
+        "ps-train",
+        "pytorch-train",
+        "compare-summary",
+    ]
 
 
 GUARDED = """

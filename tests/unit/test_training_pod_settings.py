@@ -14,6 +14,7 @@ import pytest
 from kubetrain.errors import InvalidInputError, SpecError
 from kubetrain.kfp_runtime.requests import ChainerMNRequest, JobPlan, PSRequest, PyTorchRequest, TrainingRequest
 from kubetrain.manifests import build_manifest
+from kubetrain.manifests.jobset import NETWORK_POLICY_ANNOTATION
 from kubetrain.presets import PodOptions, TrainingParams, pytorch_job_spec, pytorch_trainjob_spec
 from kubetrain.specs import JobMeta, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm
 from tests.crd_schema import validate_strict
@@ -53,6 +54,10 @@ def _manifest(request: TrainingRequest) -> dict[str, Any]:
     return manifest
 
 
+# kubetrain's own job annotations, whatever the inputs: the PS JobSet asks the Kubernetes backend
+# for the NetworkPolicy that lets only its own pods reach its servers.
+_OWN_JOB_ANNOTATIONS = {"JobSet": {NETWORK_POLICY_ANNOTATION: "job-pods-only"}}
+
 REQUESTS = {
     "pytorchjob": PyTorchRequest(**IDS, workers=2, priority_class="high"),
     "mpijob": ChainerMNRequest(**IDS, priority_class="high"),
@@ -68,7 +73,7 @@ def test_labels_annotations_and_affinity_reach_the_job_and_every_pod(api: str) -
     manifest = _manifest(type(request)(**{**vars(request), "labels": LABELS, "annotations": ANNOTATIONS}))
     meta = manifest["metadata"]
     assert LABELS.items() <= meta["labels"].items()  # Kueue reads the queue name on the job itself
-    assert meta["annotations"] == ANNOTATIONS
+    assert meta["annotations"] == {**ANNOTATIONS, **_OWN_JOB_ANNOTATIONS.get(manifest["kind"], {})}
     assert meta["labels"]["kubetrain.io/kfp-task-id"] == "task-1.train"  # kubetrain's own labels stay
     templates = pod_templates(manifest)
     assert templates
@@ -93,7 +98,7 @@ def test_by_default_nothing_new_is_emitted() -> None:
         manifest = build_manifest(
             request.to_spec(JobPlan(name="t-0123456789ab", params=TrainingParams(), pod=request.pod_options(None)))
         )
-        assert "annotations" not in manifest["metadata"]
+        assert manifest["metadata"].get("annotations") == _OWN_JOB_ANNOTATIONS.get(manifest["kind"])
         assert "schedulingPolicy" not in manifest["spec"].get("runPolicy", {})
         for template in pod_templates(manifest).values():
             assert "priorityClassName" not in template["spec"] and "affinity" not in template["spec"]

@@ -92,8 +92,14 @@ def download_dataset_step(
     workspace_pvc: str,
     refresh: bool,
     dataset: ArtifactLike,
+    cache_key: str = "",
 ) -> dict[str, Any]:
-    """Fetch `source` to the workspace (or reuse it) and fill the Dataset artifact; returns its metadata."""
+    """Fetch `source` to the workspace (or reuse it) and fill the Dataset artifact; returns its metadata.
+
+    `cache_key` is the component's input that only KFP's cache reads (a new value makes the step run
+    instead of being served a cached copy); the step itself has no use for it.
+    """
+    del cache_key
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise InvalidInputError(f"shards: got {shards!r}; expected an integer >= 1")
     # The checks `kubetrain run` makes before any step starts: the same inputs fail the same way here.

@@ -24,7 +24,6 @@ MAX_BACKOFF_LIMIT = 1_000
 # MPI ranks on one worker: one per core or GPU of the largest nodes.
 MAX_SLOTS_PER_WORKER = 1_024
 MAX_RECORDS_PER_TASK = 100_000_000
-MAX_LEARNING_RATE = 100.0
 # A year (366 days): the longest timeout, start timeout or job deadline.
 MAX_SECONDS = 366 * 24 * 3600
 
@@ -57,11 +56,16 @@ RECORDS_PER_TASK = Count(1, MAX_RECORDS_PER_TASK, "records in each task the mast
 
 
 def check_learning_rate(value: object, field_name: str = "learning_rate", *, noun: str = "number") -> None:
-    """A finite learning rate > 0 and at most MAX_LEARNING_RATE."""
+    """A finite learning rate > 0.
+
+    No upper bound, unlike the counts and times above: a large rate costs no resources, and what it
+    does to training (divergence) is caught while the job runs and ends it with one line naming the
+    non-finite loss (`DivergedError`), the answer a user needs rather than a guess at their optimizer.
+    """
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     rate = float(value) if number else math.nan  # type: ignore[arg-type]
-    if not 0 < rate <= MAX_LEARNING_RATE:  # NaN fails here too
-        raise SpecError(field_name, value, f"a finite {noun} > 0, at most {MAX_LEARNING_RATE:g} (MAX_LEARNING_RATE)")
+    if not (0 < rate < math.inf):  # NaN fails here too
+        raise SpecError(field_name, value, f"a finite {noun} > 0")
 
 
 def check_seconds(field_name: str, value: object, *, zero: str = "") -> None:
