@@ -6,6 +6,7 @@ import json
 import tarfile
 import tomllib
 from pathlib import Path
+from typing import IO, Any
 
 import yaml
 
@@ -68,7 +69,7 @@ def test_real_pod_namespaces_select_and_tolerate_the_node_and_enforce_restricted
     assert tolerations == [{"key": node_config.NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 
 
-def _ruleset(*objects: dict[str, object]) -> list[dict[str, object]]:
+def _ruleset(*objects: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"metainfo": {"version": "1.0.6"}}, *objects]
 
 
@@ -90,18 +91,25 @@ def test_the_firewall_restore_removes_only_what_was_added() -> None:
     assert extra["table"] == {("ip", "nat")}
 
 
+def _member(tar: tarfile.TarFile, name: str) -> IO[bytes]:
+    """The archive's regular file `name` (extractfile gives None for a directory or a link)."""
+    member = tar.extractfile(name)
+    assert member is not None, f"{name}: not a regular file in the archive"
+    return member
+
+
 def test_the_pause_image_archive_is_an_oci_layout_naming_the_image(tmp_path: Path) -> None:
     binary = tmp_path / "pause"
     binary.write_bytes(b"\x7fELF not really")
     archive = tmp_path / "pause.tar"
     oci.write_image(archive, node_config.PAUSE_IMAGE, {"/pause": binary}, ["/pause"])
     with tarfile.open(archive) as tar:
-        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        index = json.loads(_member(tar, "index.json").read())
         entry = index["manifests"][0]
         assert entry["annotations"]["io.containerd.image.name"] == node_config.PAUSE_IMAGE
-        manifest = json.loads(tar.extractfile("blobs/sha256/" + entry["digest"].split(":")[1]).read())  # type: ignore[union-attr]
-        config = json.loads(tar.extractfile("blobs/sha256/" + manifest["config"]["digest"].split(":")[1]).read())  # type: ignore[union-attr]
+        manifest = json.loads(_member(tar, "blobs/sha256/" + entry["digest"].split(":")[1]).read())
+        config = json.loads(_member(tar, "blobs/sha256/" + manifest["config"]["digest"].split(":")[1]).read())
         assert config["config"]["User"] == "65535:65535"  # passes "restricted"
-        layer = tar.extractfile("blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1])
-        with tarfile.open(fileobj=layer) as files:  # type: ignore[arg-type]
+        layer = _member(tar, "blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1])
+        with tarfile.open(fileobj=layer) as files:
             assert files.getnames() == ["pause"]
