@@ -6,10 +6,11 @@ import json
 import tarfile
 import tomllib
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 
+from tests.data_helpers import tar_member
 from tools.cluster import netfilter, node, node_config, oci
 from tools.cluster.node_config import NodePaths
 
@@ -91,25 +92,18 @@ def test_the_firewall_restore_removes_only_what_was_added() -> None:
     assert extra["table"] == {("ip", "nat")}
 
 
-def _member(tar: tarfile.TarFile, name: str) -> IO[bytes]:
-    """The archive's regular file `name` (extractfile gives None for a directory or a link)."""
-    member = tar.extractfile(name)
-    assert member is not None, f"{name}: not a regular file in the archive"
-    return member
-
-
 def test_the_pause_image_archive_is_an_oci_layout_naming_the_image(tmp_path: Path) -> None:
     binary = tmp_path / "pause"
     binary.write_bytes(b"\x7fELF not really")
     archive = tmp_path / "pause.tar"
     oci.write_image(archive, node_config.PAUSE_IMAGE, {"/pause": binary}, ["/pause"])
     with tarfile.open(archive) as tar:
-        index = json.loads(_member(tar, "index.json").read())
+        index = json.loads(tar_member(tar, "index.json").read())
         entry = index["manifests"][0]
         assert entry["annotations"]["io.containerd.image.name"] == node_config.PAUSE_IMAGE
-        manifest = json.loads(_member(tar, "blobs/sha256/" + entry["digest"].split(":")[1]).read())
-        config = json.loads(_member(tar, "blobs/sha256/" + manifest["config"]["digest"].split(":")[1]).read())
+        manifest = json.loads(tar_member(tar, "blobs/sha256/" + entry["digest"].split(":")[1]).read())
+        config = json.loads(tar_member(tar, "blobs/sha256/" + manifest["config"]["digest"].split(":")[1]).read())
         assert config["config"]["User"] == "65535:65535"  # passes "restricted"
-        layer = _member(tar, "blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1])
+        layer = tar_member(tar, "blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1])
         with tarfile.open(fileobj=layer) as files:
             assert files.getnames() == ["pause"]

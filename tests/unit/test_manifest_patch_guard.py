@@ -27,9 +27,11 @@ def _manifest(**kwargs: Any) -> dict[str, Any]:
 
 
 def _at(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    for key in reversed(path):
-        value = {key: value}
-    return value  # type: ignore[no-any-return]
+    *outer, last = path
+    nested: dict[str, Any] = {last: value}
+    for key in reversed(outer):
+        nested = {key: nested}
+    return nested
 
 
 def _pod(value: dict[str, Any]) -> dict[str, Any]:
