@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cpu_by_process import cpu_seconds, read_stat
 from kubernetes import client, config, watch
 
-from bench.cpu_by_process import cpu_seconds, read_stat
 from kubetrain.manifests import build_pytorchjob
 from kubetrain.manifests.kinds import PYTORCHJOB
 from kubetrain.specs import JobMeta, PyTorchJobSpec

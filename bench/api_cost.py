@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._cluster import (
+from _cluster import (
     TerminalObserver,
     audit_requests,
     await_by_polling,
@@ -36,6 +36,7 @@ from bench._cluster import (
     pytorchjob,
     user_kubeconfig,
 )
+
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.launcher.options import Tuning

@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     def med(side: str, key: str) -> float:
         return float(statistics.median(r[key] for r in runs[side]))
 
-    result = {
+    result: dict[str, Any] = {
         "command": "bench/ps_stragglers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "runs": runs,

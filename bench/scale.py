@@ -44,7 +44,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._cluster import (
+from _cluster import (
     ProcessSampler,
     TerminalObserver,
     apiserver_pid,
@@ -57,6 +57,7 @@ from bench._cluster import (
     pytorchjob,
     user_kubeconfig,
 )
+
 from kubetrain.backends.kubernetes import KubernetesBackend
 from kubetrain.launcher import AwaitOptions, run_job
 from kubetrain.status import JobStatus
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     wait_for_cleanup(where)
     sizes = [int(x) for x in args.n.split(",")]
     ensure_nodes(where, max(sizes))
-    rows = []
+    rows: list[dict[str, Any]] = []
     single = single_launch_rss(where, args.run_seconds)
     apfs = ["none", "deploy"] if args.apf == "both" else [args.apf]
     for n in sizes:

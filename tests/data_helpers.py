@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -101,6 +101,13 @@ def tar_bytes(
             info.linkname = target
             tf.addfile(info)
     return buf.getvalue()
+
+
+def tar_member(tar: tarfile.TarFile, name: str) -> IO[bytes]:
+    """The archive's regular file `name`, to read (extractfile gives None for a directory or a link)."""
+    member = tar.extractfile(name)
+    assert member is not None, f"{name}: not a regular file in the archive"
+    return member
 
 
 def zip_bytes(files: Mapping[str, bytes]) -> bytes:

@@ -112,7 +112,7 @@ def serve_log(handler: Handler, ns: str, name: str, query: Mapping[str, str]) ->
         return
     restarts = container_restarts(pod, container)
     previous = query.get("previous") in TRUE
-    cstatus = next((c for c in pod["status"].get("containerStatuses") or () if c["name"] == container), {})
+    cstatus: Obj = next((c for c in pod["status"].get("containerStatuses") or () if c["name"] == container), {})
     waiting = (cstatus.get("state") or {}).get("waiting")
     if previous and restarts == 0:
         handler.send_json(400, status_body(400, "BadRequest",

@@ -15,13 +15,16 @@ import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # playwright is imported when a page opens: its absence is a skip reason
+    from playwright.sync_api import ViewportSize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS_IMAGES = REPO_ROOT / "docs" / "images" / "ui"
 # The wrapper /usr/bin/chromium prints a shell warning and adds flags; the binary behind it is enough.
 CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser")
-VIEWPORT = {"width": 1440, "height": 900}
+VIEWPORT: ViewportSize = {"width": 1440, "height": 900}
 
 
 def chromium() -> str | None:

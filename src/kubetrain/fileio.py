@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import IO
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write `path` through `write(f)` so readers see the old file or the whole new one, never half.
 
     The data goes to a temporary file in the same directory, is fsynced, then renamed over `path`

@@ -123,8 +123,8 @@ def from_pod(cluster: Cluster, pod: Mapping[str, Any], container_name: str) -> P
             (m for m in container.get("volumeMounts") or () if path.startswith(m["mountPath"].rstrip("/") + "/")), None
         )
         volume = next((v for v in spec.get("volumes") or () if mount and v["name"] == mount["name"]), None)
-        if volume and "configMap" in volume:
-            key = path[len(mount["mountPath"].rstrip("/")) + 1 :]  # type: ignore[index]
+        if mount and volume and "configMap" in volume:
+            key = path[len(mount["mountPath"].rstrip("/")) + 1 :]
             for item in volume["configMap"].get("items") or ():
                 if item["path"] == key:
                     key = item["key"]

@@ -44,7 +44,7 @@ def _backoff_limit(cluster: Cluster, manifest: dict[str, Any], pod: dict[str, An
 
     None when the pod's Job went since the listing (a JobSet recreating its jobs): so did the pod.
     """
-    owner = next(iter(pod["metadata"].get("ownerReferences") or ()), {})
+    owner: dict[str, Any] = next(iter(pod["metadata"].get("ownerReferences") or ()), {})
     if owner.get("kind") == "Job":
         try:
             job = json.loads(cluster.kubectl("get", "job", owner["name"], "-n", NAMESPACE, "-o", "json"))

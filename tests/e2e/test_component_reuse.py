@@ -31,7 +31,7 @@ def test_loaded_components_train_in_a_new_pipeline(tmp_path: Path) -> None:
     train = components.load_component_from_file(str(COMPONENTS / "pytorch_train.yaml"))
 
     @dsl.pipeline(name="my-own-pipeline")
-    def my_pipeline(data_source: str = "builtin:digits", claim: str = "my-claim"):
+    def my_pipeline(data_source: str = "builtin:digits", claim: str = "my-claim") -> None:
         data = download(source=data_source, workspace_pvc=claim, shards=2)
         train(
             dataset=data.outputs["dataset"],
@@ -62,7 +62,7 @@ def test_a_failing_job_fails_its_step_and_stays_for_debugging(tmp_path: Path) ->
     assert {p.field.name for p in train.component_spec.task_config_passthroughs} >= {"RESOURCES", "ENV"}
 
     @dsl.pipeline(name="failing")
-    def failing():
+    def failing() -> None:
         data = download()
         train(
             dataset=data.outputs["dataset"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,7 +64,9 @@ def fails_alone(limit: int = 1):
 """
 
 
-def _run(tmp_path: Path, source: str, capsys: pytest.CaptureFixture[str], *params: str) -> tuple[int, dict, str]:
+def _run(
+    tmp_path: Path, source: str, capsys: pytest.CaptureFixture[str], *params: str
+) -> tuple[int, dict[str, Any], str]:
     path = tmp_path / "user_pipeline.py"
     path.write_text(textwrap.dedent(source), encoding="utf-8")
     args = ["run", str(path), "--runs-dir", str(tmp_path / "runs"), "--json"]

@@ -63,7 +63,7 @@ def test_a_third_party_pipeline_with_the_users_own_programs(tmp_path: Path) -> N
     chainermn_train = load_component(str(COMPONENTS / "chainermn_train.yaml"))
 
     @dsl.pipeline(name="third-party")
-    def third_party(claim: str = "team-claim"):
+    def third_party(claim: str = "team-claim") -> None:
         data = download(workspace_pvc=claim)
         ids = {
             "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER,

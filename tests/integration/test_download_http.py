@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 import socket
 from pathlib import Path
+from typing import Any, TextIO
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
-from kubetrain.data.dataset_format import load_split, read_dataset_info
+from kubetrain.data.dataset_format import DatasetInfo, load_split, read_dataset_info
 from kubetrain.data.download import download
 from kubetrain.data.errors import ChecksumError, CorruptFileError, DownloadUnavailableError, HTTPStatusError
 from kubetrain.data.http import RetryPolicy
@@ -20,14 +22,31 @@ FAST = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, timeout=10)
 IMAGES = "train-images-idx3-ubyte.gz"
 
 
+# MNIST's files by name, and its arrays by (split, "images" or "labels").
+Mnist = tuple[dict[str, bytes], dict[tuple[str, str], npt.NDArray[Any]]]
+
+
 @pytest.fixture
-def mnist() -> tuple[dict[str, bytes], dict[tuple[str, str], np.ndarray]]:
+def mnist() -> Mnist:
     return mnist_files(300, 100)
 
 
-def _get(server: LoopbackServer, tmp_path: Path, source: str | list[str], **kwargs: object):  # type: ignore[no-untyped-def]
-    options: dict[str, object] = {"cache_dir": tmp_path / "cache", "retry": FAST, "quiet": True}
-    return download(source, tmp_path / "out", **(options | kwargs))  # type: ignore[arg-type]
+def _get(
+    server: LoopbackServer,
+    tmp_path: Path,
+    source: str | list[str],
+    *,
+    sha256: str | None = None,
+    shards: int = 1,
+    refresh: bool = False,
+    retry: RetryPolicy = FAST,
+    quiet: bool = True,
+    progress_stream: TextIO | None = None,
+) -> DatasetInfo:
+    return download(
+        source, tmp_path / "out", sha256=sha256, shards=shards, cache_dir=tmp_path / "cache", refresh=refresh,
+        retry=retry, quiet=quiet, progress_stream=progress_stream,
+    )  # fmt: skip
 
 
 def _cache_files(tmp_path: Path) -> list[str]:
@@ -39,7 +58,7 @@ def _assert_no_output(tmp_path: Path) -> None:
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
 
 
-def test_base_url_gives_sharded_mnist(tmp_path: Path, mnist) -> None:  # type: ignore[no-untyped-def]
+def test_base_url_gives_sharded_mnist(tmp_path: Path, mnist: Mnist) -> None:
     files, arrays = mnist
     with LoopbackServer(files) as server:
         info = _get(server, tmp_path, server.url(), shards=3)
@@ -75,7 +94,7 @@ def test_list_of_raw_urls_with_checksums_seeded_split(tmp_path: Path) -> None:
     assert again.splits == info.splits
 
 
-def test_connection_cut_mid_file_resumes_with_range(tmp_path: Path, mnist) -> None:  # type: ignore[no-untyped-def]
+def test_connection_cut_mid_file_resumes_with_range(tmp_path: Path, mnist: Mnist) -> None:
     files, _arrays = mnist
     size = len(files[IMAGES])
     with LoopbackServer(files) as server:
@@ -189,7 +208,7 @@ def test_a_path_outside_ascii_is_sent_percent_encoded(tmp_path: Path) -> None:
     assert info.name == "é1"
 
 
-def test_500_500_200_is_retried(tmp_path: Path, mnist) -> None:  # type: ignore[no-untyped-def]
+def test_500_500_200_is_retried(tmp_path: Path, mnist: Mnist) -> None:
     files, _ = mnist
     with LoopbackServer(files) as server:
         server.fail(IMAGES, 500, 500)
@@ -204,7 +223,7 @@ def test_500_500_200_is_retried(tmp_path: Path, mnist) -> None:  # type: ignore[
     assert (tmp_path / "out" / "dataset.json").is_file()
 
 
-def test_persistent_5xx_gives_up(tmp_path: Path, mnist) -> None:  # type: ignore[no-untyped-def]
+def test_persistent_5xx_gives_up(tmp_path: Path, mnist: Mnist) -> None:
     files, _ = mnist
     with LoopbackServer(files) as server:
         server.fail(IMAGES, *([502] * 10))
@@ -280,7 +299,7 @@ def test_traversal_archive_over_http(tmp_path: Path) -> None:
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
-def test_non_idx_and_missing_base_files(tmp_path: Path, mnist) -> None:  # type: ignore[no-untyped-def]
+def test_non_idx_and_missing_base_files(tmp_path: Path, mnist: Mnist) -> None:
     files, _ = mnist
     with LoopbackServer({**files, "train-labels-idx1-ubyte.gz": b"<html>oops</html>"}) as server:
         with pytest.raises(DataError, match=r"train-labels-idx1-ubyte.gz: not an MNIST idx file"):

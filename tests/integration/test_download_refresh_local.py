@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,13 +30,13 @@ def refresh(refresh_dataset: bool = False):
 """
 
 
-def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], refresh: bool) -> dict:  # type: ignore[type-arg]
+def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str], refresh: bool) -> dict[str, Any]:
     path = tmp_path / "refresh_pipeline.py"
     path.write_text(textwrap.dedent(PIPELINE), encoding="utf-8")
     args = ["run", str(path), "--runs-dir", str(tmp_path / "runs"), "--json", f"--param=refresh_dataset={refresh}"]
     code = main(args)
     out, err = capsys.readouterr()
-    outcome: dict = json.loads(out.strip().splitlines()[-1])  # type: ignore[type-arg]
+    outcome: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     assert (code, outcome["state"]) == (0, "SUCCEEDED"), err
     return outcome
 

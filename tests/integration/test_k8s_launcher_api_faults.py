@@ -5,6 +5,8 @@ and 410s, 5xx and 429 retries, and dry runs. Against the stand-in API server
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from kubetrain.backends.kubernetes import RetryPolicy
@@ -16,6 +18,7 @@ from kubetrain.errors import (
 from kubetrain.manifests.kinds import PYTORCHJOB
 from kubetrain.status import JobPhase
 from tests.fake_apiserver import FakeApiServer
+from tests.fake_apiserver_proto import Request
 from tests.integration.k8s_launcher_env import NS, Env, cond, play_success, pytorch_manifest
 
 pytestmark = pytest.mark.timeout(90)
@@ -73,11 +76,15 @@ def test_5xx_429_and_dropped_connections_are_retried(env: Env) -> None:
     assert len(env.requests("create", "pytorchjobs")) >= 1
 
 
+def _has_verb(verb: str, request: Request) -> bool:
+    return request.verb == verb
+
+
 def test_a_throttled_launcher_waits_as_told_beyond_its_attempts(env: Env) -> None:
     """API Priority and Fairness answering 429 to every kind of request (create, watches, delete)
     ten times each is waited out, although the launcher gives up after 3 failures."""
     for verb in ("create", "watch", "delete"):
-        env.api.fail_next(10, 429, retry_after=0.01, message="too many requests", match=lambda r, v=verb: r.verb == v)
+        env.api.fail_next(10, 429, retry_after=0.01, message="too many requests", match=partial(_has_verb, verb))
     script = play_success(env, PYTORCHJOB, "train", [("Master", 0)], ["ok"])
     backend = env.backend(retry=RetryPolicy(attempts=3, initial_delay_seconds=0.01, max_delay_seconds=0.02))
     result = env.launch(pytorch_manifest(workers=0), script, backend=backend)

@@ -105,7 +105,7 @@ def test_a_job_whose_pods_never_start_is_deleted_at_the_start_timeout_naming_why
     assert 'train-master-0: ErrImagePull (failed to pull image "example.com/tarin:1": not found)' in message
     assert "train-worker-0: Unschedulable (0/3 nodes are available: 3 Insufficient nvidia.com/gpu.)" in message
     assert message.endswith("; deleted it")
-    assert timed_out.value.exit_code == ExitCode.TIMEOUT == 3
+    assert timed_out.value.exit_code == ExitCode.TIMEOUT and int(ExitCode.TIMEOUT) == 3
     assert env.api.deletions == [("pytorchjobs", NS, "train", foreground(env.created_uid("train")))]
 
 

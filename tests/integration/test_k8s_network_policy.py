@@ -13,13 +13,14 @@ from kubetrain.manifests.jobset import network_policy_for
 from kubetrain.manifests.kinds import JOBSET, PYTORCHJOB
 from kubetrain.status import JobPhase
 from tests.fake_apiserver_http import NETWORK_POLICY
+from tests.fake_apiserver_proto import Obj
 from tests.integration.k8s_launcher_env import NS, Env, cond, play_success, ps_manifest, pytorch_manifest
 
 pytestmark = pytest.mark.timeout(90)
 COMPANIONS = "kubetrain.backends.kubernetes.companions"
 
 
-def _policy(env: Env, name: str) -> dict[str, object] | None:
+def _policy(env: Env, name: str) -> Obj | None:
     with env.api.cv:
         return copy.deepcopy(env.api.objects.get((NETWORK_POLICY.plural, NS, name)))
 
@@ -54,7 +55,7 @@ def test_a_launcher_that_adopts_the_jobset_keeps_the_policy_there(env: Env) -> N
     assert result.phase == JobPhase.SUCCEEDED
     assert len(env.requests("create", "networkpolicies")) == 1  # answered 409: the earlier one stays
     policy = _policy(env, "ps")
-    assert policy is not None and policy["metadata"]["uid"] == made["metadata"]["uid"]  # type: ignore[index]
+    assert policy is not None and policy["metadata"]["uid"] == made["metadata"]["uid"]
 
 
 def test_a_launcher_not_allowed_to_create_it_runs_the_job_and_says_so(

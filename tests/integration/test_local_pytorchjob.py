@@ -8,6 +8,7 @@ test_local_pytorchjob_lifecycle.py, the supervisor's own failures in test_local_
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ def test_hand_written_pytorchjob_sees_the_operators_env(backend: LocalBackend, m
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
     program = _program(backend, "env.py", ENV_DUMP)
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "USER_VALUE", "value": "from-the-manifest"},
         {"name": "DATA", "value": "/workspace"},
         {"name": "SCRATCH", "value": "/scratch/tmp"},

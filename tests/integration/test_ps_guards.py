@@ -26,12 +26,12 @@ from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.ps.common.jobtoken import ensure_token, token_metadata
 from kubetrain.ps.common.optimizers import OptimizerSpec
 from kubetrain.ps.common.rpc import HealthReporter, bind, make_channel, make_server
-from kubetrain.ps.common.tasks import BookConfig
+from kubetrain.ps.common.tasks import FAILED, BookConfig
 from kubetrain.ps.common.tensors import to_tensor
 from kubetrain.ps.harness.localrun import LocalPSJob, free_port
 from kubetrain.ps.master.service import JobSettings, MasterCore, MasterServicer
 from kubetrain.ps.master.state import StateStore
-from kubetrain.ps.master.taskbook import FAILED, TaskBook
+from kubetrain.ps.master.taskbook import TaskBook
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
 from kubetrain.ps.server.main import ParameterServerServicer, _Checkpointer

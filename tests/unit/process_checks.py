@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -14,9 +15,9 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(predicate: object, timeout: float = 20.0) -> None:
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0) -> None:
     """Return once `predicate()` is true; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.01)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kubetrain.cli import main
-from kubetrain.commands.render import MAX_JSON_DEPTH
 from kubetrain.errors import ExitCode, SpecError
+from kubetrain.manifests.patch import MAX_JSON_DEPTH
 from kubetrain.presets import TrainingParams
 from kubetrain.specs import MAX_REPLICAS, JobMeta, ReplicaSpec
 

@@ -6,9 +6,11 @@ import json
 import tarfile
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from tests.data_helpers import tar_member
 from tools.cluster import netfilter, node, node_config, oci
 from tools.cluster.node_config import NodePaths
 
@@ -68,7 +70,7 @@ def test_real_pod_namespaces_select_and_tolerate_the_node_and_enforce_restricted
     assert tolerations == [{"key": node_config.NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
 
 
-def _ruleset(*objects: dict[str, object]) -> list[dict[str, object]]:
+def _ruleset(*objects: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"metainfo": {"version": "1.0.6"}}, *objects]
 
 
@@ -96,12 +98,12 @@ def test_the_pause_image_archive_is_an_oci_layout_naming_the_image(tmp_path: Pat
     archive = tmp_path / "pause.tar"
     oci.write_image(archive, node_config.PAUSE_IMAGE, {"/pause": binary}, ["/pause"])
     with tarfile.open(archive) as tar:
-        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        index = json.loads(tar_member(tar, "index.json").read())
         entry = index["manifests"][0]
         assert entry["annotations"]["io.containerd.image.name"] == node_config.PAUSE_IMAGE
-        manifest = json.loads(tar.extractfile("blobs/sha256/" + entry["digest"].split(":")[1]).read())  # type: ignore[union-attr]
-        config = json.loads(tar.extractfile("blobs/sha256/" + manifest["config"]["digest"].split(":")[1]).read())  # type: ignore[union-attr]
+        manifest = json.loads(tar_member(tar, "blobs/sha256/" + entry["digest"].split(":")[1]).read())
+        config = json.loads(tar_member(tar, "blobs/sha256/" + manifest["config"]["digest"].split(":")[1]).read())
         assert config["config"]["User"] == "65535:65535"  # passes "restricted"
-        layer = tar.extractfile("blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1])
-        with tarfile.open(fileobj=layer) as files:  # type: ignore[arg-type]
+        layer = tar_member(tar, "blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1])
+        with tarfile.open(fileobj=layer) as files:
             assert files.getnames() == ["pause"]

@@ -6,7 +6,7 @@ its module's name, which hides the submodule from attribute access; both import 
 still give the same component, and the module stays reachable through `sys.modules`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: kfp reads the pipeline's annotations as types.
 
 import importlib
 import subprocess
@@ -64,8 +64,8 @@ def test_both_import_statements_in_a_fresh_interpreter() -> None:
 def test_a_pipeline_of_components_imported_by_name_compiles(tmp_path: Path) -> None:
     from kubetrain.components import download_dataset, pytorch_train
 
-    @dsl.pipeline(name="by-name")  # type: ignore[untyped-decorator]
-    def by_name():  # no annotations: kfp reads them, and this file postpones them
+    @dsl.pipeline(name="by-name")
+    def by_name() -> None:
         data = download_dataset(source="builtin:digits")
         pytorch_train(dataset=data.outputs["dataset"], epochs=1)  # no run_id/task_id/task_name to wire
 

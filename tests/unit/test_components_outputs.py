@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from kubetrain.errors import InvalidInputError, TrainingError
 from kubetrain.kfp_runtime import artifacts, report, summary
 from tests.unit.fake_kfp_artifact import FakeArtifact
 
-METRICS = {
+METRICS: dict[str, Any] = {
     "test_accuracy": 0.97,
     "test_loss": 0.1,
     "train_loss": 0.08,

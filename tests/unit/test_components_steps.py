@@ -5,6 +5,7 @@ the backend and workspace a step uses, the download step, dataset locations and 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -217,14 +218,14 @@ def test_an_unpinned_download_warns_that_later_runs_get_this_copy(
     files, _ = mnist_files(60, 20)
     write_files(tmp_path / "mnist", files)
     source = str(tmp_path / "mnist")
-    step = {"shards": 1, "workspace_pvc": "ws", "refresh": False}
-    download_dataset_step(source=source, sha256="", dataset=FakeArtifact(tmp_path / "a"), **step)
+    step = partial(download_dataset_step, sha256="", shards=1, workspace_pvc="ws", refresh=False)
+    step(source=source, dataset=FakeArtifact(tmp_path / "a"))
     assert "has no checksum" in capsys.readouterr().err
     # Reused from the claim: nothing downloaded, nothing to warn about.
-    download_dataset_step(source=source, sha256="", dataset=FakeArtifact(tmp_path / "b"), **step)
+    step(source=source, dataset=FakeArtifact(tmp_path / "b"))
     assert "has no checksum" not in capsys.readouterr().err
     pinned = ",".join(f"{tmp_path / 'mnist' / name}#sha256={sha256_hex(data)}" for name, data in files.items())
-    download_dataset_step(source=pinned, sha256="", dataset=FakeArtifact(tmp_path / "c"), **step)
+    step(source=pinned, dataset=FakeArtifact(tmp_path / "c"))
     assert "has no checksum" not in capsys.readouterr().err
     assert is_pinned("builtin:digits", "") and is_pinned("https://x/a.npz", "ab" * 32)
     assert not is_pinned("https://x/a.npz", "") and not is_pinned(f"{pinned},https://x/extra.gz", "")

@@ -1,6 +1,6 @@
 """Task settings → training pods: the TaskConfig passthrough, from the compiled pipeline to the manifest."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: kfp reads the pipeline's annotations as types.
 
 from pathlib import Path
 from typing import Any
@@ -239,7 +239,7 @@ def test_ps_servers_bind_their_pod_ip() -> None:
 
 def _compile(task_settings: Any, tmp_path: Path) -> dict[str, Any]:
     @dsl.pipeline(name="settings")
-    def settings_pipeline():  # no "-> None": with postponed annotations KFP reads "None" as an output type
+    def settings_pipeline() -> None:
         data = dsl.importer(artifact_uri="file:///data", artifact_class=dsl.Dataset)
         task = pytorch_train(
             dataset=data.output,

@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from kubetrain.data.dataset_format import (
@@ -23,7 +24,7 @@ from kubetrain.data.download import download
 from kubetrain.errors import DataError
 
 
-def _arrays(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _arrays(n: int, seed: int = 0) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
     rng = np.random.default_rng(seed)
     return rng.normal(size=(n, 1, 4, 4)).astype(np.float32), rng.integers(0, 3, size=n)
 

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from kubetrain.cli import main
@@ -25,9 +26,9 @@ from kubetrain.data.formats import LocalFile, load_files
 from kubetrain.errors import DataError, ExitCode
 
 
-def _npz(**arrays: np.ndarray) -> bytes:
+def _npz(**arrays: npt.ArrayLike) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    np.savez(buf, **arrays)
     return buf.getvalue()
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import fsspec
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from kubetrain.data.dataset_format import load_split, read_dataset_info
@@ -28,7 +29,7 @@ from tests.data_helpers import (
 )
 
 
-def _npz(**arrays: np.ndarray) -> bytes:
+def _npz(**arrays: npt.ArrayLike) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -18,7 +19,7 @@ BODY = """
 """
 
 
-def _compile(tmp_path: Path, i: int) -> dict[str, object]:
+def _compile(tmp_path: Path, i: int) -> dict[str, Any]:
     """Scenario i's pipeline: loaded from the YAML for even i, imported by name for odd i."""
     directory = tmp_path / str(i)
     directory.mkdir()
@@ -27,7 +28,7 @@ def _compile(tmp_path: Path, i: int) -> dict[str, object]:
         package = by_name_pipeline(directory, f"p{i}", body)
     else:
         package = users_pipeline(directory, f"p{i}", BODY.format(name=f"users-{i}", suffix="", train_suffix=""))
-    spec: dict[str, object] = next(iter(yaml.safe_load_all(package.read_text())))
+    spec: dict[str, Any] = next(iter(yaml.safe_load_all(package.read_text())))
     return spec
 
 
@@ -36,5 +37,5 @@ def test_pipelines_defined_in_threads_at_once_each_compile_to_their_own_spec(tmp
     # theirs at once failed with "Nested pipelines are not allowed" (CI, 2026-11-27).
     with ThreadPoolExecutor(4) as pool:
         specs = list(pool.map(lambda i: _compile(tmp_path, i), range(8)))
-    names = [spec["pipelineInfo"]["name"] for spec in specs]  # type: ignore[index]
+    names = [spec["pipelineInfo"]["name"] for spec in specs]
     assert names == [f"by-name-{i}" if i % 2 else f"users-{i}" for i in range(8)]

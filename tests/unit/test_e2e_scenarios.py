@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from functools import partial
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_no_more_than_parallel_run_at_once_and_in_the_order_queued() -> None:
 
     with scenarios(2) as running:
         for name in "abcdef":
-            running.start(name, lambda n=name: one(n))
+            running.start(name, partial(one, name))
     assert peak[0] == 2
     assert order[:2] == ["a", "b"] and sorted(order) == list("abcdef")
 

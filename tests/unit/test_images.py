@@ -241,7 +241,8 @@ def _names(requirements: list[str]) -> list[str]:
 
 def _requirements_extras(dockerfile: str) -> str:
     """The extras a Dockerfile passes to images/requirements.py (its one call)."""
-    (found,) = re.findall(r"requirements\.py /etc/kubetrain/pyproject\.toml \"([^\"]*)\"", dockerfile)
+    calls: list[str] = re.findall(r"requirements\.py /etc/kubetrain/pyproject\.toml \"([^\"]*)\"", dockerfile)
+    (found,) = calls
     return found
 
 

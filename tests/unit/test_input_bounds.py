@@ -17,8 +17,9 @@ from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchR
 from kubetrain.launcher import AwaitOptions
 from kubetrain.presets import TrainingParams, mpi_job_spec, ps_job_spec
 from kubetrain.specs import Resources, RunPolicy, limits
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
 
 TOO_BIG: list[tuple[Any, str, object, str]] = [
     (PyTorchRequest, "epochs", 10**20, "at most 100000 (passes over the training data; MAX_EPOCHS)"),
@@ -75,9 +76,11 @@ def test_the_specs_hold_the_same_bounds() -> None:
 @pytest.mark.parametrize("value", [1e30, float("inf"), float("nan")])
 def test_the_launchers_timeouts_are_bounded(field: str, value: float) -> None:
     """`kubetrain launch --timeout 1e30` fed a deadline no clock or wait can hold."""
-    others = {"timeout_seconds": 60.0}
+    timeouts = {"timeout_seconds": 60.0, field: value}
     with pytest.raises(InvalidInputError) as refused:
-        AwaitOptions(**{**others, field: value})
+        AwaitOptions(
+            timeout_seconds=timeouts["timeout_seconds"], start_timeout_seconds=timeouts.get("start_timeout_seconds")
+        )
     assert str(refused.value).startswith(f"{field}: got {value!r}; expected a positive number of seconds, at most")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.data_helpers import tar_member
 from tools.cluster import oci
 from tools.cluster.kfp import backend, manifests
 from tools.cluster.kfp.manifests import HostService, ServicePort
@@ -65,9 +66,9 @@ def test_a_one_layer_image_holds_its_binary_and_a_sticky_tmp(tmp_path: Path) -> 
     archive = tmp_path / "image.tar"
     oci.write_image(archive, "ghcr.io/kubeflow/kfp-driver:2.17.0", spec.files, spec.entrypoint)
     with tarfile.open(archive) as outer:
-        index = json.load(outer.extractfile("index.json"))  # type: ignore[arg-type]
+        index = json.load(tar_member(outer, "index.json"))
         manifest_digest = index["manifests"][0]["digest"].split(":")[1]
-        manifest = json.load(outer.extractfile(f"blobs/sha256/{manifest_digest}"))  # type: ignore[arg-type]
+        manifest = json.load(tar_member(outer, f"blobs/sha256/{manifest_digest}"))
         layer = outer.extractfile(f"blobs/sha256/{manifest['layers'][0]['digest'].split(':')[1]}")
         assert layer is not None
         with tarfile.open(fileobj=io.BytesIO(layer.read())) as files:

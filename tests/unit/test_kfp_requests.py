@@ -13,8 +13,9 @@ from kubetrain.manifests import build_manifest
 from kubetrain.presets import PodOptions, TrainingParams
 from kubetrain.specs import MPIJobSpec, PSJobSpec, PyTorchJobSpec
 from tests.crd_schema import validate_strict
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "pytorch-train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "pytorch-train"}
 PLAN = JobPlan(name="train-0123456789ab", params=TrainingParams(), pod=PodOptions())
 
 

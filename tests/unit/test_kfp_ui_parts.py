@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tools.cluster.kfp import backend, grpcweb, object_store, ui
+from tools.cluster.kfp import backend, grpcweb, manifests, object_store, ui
 
 SERVICE = "ml_metadata.MetadataStoreService"
 ARCHIVE = Path("/work/shared/upstream/kubeflow-pipelines-2.17.0.tar.gz")
@@ -112,7 +112,7 @@ def test_the_ui_server_env_points_every_backend_piece_at_its_host_address(tmp_pa
 
 
 def test_the_ui_reads_archived_logs_where_argo_writes_them() -> None:
-    repository = yaml.safe_load(yaml.safe_load(backend.manifests.workflow_controller_config())["data"]
+    repository = yaml.safe_load(yaml.safe_load(manifests.workflow_controller_config())["data"]
                                 ["artifactRepository"])  # fmt: skip
     assert repository["s3"]["keyFormat"] == ui.ARGO_KEYFORMAT
     assert f"{repository['s3']['endpoint']}" in ui.STORE_NAMES

@@ -130,7 +130,8 @@ def test_an_unknown_image_gets_the_training_images_env_it_runs_on_locally() -> N
 def test_python_means_this_interpreter(tmp_path: Path) -> None:
     assert resolve_command(["python", "-c", "1"], "") == [sys.executable, "-c", "1"]
     assert resolve_command(["/usr/local/bin/python3"], "") == [sys.executable]
-    assert resolve_command(["python3.11", "x.py"], "")[0] == sys.executable  # type: ignore[index]
+    versioned = resolve_command(["python3.11", "x.py"], "")
+    assert versioned is not None and versioned[0] == sys.executable
     assert resolve_command(["no-such-command-kubetrain"], "/bin") is None
     assert resolve_command(["/no/such/binary"], "/bin") is None
     assert resolve_command(["sh", "-c", "true"], "/usr/bin:/bin") is not None

@@ -13,8 +13,9 @@ from kubetrain.manifests.patch import MAX_JSON_DEPTH, apply_manifest_patch, merg
 from kubetrain.presets import PodOptions, TrainingParams
 from tests.conftest import CRD_DIR
 from tests.crd_schema import validate_strict
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
 PLAN = JobPlan(name="pytorch-0123456789ab", params=TrainingParams(), pod=PodOptions())
 
 

@@ -14,8 +14,9 @@ from kubetrain.manifests.patch import apply_manifest_patch
 from kubetrain.presets import PodOptions, TrainingParams
 from tests.conftest import CRD_DIR
 from tests.crd_schema import validate_strict
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
 PLAN = JobPlan(name="pytorch-0123456789ab", params=TrainingParams(), pod=PodOptions())
 WORKER = ("spec", "pytorchReplicaSpecs", "Worker", "template")
 WHERE = "spec.pytorchReplicaSpecs.Worker.template"
@@ -26,9 +27,11 @@ def _manifest(**kwargs: Any) -> dict[str, Any]:
 
 
 def _at(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    for key in reversed(path):
-        value = {key: value}
-    return value  # type: ignore[no-any-return]
+    *outer, last = path
+    nested: dict[str, Any] = {last: value}
+    for key in reversed(outer):
+        nested = {key: nested}
+    return nested
 
 
 def _pod(value: dict[str, Any]) -> dict[str, Any]:

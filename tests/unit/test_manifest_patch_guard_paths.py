@@ -18,8 +18,9 @@ from kubetrain.manifests.validate import validate_manifest
 from kubetrain.presets import PodOptions, TrainingParams
 from kubetrain.specs import MAX_REPLICAS
 from kubetrain.specs.limits import MAX_SECONDS
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
 PLAN = JobPlan(name="pytorch-0123456789ab", params=TrainingParams(), pod=PodOptions())
 WHERE = "spec.pytorchReplicaSpecs.Worker.template.spec"
 
@@ -104,7 +105,7 @@ class _Counted(dict[str, Any]):
         _Counted.comparisons += 1
         return dict.__eq__(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 def test_the_guards_work_grows_with_the_list_not_its_square() -> None:

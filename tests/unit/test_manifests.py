@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -17,8 +17,16 @@ from kubetrain.presets import TrainingParams, mpi_job_spec, ps_job_spec, pytorch
 from kubetrain.specs import JobSpec, RunPolicy
 from tests.crd_schema import strict_errors, validate_strict
 
+
+class KfpIds(TypedDict):
+    """The presets' KFP run and task, for `**IDS`."""
+
+    kfp_run_id: str
+    kfp_task_id: str
+
+
 PARAMS = TrainingParams()
-IDS = {"kfp_run_id": "0f4e-run", "kfp_task_id": "task-7"}
+IDS: KfpIds = {"kfp_run_id": "0f4e-run", "kfp_task_id": "task-7"}
 
 
 def _matrix() -> list[tuple[str, JobSpec]]:

@@ -26,8 +26,12 @@ HOST = "127.0.0.1"
 TOKEN = "t" * 64
 
 
+# Two shards' addresses, servicers and health reporters.
+Shards = tuple[list[str], list[ParameterServerServicer], list[HealthReporter]]
+
+
 @pytest.fixture
-def shards(tmp_path: Path) -> Iterator[tuple[list[str], list[ParameterServerServicer], list[HealthReporter]]]:
+def shards(tmp_path: Path) -> Iterator[Shards]:
     servers, servicers, healths, addrs = [], [], [], []
     for i in range(2):
         shard = ParameterShard(ShardConfig(i, 2, optimizer=OptimizerSpec("sgd", lr=1.0)))
@@ -48,7 +52,7 @@ def shards(tmp_path: Path) -> Iterator[tuple[list[str], list[ParameterServerServ
         s.stop(None)
 
 
-def test_health_turns_serving_only_when_ready(shards: tuple[list[str], list, list]) -> None:
+def test_health_turns_serving_only_when_ready(shards: Shards) -> None:
     addrs, servicers, healths = shards
     with make_channel(addrs[0], token=TOKEN) as ch:
         check = health_pb2_grpc.HealthStub(ch).Check
@@ -65,7 +69,7 @@ def test_health_turns_serving_only_when_ready(shards: tuple[list[str], list, lis
         assert (state.generation, list(state.restored_versions)) == (2, [-1, 7])
 
 
-def test_client_pulls_and_pushes_across_shards(shards: tuple[list[str], list, list]) -> None:
+def test_client_pulls_and_pushes_across_shards(shards: Shards) -> None:
     addrs, servicers, _ = shards
     for s in servicers:
         s.set_ready([-1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 import torch
 
@@ -33,7 +34,7 @@ def _shard(
     return s
 
 
-def _g(value: float) -> dict[str, np.ndarray]:
+def _g(value: float) -> dict[str, npt.NDArray[np.float32]]:
     return {"w": np.full((2, 2), value, np.float32)}
 
 
@@ -189,7 +190,7 @@ def test_repartition_from_two_shards_to_three(tmp_path: Path) -> None:
     for i in range(3):
         snap = latest_snapshot(tmp_path, i, 3)
         assert snap is not None
-        got = np.asarray(snap.rows["emb"]["ids"])
+        got = np.asarray(snap.rows["emb"]["ids"], np.int64)
         assert (got % 3 == i).all()
         assert int(snap.rows["emb"]["slot_t"]) == 1  # Adam's step count carried over
         seen.extend(got.tolist())

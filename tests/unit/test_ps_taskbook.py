@@ -15,9 +15,19 @@ from hypothesis import strategies as st
 from kubetrain.errors import SpecError
 from kubetrain.ps.common.errors import PSConfigError, StaleStateError
 from kubetrain.ps.common.evaluation import EvalResult
-from kubetrain.ps.common.tasks import BookConfig, Directive, Lease, cut_epoch, cut_split, task_from_id
+from kubetrain.ps.common.tasks import (
+    FAILED,
+    FINAL_EVAL,
+    FINISHING,
+    BookConfig,
+    Directive,
+    Lease,
+    cut_epoch,
+    cut_split,
+    task_from_id,
+)
 from kubetrain.ps.master.state import StateStore, book_from_json, book_to_json
-from kubetrain.ps.master.taskbook import FAILED, FINAL_EVAL, FINISHING, TaskBook
+from kubetrain.ps.master.taskbook import TaskBook
 
 
 def _config(**kw: Any) -> BookConfig:
@@ -57,7 +67,7 @@ def _finish(book: TaskBook, lease: Lease, worker: str = "w0", inc: str = "a", no
 
 
 def _drain(book: TaskBook, worker: str = "w0") -> list[Lease]:
-    done = []
+    done: list[Lease] = []
     while True:
         _, lease = book.get_task(worker, "a", 0.0)
         if lease is None:

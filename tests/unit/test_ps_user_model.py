@@ -20,8 +20,9 @@ from kubetrain.ps.common.optimizers import OptimizerSpec
 from kubetrain.ps.worker.user_model import UserModel, UserModelError, build_user_model, load_contract
 from kubetrain.specs import PSJobSpec
 from tests.crd_schema import validate_strict
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "ps-train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "ps-train"}
 SGD = OptimizerSpec(name="sgd", lr=0.1)
 X = np.random.default_rng(0).random((2, 1, 8, 8), dtype=np.float32)
 Y = np.array([3, 7], dtype=np.int64)

@@ -88,7 +88,7 @@ class _Artifact:
 
 IDS = {"run_id": "run-7", "task_id": "task-3", "task_name": "train-a"}
 DATA = "/workspace/datasets/mnist"
-CASES: dict[str, tuple[Any, type[Any], dict[str, Any], list[str]]] = {
+CASES: dict[str, tuple[Any, type[Any] | None, dict[str, Any], list[str]]] = {
     "a user's PyTorch program with its metadata and a patch": (
         frameworks.train_pytorch, PyTorchRequest,
         {"workers": 2, "command": ["python", "/app/train.py"], "args": ["--lr", "0.1"], "cpu": "2",

@@ -6,6 +6,7 @@ kfp.local runs are in tests/e2e/test_own_pipeline_control_flow.py.
 """
 
 # No `from __future__ import annotations`: kfp reads the components' annotations as types.
+import functools
 import io
 import json
 import logging
@@ -100,11 +101,14 @@ def test_a_branch_left_out_is_skipped_and_the_run_is_not_failed_by_it(tmp_path: 
     left_out = DagTask("say-2", "comp-say-2", {}, conditions=("condition-3",))
     downstream = DagTask("after", "comp-after", {})
     _succeeded(tmp_path / "say", "one")
-    common = {"last_lines": {}, "started": {"say"}, "skipped_groups": {"condition-3"}}
-    outcomes = collect_tasks([ran, left_out, downstream], tmp_path, tmp_path, pipeline_succeeded=False, **common)
+    collect = functools.partial(
+        collect_tasks, [ran, left_out, downstream], tmp_path, tmp_path,
+        last_lines={}, started={"say"}, skipped_groups={"condition-3"},
+    )  # fmt: skip
+    outcomes = collect(pipeline_succeeded=False)
     assert [(t.name, t.state) for t in outcomes] == [("say", "SUCCEEDED"), ("say-2", "SKIPPED"), ("after", "NOT_RUN")]
     # kfp.local said the pipeline succeeded: whatever did not run, control flow left out.
-    outcomes = collect_tasks([ran, left_out, downstream], tmp_path, tmp_path, pipeline_succeeded=True, **common)
+    outcomes = collect(pipeline_succeeded=True)
     assert [t.state for t in outcomes] == ["SUCCEEDED", "SKIPPED", "SKIPPED"]
 
 
@@ -133,7 +137,7 @@ def test_the_run_log_notes_skipped_groups_and_the_pipelines_verdict() -> None:
 @dsl.component(base_image="python:3.11", install_kfp_package=False)
 def use(model: dsl.Input[dsl.Model]) -> str:
     """Return the model's path."""
-    return model.path
+    return str(model.path)
 
 
 @dsl.pipeline(name="imported")

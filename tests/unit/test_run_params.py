@@ -9,15 +9,16 @@ from kubetrain.errors import InvalidInputError, SpecError
 from kubetrain.tooling.params import PipelineInput, parse_params, pipeline_inputs
 
 
+# Bare `list` and `dict` on purpose, as a user writes them (hence the type: ignore[type-arg]s).
 @dsl.component(base_image="python:3.11", install_kfp_package=False)
-def use(tags: list, cfg: dict, sizes: list[int], weights: dict[str, float]) -> None:
+def use(tags: list, cfg: dict, sizes: list[int], weights: dict[str, float]) -> None:  # type: ignore[type-arg]
     """Take them."""
 
 
 @dsl.pipeline(name="structured")
 def structured(
-    tags: list = ["a"],  # noqa: B006 - a KFP default, never mutated
-    cfg: dict = {"k": 1},  # noqa: B006
+    tags: list = ["a"],  # type: ignore[type-arg]  # noqa: B006 - a KFP default, never mutated
+    cfg: dict = {"k": 1},  # type: ignore[type-arg]  # noqa: B006
     sizes: list[int] = [1],  # noqa: B006
     weights: dict[str, float] = {},  # noqa: B006
 ) -> None:

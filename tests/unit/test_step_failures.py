@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,13 +42,13 @@ def _timed_out() -> None:
     ],
 )
 def test_a_failing_step_under_kubetrain_run_leaves_its_error_and_exit_code(
-    func: object, error: str, code: ExitCode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    func: Callable[[], object], error: str, code: ExitCode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     monkeypatch.setenv(RECORD_ENV, "1")
     monkeypatch.setattr("sys.argv", _executor_argv(tmp_path / "task"))
     with pytest.raises(SystemExit) as exited:
-        func()  # type: ignore[operator]
+        func()
     assert exited.value.code == code
     assert read_failure(tmp_path / "task") == StepFailure(error=error, exit_code=int(code))
     assert capsys.readouterr().err.startswith(f"kubetrain: {error}")

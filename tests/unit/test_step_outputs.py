@@ -20,8 +20,9 @@ from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchR
 from kubetrain.kfp_runtime.workspace import open_workspace
 from kubetrain.launcher import AwaitOptions
 from kubetrain.status import JobPhase, JobResult
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
 CLAIM = "kubetrain-workspace"
 METRICS = {
     "test_accuracy": 0.9, "test_loss": 0.3, "train_loss": 0.2, "samples_per_second": 100.0, "world_size": 2,
@@ -55,7 +56,7 @@ def _artifacts(tmp_path: Path) -> dict[str, Artifact]:
     }
 
 
-Program = Callable[[Path], None]
+Program = Callable[[Path], object]  # run on the job's output directory; what it returns is ignored
 
 
 class FakeJob:
@@ -219,7 +220,7 @@ def test_a_job_that_does_not_start_fails_the_step_with_the_timeout_exit_code(
     monkeypatch.setattr(train_step, "run_job", run_job)
     with pytest.raises(SystemExit) as exit_:
         frameworks.train_pytorch(**_artifacts(tmp_path), task_config={}, **IDS, start_timeout_seconds=45)
-    assert exit_.value.code == ExitCode.TIMEOUT == 3
+    assert exit_.value.code == ExitCode.TIMEOUT and int(ExitCode.TIMEOUT) == 3
     assert "did not start within 45s" in capsys.readouterr().err
 
 

@@ -28,7 +28,9 @@ LOCAL_RUN = "mnist-pytorch-2026-11-24-13-22-02-306842"
 LOCAL_ROOT = f"/home/me/runs/mnist_pytorch-20261124-132202-295766/kfp/{LOCAL_RUN}"
 
 
-def _name(identity: TaskIdentity) -> str:
+def _name(identity: TaskIdentity | None) -> str:
+    """The job name a training step makes for the task `identity` names (which must be found)."""
+    assert identity is not None, "the URI names no KFP task"
     request = PyTorchRequest(run_id=identity.run_id, task_id=identity.task_id, task_name=identity.task_name)
     return train_step.job_name(request)
 
@@ -47,12 +49,12 @@ def test_the_backend_uri_gives_run_task_and_execution() -> None:
 
 
 def test_backend_tasks_and_iterations_get_distinct_jobs_and_a_retry_the_same() -> None:
-    first = _name(from_output_uri(_backend()))  # type: ignore[arg-type]
+    first = _name(from_output_uri(_backend()))
     # Every output of one execution names the same job: the retry re-reads the same executor input.
-    assert _name(from_output_uri(_backend(output="metrics"))) == first  # type: ignore[arg-type]
+    assert _name(from_output_uri(_backend(output="metrics"))) == first
     # Another task of the DAG; another ParallelFor iteration (same task name, its own driver uuid); another run.
     others = [_backend(task="pytorch-train-2", salt=SALT_B), _backend(salt=SALT_B), _backend(run=SALT_B)]
-    names = {_name(from_output_uri(uri)) for uri in others}  # type: ignore[arg-type]
+    names = {_name(from_output_uri(uri)) for uri in others}
     assert len(names) == 3 and first not in names
 
 
@@ -65,7 +67,7 @@ def test_the_kfp_local_uri_gives_the_run_and_the_task_path() -> None:
     assert iteration is not None
     assert (iteration.run_id, iteration.task_id) == (LOCAL_RUN, "for-loop-2-iteration-1/pytorch-train")
     names = {
-        _name(from_output_uri(f"{LOCAL_ROOT}/{where}/model"))  # type: ignore[arg-type]
+        _name(from_output_uri(f"{LOCAL_ROOT}/{where}/model"))
         for where in ("pytorch-train", "pytorch-train-2", "for-loop-2-iteration-0/pytorch-train",
                       "for-loop-2-iteration-1/pytorch-train")
     }  # fmt: skip

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pytest
@@ -17,27 +19,20 @@ from kubetrain.train.checkpoints import (
 )
 
 
-def _write(data: bytes) -> object:
-    return lambda f: f.write(data) and None
+def _write(data: bytes) -> Callable[[IO[bytes]], object]:
+    return lambda f: f.write(data)
 
 
-def _signature(**overrides: object) -> RunSignature:
-    base: dict[str, object] = {
-        "model": "mlp",
-        "feature_shape": (1, 8, 8),
-        "num_classes": 10,
-        "seed": 0,
-        "batch_size": 32,
-        "world_size": 3,
-    }
-    base.update(overrides)
-    return RunSignature(**base)  # type: ignore[arg-type]
+def _signature(*, model: str = "mlp", world_size: int = 3) -> RunSignature:
+    return RunSignature(
+        model=model, feature_shape=(1, 8, 8), num_classes=10, seed=0, batch_size=32, world_size=world_size
+    )
 
 
 def test_newest_complete_ignores_temporaries_dirs_and_other_suffixes(tmp_path: Path) -> None:
     ck = CheckpointDir(tmp_path, ".pt", keep=5)
     for step in (10, 30, 20):
-        ck.save(step, _write(b"x"))  # type: ignore[arg-type]
+        ck.save(step, _write(b"x"))
     (tmp_path / ".ckpt-0000000040.pt.abc.tmp").write_bytes(b"half")  # a killed writer's leftover
     (tmp_path / "ckpt-0000000050.npz").write_bytes(b"other framework")
     (tmp_path / "ckpt-0000000060.pt").mkdir()  # not a file
@@ -49,7 +44,7 @@ def test_newest_complete_ignores_temporaries_dirs_and_other_suffixes(tmp_path: P
 def test_save_keeps_only_the_newest(tmp_path: Path) -> None:
     ck = CheckpointDir(tmp_path, ".npz", keep=2)
     for step in range(1, 6):
-        ck.save(step, _write(b"x"))  # type: ignore[arg-type]
+        ck.save(step, _write(b"x"))
     assert [s for s, _ in ck.complete()] == [5, 4]
 
 
@@ -57,7 +52,7 @@ def test_save_failure_is_a_training_error(tmp_path: Path) -> None:
     ck = CheckpointDir(tmp_path, ".pt")
     ck.file_for(7).mkdir()  # something already holds the final name
     with pytest.raises(TrainingError, match="cannot write checkpoint"):
-        ck.save(7, _write(b"x"))  # type: ignore[arg-type]
+        ck.save(7, _write(b"x"))
 
 
 def test_unusable_checkpoint_dir_is_a_training_error(tmp_path: Path) -> None:
@@ -69,8 +64,8 @@ def test_unusable_checkpoint_dir_is_a_training_error(tmp_path: Path) -> None:
 
 def test_load_newest_skips_unreadable_checkpoints(tmp_path: Path) -> None:
     ck = CheckpointDir(tmp_path, ".pt")
-    ck.save(1, _write(b"good"))  # type: ignore[arg-type]
-    ck.save(2, _write(b"bad"))  # type: ignore[arg-type]
+    ck.save(1, _write(b"good"))
+    ck.save(2, _write(b"bad"))
     warnings: list[str] = []
 
     def load(p: Path) -> bytes:

@@ -171,7 +171,7 @@ def test_a_rank_log_line_reaches_stderr_in_one_write() -> None:
     with parent, child:
         subprocess.run(
             [sys.executable, "-c", code],
-            stderr=child,
+            stderr=child.fileno(),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             check=True,
             timeout=60,

@@ -18,8 +18,9 @@ from kubetrain.manifests.jobset import NETWORK_POLICY_ANNOTATION
 from kubetrain.presets import PodOptions, TrainingParams, pytorch_job_spec, pytorch_trainjob_spec
 from kubetrain.specs import JobMeta, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm
 from tests.crd_schema import validate_strict
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
 LABELS = {"kueue.x-k8s.io/queue-name": "team-a", "team": "vision"}
 ANNOTATIONS = {"example.com/cost-centre": "ml research, 42"}
 AFFINITY = {

@@ -15,8 +15,9 @@ from kubetrain.manifests import build_manifest
 from kubetrain.presets import WORKSPACE_ENV, PodOptions, TrainingParams, UserProgram
 from kubetrain.specs import EnvVar
 from tests.crd_schema import validate_strict
+from tests.unit.task_ids import TaskIds
 
-IDS = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
+IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
 PARAMS = TrainingParams(data_dir="/workspace/d", output_dir="/workspace/o", checkpoint_dir="/workspace/c")
 PLAN = JobPlan(name="train-0123456789ab", params=PARAMS, pod=PodOptions(env=(EnvVar(name="MINE", value="1"),)))
 

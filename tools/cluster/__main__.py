@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.images and args.no_real_node:
         parser.error("--images needs the real node (its registry): drop --no-real-node")
+    reported: tuple[type[BaseException], ...] = (*controlplane.start_errors(), images.ImageBuildError)
     try:
         if args.action == "down":
             ended = controlplane.down()
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                     node=node.paths(controlplane.STATE, cluster.bin_dir),
                 )
                 print(f"images on the node's registry: {', '.join(built.names)} ({built.seconds:.0f} s)")
-    except (*controlplane.start_errors(), images.ImageBuildError) as e:
+    except reported as e:
         print(f"cluster {args.action}: {e}", file=sys.stderr)
         return 1
     return 0

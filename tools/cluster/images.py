@@ -138,7 +138,8 @@ def registry_digest(ref: str) -> str | None:
     request = urllib.request.Request(url, method="HEAD", headers={"Accept": MANIFEST_TYPES})
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.headers.get("Docker-Content-Digest")
+            digest: str | None = reply.headers.get("Docker-Content-Digest")
+            return digest
     except urllib.error.HTTPError as e:
         if e.code == 404:
             return None

@@ -113,7 +113,7 @@ class CheckpointDir:
                 found.append((int(m.group(1)), p))
         return sorted(found, reverse=True)
 
-    def save(self, step: int, write: Callable[[IO[bytes]], None]) -> Path:
+    def save(self, step: int, write: Callable[[IO[bytes]], object]) -> Path:
         """Write the checkpoint of `step` atomically, then drop all but the newest `keep`."""
         target = self.file_for(step)
         try:

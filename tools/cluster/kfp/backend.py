@@ -322,8 +322,11 @@ def set_argo_knobs(cluster: Control, state: Path, controller: Mapping[str, str],
             # v4.0.5 keeps running after SIGTERM while its informers drain: it holds nothing a
             # SIGKILL could lose (the workflows' state is in their objects).
             os.killpg(record.pgid, signal.SIGKILL)
-            operators.wait_for("the old workflow-controller to stop", lambda r=record: not processes.running(r), 30,
-                               run / "workflow-controller.log")  # fmt: skip
+
+            def stopped(old: processes.ProcessRecord = record) -> bool:
+                return not processes.running(old)
+
+            operators.wait_for("the old workflow-controller to stop", stopped, 30, run / "workflow-controller.log")
     _start_workflow_controller(cluster, build(run / "build.log"), run, controller)
 
 

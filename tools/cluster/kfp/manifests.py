@@ -123,7 +123,7 @@ def workflow_controller_config(executor_env: dict[str, str] | None = None) -> st
             "secretKeySecret": {"name": "mlpipeline-minio-artifact", "key": "secretkey"},
         },
     }  # fmt: skip
-    executor = {
+    executor: dict[str, Any] = {
         "imagePullPolicy": "IfNotPresent",
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},

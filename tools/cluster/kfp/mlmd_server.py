@@ -22,12 +22,16 @@ import threading
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-import grpcweb  # beside this file: run as a script, its folder is on sys.path
 from ml_metadata.metadata_store.pywrap.metadata_store_extension import metadata_store as _ext
 from ml_metadata.proto import metadata_store_pb2, metadata_store_service_pb2
+
+if TYPE_CHECKING:  # the same file, by the name mypy gives it from the repository root
+    from tools.cluster.kfp import grpcweb
+else:
+    import grpcweb  # beside this file: run as a script, its folder is on sys.path
 
 SERVICE = "ml_metadata.MetadataStoreService"
 GRACE_S = 5.0  # how long RPCs in flight at SIGTERM/SIGINT get to finish; new ones are refused
