@@ -140,7 +140,7 @@ def test_two_parallel_for_iterations_of_an_env_program_run_side_by_side(tmp_path
     pytorch_train = load_component(str(COMPONENTS / "pytorch_train.yaml"))
 
     @dsl.pipeline(name="env-loop")
-    def env_loop():
+    def env_loop() -> None:
         data = download()
         with dsl.ParallelFor([1, 2]) as epochs:
             pytorch_train(

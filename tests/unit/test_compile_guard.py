@@ -20,7 +20,12 @@ def test_an_installed_kubetrain_is_not_rewritten_in_place(
     installed.mkdir(parents=True)
     monkeypatch.setattr(hub, "repo_root", lambda: installed)
     written: list[Any] = []
-    monkeypatch.setattr(compiling, "compile_all", lambda *a, **k: written.append(a) or [])
+
+    def compile_all(*args: Any, **kwargs: Any) -> list[Any]:
+        written.append(args)
+        return []
+
+    monkeypatch.setattr(compiling, "compile_all", compile_all)
     for args in (["compile"], ["compile", "pytorch_train"], ["compile", "--check"]):
         assert main(args) == ExitCode.INVALID_INPUT, args
         err = capsys.readouterr().err
