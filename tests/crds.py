@@ -53,6 +53,10 @@ SOURCES = {
     ),
 }
 
+# The CustomResourceDefinitions among them, the objects a cluster installs; the rest are built-in
+# kinds' OpenAPI documents, schemas to validate against and nothing to apply.
+CRDS = tuple(sorted(rel for rel in SOURCES if rel.endswith(".yaml")))
+
 
 class CRDsUnavailableError(RuntimeError):
     """The pinned modules could not be fetched (no Go, no module proxy)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.crds import SOURCES, crd_dir
+from tests.crds import CRDS, crd_dir
 from tools.cluster import manifests, node, node_config, oci, operators, processes, stages, webhooks
 from tools.cluster.kfp import backend as kfp_backend
 from tools.cluster.kfp import mariadb, services_venv
@@ -276,7 +276,7 @@ def _up(bin_dir: Path, *, create: bool) -> Cluster:
         # Without --group kwokctl signs the user into system:masters, which RBAC never checks.
         _kwokctl(bin_dir, "get", "kubeconfig", "--name", NAME, "--user", LAUNCHER_USER, "--group", LAUNCHER_GROUP)
     )
-    for relative in sorted(SOURCES):
+    for relative in CRDS:
         cluster.kubectl("apply", "--server-side", "-f", str(crd_dir() / relative))
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_namespace())
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_node())
