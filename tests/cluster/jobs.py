@@ -176,10 +176,18 @@ def crash(cluster: Cluster, pod: Manifest, restarts: int) -> bool:
     """
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     last = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}
-    status = {"status": {"phase": "Running", "containerStatuses": [{
-        "name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": restarts,
-        "started": False, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": last,
-    } for c in pod["spec"]["containers"]]}}  # fmt: skip
+    if pod["spec"].get("restartPolicy") == "Never":
+        # No restart in place (the PS master's pods, for their podFailurePolicy): the pod fails, and
+        # its Job counts it and makes the next one, which the caller crashes in turn.
+        status = {"status": {"phase": "Failed", "containerStatuses": [{
+            "name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": 0,
+            "started": False, "state": last,
+        } for c in pod["spec"]["containers"]]}}  # fmt: skip
+    else:
+        status = {"status": {"phase": "Running", "containerStatuses": [{
+            "name": c["name"], "image": c["image"], "imageID": "", "ready": False, "restartCount": restarts,
+            "started": False, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": last,
+        } for c in pod["spec"]["containers"]]}}  # fmt: skip
     try:
         cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--subresource=status",
                         "--type=merge", "-p", json.dumps(status))  # fmt: skip

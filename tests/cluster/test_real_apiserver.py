@@ -25,7 +25,10 @@ from tools.cluster.controlplane import LAUNCHER_USER, NAMESPACE, Cluster
 pytestmark = [pytest.mark.timeout(600)]
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "manifests"
-CASES = sorted(p.stem for p in GOLDEN.glob("*.yaml"))
+# The jobs; the PS job's NetworkPolicy, a built-in kind the launcher creates beside its JobSet, is
+# checked on its own below.
+COMPANIONS = ("ps-network-policy",)
+CASES = sorted(p.stem for p in GOLDEN.glob("*.yaml") if p.stem not in COMPANIONS)
 
 
 def _golden(case: str) -> dict[str, Any]:
@@ -48,6 +51,17 @@ def test_rendered_manifests_pass_the_real_servers_strict_validation(cluster: Clu
         backend.close()
     assert stored["metadata"]["name"] == _golden(case)["metadata"]["name"]
     assert stored["spec"]  # nothing pruned to emptiness
+
+
+@pytest.mark.parametrize("case", COMPANIONS)
+def test_the_network_policy_passes_strict_validation_as_the_launcher_user(cluster: Cluster, case: str) -> None:
+    """Server-side dry run with fieldValidation=Strict, as the launcher user the Role lets create it."""
+    stored = json.loads(cluster.kubectl(
+        "create", "--dry-run=server", "--validate=strict", "-o", "json", "-f", "-",
+        as_launcher=True, stdin=json.dumps(_golden(case)),
+    ))  # fmt: skip
+    assert stored["kind"] == "NetworkPolicy" and stored["metadata"]["name"] == _golden(case)["metadata"]["name"]
+    assert stored["spec"] == _golden(case)["spec"]  # nothing pruned or defaulted away
 
 
 def test_a_misplaced_field_is_refused_by_the_real_server_naming_it(cluster: Cluster) -> None:
