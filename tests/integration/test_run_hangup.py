@@ -14,6 +14,7 @@ import pty
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,21 @@ COMMAND = [KUBETRAIN, "run", "mnist_pytorch", "--param", "epochs=200", "--json"]
 def _environment(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "tmp").mkdir()
     return {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+
+
+@pytest.fixture(autouse=True)
+def _sighup_as_a_terminal_gives_it() -> Iterator[None]:
+    """The run starts with SIGHUP's default action, as a shell in a terminal starts a command.
+
+    The test runner itself may run under `nohup` (a CI runner can), and a command that inherits
+    SIGHUP ignored keeps ignoring it, as nohup means; these tests are about the terminal's SIGHUP.
+    The runner's own disposition comes back after the test.
+    """
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def _outcome_file(tmp_path: Path) -> dict[str, object]:
