@@ -25,8 +25,10 @@ phase_line() {  # phase_line NAME T0 START RC [CPU0, cpu_jiffies at the start]
   local status="" busy=""
   [ "$4" -eq 0 ] || status=" FAILED exit $4"
   if [ -n "${5:-}" ]; then
+    # /proc/stat's first line counts every core: `nproc --all`, since plain nproc follows
+    # OMP_NUM_THREADS (which `kubetrain run` sets for its steps) and this process's CPU affinity.
     # shellcheck disable=SC2046  # two numbers each
-    busy=$(awk -v cores="$(nproc)" 'BEGIN { b = ARGV[3] - ARGV[1]; t = ARGV[4] - ARGV[2]
+    busy=$(awk -v cores="$(nproc --all)" 'BEGIN { b = ARGV[3] - ARGV[1]; t = ARGV[4] - ARGV[2]
       printf ", cpu %.2f of %d", (t > 0 ? b / t * cores : 0), cores }' $5 $(cpu_jiffies))
   fi
   echo "phase $1: start $3 end $(date -u +%T) $(( $(date +%s) - $2 )) s$busy$status"

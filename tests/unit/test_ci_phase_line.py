@@ -48,7 +48,9 @@ def test_a_phase_line_with_cpu_readings_says_how_many_cores_the_machine_kept_bus
 
 def test_the_shell_adds_the_same_cpu_figure_when_given_the_start_ticks() -> None:
     script = f'source {REPO_ROOT}/.ci/phase.sh; c=$(cpu_jiffies); phase_line lint $(date +%s) 10:20:03 0 "$c"'
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    # OMP_NUM_THREADS=1 as `kubetrain run` sets it for its steps: plain nproc said "of 1" then.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, env=env).stdout.strip()
     assert re.fullmatch(
         rf"phase lint: start 10:20:03 end \d\d:\d\d:\d\d [01] s, cpu \d+\.\d\d of {os.cpu_count()}", out
     ), out
