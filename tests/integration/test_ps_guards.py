@@ -281,7 +281,7 @@ def test_a_report_counts_only_from_the_lease_holder_with_every_record(master: Ma
     # The holder with records=0: refused, and the task goes back to the queue.
     answer = master.stub.ReportTask(_report(task, records=0), timeout=10)
     assert not answer.accepted and "reported 0 records; the task has 50" in answer.note
-    assert not master.book.doing and master.book.todo[0].task_id == task.task_id
+    assert not master.book.doing and master.book.queues.todo[0].task_id == task.task_id
     assert master.book.counters["tasks_done"] == 0
     # Done properly, it counts; the client that trained nothing is not in world_size.
     task = master.stub.GetTask(W0, timeout=10).task

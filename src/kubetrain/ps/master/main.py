@@ -240,7 +240,7 @@ def run(config: MasterConfig) -> int:
             book.phase,
             len(book.ledger),
             len(book.doing),
-            len(book.todo),
+            len(book.queues.todo),
         )
     if book.phase not in (DONE, FAILED):
         clear_outcome(config.state_dir)  # left by an earlier job in this dir: must not end this one

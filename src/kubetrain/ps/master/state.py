@@ -21,6 +21,7 @@ from kubetrain.fileio import atomic_write_bytes
 from kubetrain.ps.common.errors import CheckpointError, PSConfigError, StaleStateError
 from kubetrain.ps.common.evaluation import EvalBook
 from kubetrain.ps.common.tasks import BookConfig, Lease, Loss, TaskRange, WorkerInfo
+from kubetrain.ps.master.queues import TaskQueues
 from kubetrain.ps.master.taskbook import TaskBook
 
 __all__ = ["STATE_FILE", "StateStore", "book_from_json", "book_to_json"]
@@ -46,10 +47,10 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "config": asdict(book.config),
         "phase": book.phase,
         "failure_reason": book.failure_reason,
-        "epoch_created": book.epoch_created,
-        "todo": [t.to_json() for t in book.todo],
-        "slot_todo": {str(s): [t.to_json() for t in q] for s, q in book.slot_todo.items()},
-        "eval_todo": [t.to_json() for t in book.eval_todo],
+        "epoch_created": book.queues.epoch_created,
+        "todo": [t.to_json() for t in book.queues.todo],
+        "slot_todo": {str(s): [t.to_json() for t in q] for s, q in book.queues.slot_todo.items()},
+        "eval_todo": [t.to_json() for t in book.queues.eval_todo],
         "doing": [lease.to_json() for lease in book.doing.values()],
         "ledger": book.ledger.to_json(),
         "failures": book.failures,
@@ -80,12 +81,16 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
                 f"the master state holds a job with {name}={theirs!r}, this master has "
                 f"{ours!r}; restart with the same settings or use a fresh --state-dir"
             )
-    book = TaskBook(config=config, epoch_created=int(raw["epoch_created"]))
+    book = TaskBook(config=config)
     book.phase = str(raw["phase"])
     book.failure_reason = str(raw.get("failure_reason", ""))
-    book.todo = deque(TaskRange.from_json(t) for t in raw["todo"])
-    book.slot_todo = {int(s): deque(TaskRange.from_json(t) for t in q) for s, q in raw["slot_todo"].items()}
-    book.eval_todo = deque(TaskRange.from_json(t) for t in raw["eval_todo"])
+    book.queues = TaskQueues(
+        config,
+        epoch_created=int(raw["epoch_created"]),
+        todo=deque(TaskRange.from_json(t) for t in raw["todo"]),
+        slot_todo={int(s): deque(TaskRange.from_json(t) for t in q) for s, q in raw["slot_todo"].items()},
+        eval_todo=deque(TaskRange.from_json(t) for t in raw["eval_todo"]),
+    )
     leases = [Lease.from_json(x, now) for x in raw["doing"]]
     book.doing = {x.lease: x for x in leases}
     book.ledger.load_json(raw["ledger"])

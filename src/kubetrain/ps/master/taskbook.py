@@ -17,7 +17,6 @@ Pure logic with no I/O and no clock of its own (callers pass `now`), so every ru
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -37,14 +36,13 @@ from kubetrain.ps.common.tasks import (
     Lease,
     TaskRange,
     WorkerInfo,
-    cut_epoch,
     cut_split,
     task_from_id,
 )
 from kubetrain.ps.master.ledger import Ledger
+from kubetrain.ps.master.queues import TaskQueues
 from kubetrain.ps.master.reports import count_problem, divergence
 from kubetrain.ps.master.results import POINTS_PER_EPOCH, TrainingResults
-from kubetrain.ps.master.task_lookup import take_back, task_known
 
 __all__ = ["COUNTERS", "TaskBook"]
 
@@ -69,10 +67,7 @@ class TaskBook:
     config: BookConfig
     phase: str = TRAINING
     failure_reason: str = ""
-    epoch_created: int = -1
-    todo: deque[TaskRange] = field(default_factory=deque)
-    slot_todo: dict[int, deque[TaskRange]] = field(default_factory=dict)
-    eval_todo: deque[TaskRange] = field(default_factory=deque)
+    queues: TaskQueues = field(init=False)
     doing: dict[int, Lease] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
@@ -90,39 +85,22 @@ class TaskBook:
     def __post_init__(self) -> None:
         c = self.config
         self.ledger = Ledger(c.train_shards, c.records_per_task)
+        self.queues = TaskQueues(c)
         self._tasks_per_epoch = len(cut_split(c.train_shards, c.records_per_task, kind=TRAIN, split="train"))
         self._tasks_per_point = -(-self._tasks_per_epoch // POINTS_PER_EPOCH)
-        if self.epoch_created < 0 and self.config.static_slots:
-            # Static sharding: each slot owns a fixed block of every epoch, handed out in order.
-            self.slot_todo = {s: deque() for s in range(self.config.static_slots)}
-            for epoch in range(self.config.epochs):
-                for t in self._cut(epoch):
-                    self.slot_todo[t.slot].append(t)
-            self.epoch_created = self.config.epochs - 1
 
     # ----------------------------------------------------------------------------- hand-out
 
-    def _cut(self, epoch: int) -> list[TaskRange]:
-        c = self.config
-        return cut_epoch(c.train_shards, c.records_per_task, epoch=epoch, seed=c.seed, slots=c.static_slots)
-
-    def _train_queue(self, worker_id: str, worker: WorkerInfo) -> deque[TaskRange]:
-        if self.config.static_slots:
-            if worker.slot < 0:
-                taken = {w.slot for k, w in self.workers.items() if w.alive and k != worker_id}
-                worker.slot = next((s for s in range(self.config.static_slots) if s not in taken), -1)
-            return self.slot_todo.get(worker.slot, deque())
-        # Dynamic: the next epoch is cut when this one's queue runs dry (no epoch barrier).
-        while not self.todo and self.epoch_created < self.config.epochs - 1:
-            self.epoch_created += 1
-            self.todo.extend(self._cut(self.epoch_created))
-        return self.todo
+    def _claim_slot(self, worker_id: str, worker: WorkerInfo) -> None:
+        """Static sharding: a worker without a slot takes the first one no live worker holds."""
+        if self.config.static_slots and worker.slot < 0:
+            taken = {w.slot for k, w in self.workers.items() if w.alive and k != worker_id}
+            worker.slot = next((s for s in range(self.config.static_slots) if s not in taken), -1)
 
     def training_complete(self) -> bool:
         """Every epoch is cut and no training task is queued or held."""
-        queued = self.todo or any(self.slot_todo.values())
         held = any(lease.task.kind == TRAIN for lease in self.doing.values())
-        return self.epoch_created >= self.config.epochs - 1 and not queued and not held
+        return self.queues.all_cut() and not self.queues.train_queued() and not held
 
     def _end_directive(self) -> int | None:
         return {DONE: Directive.JOB_DONE, FAILED: Directive.JOB_FAILED}.get(self.phase)
@@ -135,10 +113,11 @@ class TaskBook:
             return end, None
         # A worker asks only when it holds nothing: a lease still on it lost its answer.
         self._release_worker(worker_id, failure=False, reason="worker asked again")
-        if self.eval_todo:
-            return Directive.RUN_TASK, self._lease(self.eval_todo.popleft(), worker_id, w, now)
+        if self.queues.eval_todo:
+            return Directive.RUN_TASK, self._lease(self.queues.eval_todo.popleft(), worker_id, w, now)
         if self.phase == TRAINING:
-            queue = self._train_queue(worker_id, w)
+            self._claim_slot(worker_id, w)
+            queue = self.queues.train_queue(w.slot)
             if queue:
                 return Directive.RUN_TASK, self._lease(queue.popleft(), worker_id, w, now)
         return Directive.WAIT, None
@@ -219,15 +198,7 @@ class TaskBook:
                 self._drop(task, reason)
                 return
         self.counters["tasks_requeued"] += 1
-        self._queue_front(task)
-
-    def _queue_front(self, task: TaskRange) -> None:
-        if task.kind == EVAL:
-            self.eval_todo.appendleft(task)
-        elif task.slot >= 0:
-            self.slot_todo[task.slot].appendleft(task)
-        else:
-            self.todo.appendleft(task)
+        self.queues.push_front(task)
 
     def fail(self, reason: str) -> None:
         """End the job as failed (the first reason stays)."""
@@ -280,7 +251,7 @@ class TaskBook:
             incarnation,
             task_id,
         ):
-            if not task_known(self, task_id):
+            if not self._task_known(task_id):
                 raise UnknownTaskError(f"task_id: got {task_id!r}; no such task in this job")
             entry = self.ledger.get(task_id)
             if success and entry is not None and entry.lease == lease:
@@ -313,7 +284,7 @@ class TaskBook:
             if problem is not None:
                 return False, problem
             del self.released[lease]
-            task = take_back(self, task_id)
+            task = self._take_back(task_id)
         if task_id.startswith(EVAL):
             if eval_result is not None:
                 self._closed(self.results.evals.record(task_id, eval_result))
@@ -322,6 +293,32 @@ class TaskBook:
         if note == "done":
             self.workers[worker_id].records_trained += records
         return accepted, note
+
+    def _task_known(self, task_id: str) -> bool:
+        """Whether `task_id` names a task of this job that was ever cut."""
+        if task_id in self.ledger or task_id in self.dropped or self.queues.holds(task_id):
+            return True
+        if task_id.startswith(EVAL):
+            try:
+                return 0 < self.results.evals.round_of(task_id) < self.results.evals.next_round
+            except (IndexError, ValueError):
+                return False
+        return any(x.task.task_id == task_id for x in (*self.doing.values(), *self.released.values()))
+
+    def _take_back(self, task_id: str) -> TaskRange | None:
+        """A task re-queued, re-leased or dropped meanwhile, reclaimed for a late report that finishes it."""
+        task = self.queues.remove(task_id)
+        if task is not None:
+            return task
+        for other in list(self.doing.values()):
+            if other.task.task_id == task_id:
+                self.forget_lease(other)  # its worker is told to abandon at its next heartbeat
+                return other.task
+        if task_id in self.dropped:
+            self.counters["records_dropped"] -= self.dropped.pop(task_id)
+            self.counters["tasks_dropped"] -= 1
+            return task_from_id(task_id)
+        return None
 
     def _report_train(
         self,
@@ -344,7 +341,7 @@ class TaskBook:
         if self.ledger.lost(entry):
             c["tasks_retrained_after_ps_restore"] += 1
             c["records_trained_twice"] += records
-            self._queue_front(task)
+            self.queues.push_front(task)
             return True, "re-queued: a PS shard restarted from a checkpoint older than this update"
         self.ledger.add(task_id, entry)
         self.failures.pop(task_id, None)
@@ -366,11 +363,11 @@ class TaskBook:
             self.counters["tasks_retrained_after_ps_restore"] += 1
             self.counters["records_trained_twice"] += entry.records
             self.counters["tasks_done"] -= 1
-            self._queue_front(task_from_id(tid, slots.get(tid, -1)))
+            self.queues.push_front(task_from_id(tid, slots.get(tid, -1)))
         return len(lost)
 
     def _slots_by_id(self) -> dict[str, int]:
-        return {t.task_id: t.slot for e in range(self.config.epochs) for t in self._cut(e)}
+        return {t.task_id: t.slot for e in range(self.config.epochs) for t in self.queues.cut(e)}
 
     # ----------------------------------------------------------------------------- evaluation
 
@@ -382,11 +379,11 @@ class TaskBook:
         tasks = cut_split(c.test_shards, c.eval_records_per_task, kind=EVAL, split="test", eval_round=rid)
         self.results.evals.open(
             version=version,
-            epoch=max(self.epoch_created, 0) if epoch is None else epoch,
+            epoch=max(self.queues.epoch_created, 0) if epoch is None else epoch,
             final=final,
             task_ids=tuple(t.task_id for t in tasks),
         )
-        self.eval_todo.extend(tasks)
+        self.queues.eval_todo.extend(tasks)
         if final:
             self.phase = FINAL_EVAL
         return rid
