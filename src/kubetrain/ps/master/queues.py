@@ -1,5 +1,6 @@
 """The master's queues of work not handed out: training tasks, per static slot or shared, and
-evaluation tasks; and the cutting of each epoch into its tasks, the next one when the queue runs dry.
+evaluation tasks; and the cutting of the data into them: each epoch, the next one when the queue
+runs dry, and the test split into each evaluation round.
 
 Owned by the task book, which alone decides what goes in or comes out; this keeps the queues'
 own rules (cut order, the static slots' fixed blocks, what "queued" means) in one place.
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kubetrain.ps.common.tasks import EVAL, BookConfig, TaskRange, cut_epoch
+from kubetrain.ps.common.evaluation import EvalBook
+from kubetrain.ps.common.tasks import EVAL, BookConfig, TaskRange, cut_epoch, cut_split
 
 __all__ = ["TaskQueues"]
 
@@ -48,6 +50,25 @@ class TaskQueues:
             self.epoch_created += 1
             self.todo.extend(self.cut(self.epoch_created))
         return self.todo
+
+    def slots_by_id(self) -> dict[str, int]:
+        """Static sharding: every training task's slot, by task id."""
+        return {t.task_id: t.slot for e in range(self.config.epochs) for t in self.cut(e)}
+
+    def open_eval_round(self, evals: EvalBook, *, version: int, final: bool, epoch: int | None) -> int:
+        """Cut the test split into a new round of `evals` and queue its tasks; returns its id.
+        `epoch`: the finished epoch it evaluates (None: the newest one cut)."""
+        c = self.config
+        rid = evals.next_round
+        tasks = cut_split(c.test_shards, c.eval_records_per_task, kind=EVAL, split="test", eval_round=rid)
+        evals.open(
+            version=version,
+            epoch=max(self.epoch_created, 0) if epoch is None else epoch,
+            final=final,
+            task_ids=tuple(t.task_id for t in tasks),
+        )
+        self.eval_todo.extend(tasks)
+        return rid
 
     def all_cut(self) -> bool:
         """Every epoch has been cut into tasks."""

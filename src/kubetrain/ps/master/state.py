@@ -59,6 +59,10 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "evals": book.results.evals.to_json(),
         "model_version": book.results.model_version,
         "workers": {k: [w.incarnation, w.slot, w.alive, w.records_trained] for k, w in book.workers.items()},
+        "gone": book.roster.gone,
+        "worker_seconds": book.roster.worker_seconds,
+        "max_workers_seen": book.roster.max_alive,
+        "task_times": list(book.task_times.recent),
         "counters": book.counters,
         "epoch_loss": {str(k): [v.total, v.records] for k, v in book.results.epoch_loss.items()},
         "window_loss": [book.results.window_loss.total, book.results.window_loss.records],
@@ -100,7 +104,7 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     results = book.results
     results.evals = EvalBook.from_json(raw["evals"])
     results.model_version = int(raw["model_version"])
-    book.workers = {
+    book.roster.known = {
         k: WorkerInfo(
             incarnation=str(v[0]),
             last_seen=now,
@@ -110,6 +114,11 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
         )
         for k, v in raw["workers"].items()
     }
+    # Absent in a state written before elastic scheduling.
+    book.roster.gone = {str(k): str(v) for k, v in raw.get("gone", {}).items()}
+    book.roster.worker_seconds = float(raw.get("worker_seconds", 0.0))
+    book.roster.max_alive = int(raw.get("max_workers_seen", 0))
+    book.task_times.recent.extend(float(x) for x in raw.get("task_times", ()))
     book.counters.update({k: int(v) for k, v in raw["counters"].items()})
     results.epoch_loss = {int(k): Loss(float(v[0]), int(v[1])) for k, v in raw["epoch_loss"].items()}
     results.window_loss = Loss(float(raw["window_loss"][0]), int(raw["window_loss"][1]))
