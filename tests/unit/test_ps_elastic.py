@@ -114,6 +114,20 @@ def test_preemption_is_not_a_task_failure_and_a_new_pod_of_the_worker_gets_work(
     _finish(book, lease, 10.0, inc="pod3")
 
 
+def test_the_watch_telling_a_preemption_twice_counts_it_once() -> None:
+    book = _book()
+    _take(book, "ps-w-0", 0.0)
+    assert book.worker_left("ps-w-0", 1.0, preempted_by="online/web-1") == 1
+    assert book.worker_left("ps-w-0", 2.0, preempted_by="online/web-1") == 0  # the pod's deletion, after
+    assert book.counters["preemptions"] == 1 and len(book.drain_events()) == 1
+    # A pending pod preempted before its process ever registered: counted once too, and its
+    # replacement registers as usual.
+    assert book.worker_left("ps-w-5", 3.0, preempted_by="") == 0
+    assert book.worker_left("ps-w-5", 4.0, preempted_by="") == 0
+    assert book.counters["preemptions"] == 2
+    _take(book, "ps-w-5", 5.0, inc="new")
+
+
 def test_a_shrink_gives_the_leaving_workers_tasks_back() -> None:
     book = _book()
     kept = _take(book, "ps-w-0", 0.0)

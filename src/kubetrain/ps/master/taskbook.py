@@ -188,9 +188,11 @@ class TaskBook:
         """The pod watch saw a worker's pod preempted (`preempted_by`: the pod that took its place,
         "" if unknown) or removed by a shrink (None): its leases go back to the front of the queue
         at once, not after a missed heartbeat, and without counting as the tasks' failures; what
-        that process still sends is dropped. Returns how many leases were re-queued."""
+        that process still sends is dropped. Returns how many leases were re-queued; the watch
+        telling the same twice (the pod's DisruptionTarget, then its deletion) changes nothing."""
         self.roster.account_time(now)
-        self.roster.leave(worker_id)
+        if not self.roster.leave(worker_id):
+            return 0
         n = sum(1 for x in self.doing.values() if x.worker_id == worker_id)
         self._release_worker(worker_id, failure=False, reason="worker left")
         self.counters["workers_left" if preempted_by is None else "preemptions"] += 1

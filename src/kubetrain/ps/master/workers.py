@@ -37,6 +37,7 @@ class Roster:
         restarted = False
         if w is None:
             w = self.known[worker_id] = WorkerInfo(incarnation, now)
+            self.gone.pop(worker_id, None)  # reported gone before it ever registered
         elif w.incarnation != incarnation:
             restarted = True
             w.incarnation = incarnation
@@ -57,12 +58,17 @@ class Roster:
             self.known[k].alive = False
         return lost
 
-    def leave(self, worker_id: str) -> None:
-        """The worker's pod was preempted or removed: its current process is gone."""
+    def leave(self, worker_id: str) -> bool:
+        """The worker's pod was preempted or removed: its current process is gone (a pod that never
+        registered: "" stands for its process). False if the watch had said so already."""
         w = self.known.get(worker_id)
+        incarnation = w.incarnation if w is not None else ""
+        if self.gone.get(worker_id) == incarnation:
+            return False
+        self.gone[worker_id] = incarnation
         if w is not None:
-            self.gone[worker_id] = w.incarnation
             w.alive = False
+        return True
 
     def claim_slot(self, worker_id: str, static_slots: int) -> int:
         """Static sharding: the worker's slot, the first one no live worker holds if it has none."""
