@@ -195,6 +195,17 @@ def test_a_failing_straggler_leaves_its_task_to_the_backup_not_to_a_third_copy()
     _counted_once(book)
 
 
+def test_a_late_report_that_finishes_its_task_counts_its_records_once() -> None:
+    book = _book(min_task_timeout_s=30.0, task_timeout_factor=3.0)
+    late = _take(book, "w0", 0.0)
+    book.heartbeat("w0", "i1", late.lease, 4, 10.0)
+    assert book.expire(31.0)  # over the task timeout: taken back, its 4 records counted as to be trained again
+    assert book.counters["records_trained_twice"] == 4
+    ok, note = _report(book, late, 32.0)  # then its worker finishes it after all: it counts, from the queue
+    assert ok and note == "done" and late.task not in book.queues.todo
+    assert (book.counters["records_trained"], book.counters["records_trained_twice"]) == (10, 0)
+
+
 @pytest.mark.parametrize(
     ("kw", "why"),
     [
