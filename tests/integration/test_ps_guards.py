@@ -281,13 +281,32 @@ def test_a_report_counts_only_from_the_lease_holder_with_every_record(master: Ma
     # The holder with records=0: refused, and the task goes back to the queue.
     answer = master.stub.ReportTask(_report(task, records=0), timeout=10)
     assert not answer.accepted and "reported 0 records; the task has 50" in answer.note
-    assert not master.book.doing and master.book.todo[0].task_id == task.task_id
+    assert not master.book.doing and master.book.queues.todo[0].task_id == task.task_id
     assert master.book.counters["tasks_done"] == 0
     # Done properly, it counts; the client that trained nothing is not in world_size.
     task = master.stub.GetTask(W0, timeout=10).task
     assert master.stub.ReportTask(_report(task), timeout=10).accepted
     master.stub.GetTask(pb.WorkerRef(worker_id="idle", incarnation="i"), timeout=10)
     assert [k for k, w in master.book.workers.items() if w.records_trained] == ["w0"]
+
+
+def test_a_preempted_workers_calls_are_answered_as_gone_and_its_task_goes_to_another(master: Master) -> None:
+    task = master.stub.GetTask(W0, timeout=10).task
+    # What the pod watch does when the API server marks w0's pod DisruptionTarget (preempted).
+    assert master.core.mutate(lambda b: b.worker_left("w0", time.monotonic(), preempted_by="online/web-1")) == 1
+    assert json.loads(master.core.store.path.read_text(encoding="utf-8"))["book"]["gone"] == {"w0": W0.incarnation}
+    # w0's process, still running in its grace period: told to abandon, given nothing, its result dropped.
+    beat = master.stub.Heartbeat(pb.HeartbeatRequest(worker=W0, lease=task.lease, records_done=20), timeout=10)
+    assert beat.abandon_lease
+    assert not master.stub.GetTask(W0, timeout=10).HasField("task")
+    answer = master.stub.ReportTask(_report(task), timeout=10)
+    assert not answer.accepted and "preempted or removed" in answer.note
+    # Another worker gets the same task at once and its report counts.
+    w1 = pb.WorkerRef(worker_id="w1", incarnation="c3d4")
+    again = master.stub.GetTask(w1, timeout=10).task
+    assert again.task_id == task.task_id and again.lease != task.lease
+    assert master.stub.ReportTask(_report(again, w1), timeout=10).accepted
+    assert master.book.counters["tasks_done"] == 1 and master.book.counters["preemptions"] == 1
 
 
 def test_an_unknown_task_or_a_malformed_report_is_refused_with_a_status(master: Master) -> None:

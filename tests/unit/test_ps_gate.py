@@ -65,7 +65,7 @@ def test_a_held_worker_waits_heartbeating_and_takes_work_once_released(master: t
 
             other = stub.GetTask(_ref("w1"), timeout=10)  # a worker not held is not delayed
             assert other.directive == pb.RUN_TASK and gate.tasks_given("w1") == 1
-            assert len(core.book.todo) == 3  # work is queued, and w0 is still held from it
+            assert len(core.book.queues.todo) == 3  # work is queued, and w0 is still held from it
             assert stub.GetTask(_ref("w0"), timeout=10).directive == pb.WAIT
 
             gate.release("w0")

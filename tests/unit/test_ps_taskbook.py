@@ -209,9 +209,9 @@ def test_reports_are_idempotent_and_late_reports_reclaim_the_task() -> None:
     # A lease taken back on timeout, then reported by its worker: the report finishes the task.
     late = _take(book, now=0.0)
     book.expire(100.0)
-    assert late.task in book.todo
+    assert late.task in book.queues.todo
     _finish(book, late, now=101.0)
-    assert late.task not in book.todo and late.task.task_id in book.ledger
+    assert late.task not in book.queues.todo and late.task.task_id in book.ledger
     # Another worker holding it meanwhile is told to abandon.
     third = _take(book, "w0", now=102.0)
     book.expire(300.0)
@@ -240,7 +240,7 @@ def test_ps_restart_requeues_tasks_whose_updates_were_lost() -> None:
     # Shard 0 restarts (generation 2) from its version-10 checkpoint: version 12 is gone.
     assert book.note_ps_state(0, [-1, 10], 10) == 1
     assert late.task.task_id not in book.ledger and early.task.task_id in book.ledger
-    assert book.todo[0].task_id == late.task.task_id
+    assert book.queues.todo[0].task_id == late.task.task_id
     # A report arriving after the restart with a lost update is re-queued, not counted.
     again = _take(book)
     assert _finish(book, again, versions={0: (1, 11)}).startswith("re-queued")
@@ -392,10 +392,10 @@ def test_only_the_lease_holder_may_report_and_only_with_every_record() -> None:
     book.expire(100.0)  # taken back: only w0's own process may still finish it
     ok, note = book.report(worker_id="w1", incarnation="b", task_id=lease.task.task_id, lease=lease.lease,
                            success=True, records=lease.task.records, now=101.0)  # fmt: skip
-    assert not ok and "not held by worker w1" in note and lease.task in book.todo
+    assert not ok and "not held by worker w1" in note and lease.task in book.queues.todo
     ok, note = book.report(worker_id="w0", incarnation="a", task_id=lease.task.task_id, lease=lease.lease,
                            success=True, records=1, now=101.0)  # fmt: skip
-    assert not ok and "reported 1 records" in note and lease.task in book.todo
+    assert not ok and "reported 1 records" in note and lease.task in book.queues.todo
     # A heartbeat cannot claim more progress than the task has, nor for another worker's lease.
     held = _take(book, "w2", "c", now=102.0)
     book.heartbeat("w2", "c", held.lease, 10**9, now=103.0)

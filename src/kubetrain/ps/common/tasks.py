@@ -215,6 +215,11 @@ class BookConfig:
     heartbeat_timeout_s: float = 15.0
     min_task_timeout_s: float = 60.0
     task_timeout_factor: float = 3.0
+    # A training task held longer than factor x the median task time goes out again (0: never);
+    # see ps.master.stragglers for the guards.
+    straggler_factor: float = 3.0
+    straggler_min_samples: int = 5
+    straggler_floor_s: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "records_per_task", "eval_records_per_task", "max_task_failures"):
@@ -229,6 +234,14 @@ class BookConfig:
             raise SpecError("static_slots", self.static_slots, "0 (dynamic) or a worker count")
         if not (self.heartbeat_timeout_s > 0 and self.min_task_timeout_s > 0):
             raise SpecError("timeouts", (self.heartbeat_timeout_s, self.min_task_timeout_s), "> 0")
+        if not (self.straggler_factor == 0 or self.straggler_factor > 1):
+            raise SpecError("straggler_factor", self.straggler_factor, "0 (never re-issue) or a number > 1, such as 3")
+        if not (self.straggler_min_samples >= 1 and self.straggler_floor_s >= 0):
+            raise SpecError(
+                "straggler_min_samples, straggler_floor_s",
+                (self.straggler_min_samples, self.straggler_floor_s),
+                "an integer >= 1 and seconds >= 0",
+            )
 
     @property
     def records_per_epoch(self) -> int:

@@ -41,6 +41,7 @@ class MasterConfig:
     heartbeat_interval: float
     heartbeat_timeout: float
     min_task_timeout: float
+    straggler_factor: float
     sync_retries: int
     shutdown_grace: float
     ps_deadline: float
@@ -78,6 +79,7 @@ class MasterConfig:
             sharding=args.sharding, num_workers=args.num_workers, max_task_failures=args.max_task_failures,
             max_dropped_fraction=args.max_dropped_fraction, heartbeat_interval=args.heartbeat_interval,
             heartbeat_timeout=args.heartbeat_timeout, min_task_timeout=args.min_task_timeout,
+            straggler_factor=args.straggler_factor,
             sync_retries=args.sync_retries, shutdown_grace=args.shutdown_grace, ps_deadline=args.ps_deadline,
             job_token_file=args.job_token_file,
         )  # fmt: skip
@@ -102,6 +104,7 @@ class MasterConfig:
             static_slots=self.num_workers if self.sharding == "static" else 0,
             heartbeat_timeout_s=self.heartbeat_timeout,
             min_task_timeout_s=self.min_task_timeout,
+            straggler_factor=self.straggler_factor,
         )
 
     def job_settings(self) -> JobSettings:

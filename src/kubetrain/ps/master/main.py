@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-interval", type=float, default=1.0)
     p.add_argument("--heartbeat-timeout", type=float, default=15.0)
     p.add_argument("--min-task-timeout", type=float, default=60.0)
+    p.add_argument(
+        "--straggler-factor",
+        type=float,
+        default=3.0,
+        help="hand a training task out again to an idle worker once held this many times the median "
+        "task time (at least 10 s, after 5 tasks); the first result counts. 0: never",
+    )
     p.add_argument("--sync-retries", type=int, default=64)
     p.add_argument("--shutdown-grace", type=float, default=30.0)
     p.add_argument("--ps-deadline", type=float, default=300.0, help="seconds to wait for PS calls")
@@ -138,6 +145,8 @@ class _Loop:
         core, book, now = self.core, self.core.book, time.monotonic()
         for event in core.mutate(lambda b: b.expire(now)):
             log.warning("%s: its work goes back to the queue", event)
+        for event in core.mutate(lambda b: b.drain_events()):
+            log.warning("%s", event)  # preemptions, re-issued stragglers: one line each
         if now - self._last_poll >= POLL_S:
             self._last_poll = now
             self._poll_ps(required=False)
@@ -240,7 +249,7 @@ def run(config: MasterConfig) -> int:
             book.phase,
             len(book.ledger),
             len(book.doing),
-            len(book.todo),
+            len(book.queues.todo),
         )
     if book.phase not in (DONE, FAILED):
         clear_outcome(config.state_dir)  # left by an earlier job in this dir: must not end this one

@@ -102,6 +102,9 @@ def metrics(core: MasterCore, settings: JobSettings, config: MasterConfig) -> di
         "master_generation": core.store.generation,
         "ps_generations": {str(k): len(v) for k, v in book.ledger.ps_history.items()},
         "status": "failed" if book.phase == FAILED else "succeeded",
+        # Elastic scheduling (with the counters preemptions, workers_left, tasks_requeued, tasks_reissued).
+        "max_workers_seen": book.roster.max_alive,
+        "worker_seconds": round(book.roster.worker_seconds, 3),
         **c,
     }
     if "test_auc" in book.results.final_metrics:

@@ -64,8 +64,8 @@ class MasterCore:
             len(b.doing),
             tuple(b.counters.values()),
             len(b.ledger.open),
-            len(b.todo),
-            len(b.eval_todo),
+            len(b.queues.todo),
+            len(b.queues.eval_todo),
             len(b.workers),
         )
 

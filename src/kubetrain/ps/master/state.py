@@ -21,6 +21,7 @@ from kubetrain.fileio import atomic_write_bytes
 from kubetrain.ps.common.errors import CheckpointError, PSConfigError, StaleStateError
 from kubetrain.ps.common.evaluation import EvalBook
 from kubetrain.ps.common.tasks import BookConfig, Lease, Loss, TaskRange, WorkerInfo
+from kubetrain.ps.master.queues import TaskQueues
 from kubetrain.ps.master.taskbook import TaskBook
 
 __all__ = ["STATE_FILE", "StateStore", "book_from_json", "book_to_json"]
@@ -46,10 +47,10 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "config": asdict(book.config),
         "phase": book.phase,
         "failure_reason": book.failure_reason,
-        "epoch_created": book.epoch_created,
-        "todo": [t.to_json() for t in book.todo],
-        "slot_todo": {str(s): [t.to_json() for t in q] for s, q in book.slot_todo.items()},
-        "eval_todo": [t.to_json() for t in book.eval_todo],
+        "epoch_created": book.queues.epoch_created,
+        "todo": [t.to_json() for t in book.queues.todo],
+        "slot_todo": {str(s): [t.to_json() for t in q] for s, q in book.queues.slot_todo.items()},
+        "eval_todo": [t.to_json() for t in book.queues.eval_todo],
         "doing": [lease.to_json() for lease in book.doing.values()],
         "ledger": book.ledger.to_json(),
         "failures": book.failures,
@@ -58,6 +59,10 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "evals": book.results.evals.to_json(),
         "model_version": book.results.model_version,
         "workers": {k: [w.incarnation, w.slot, w.alive, w.records_trained] for k, w in book.workers.items()},
+        "gone": book.roster.gone,
+        "worker_seconds": book.roster.worker_seconds,
+        "max_workers_seen": book.roster.max_alive,
+        "task_times": list(book.task_times.recent),
         "counters": book.counters,
         "epoch_loss": {str(k): [v.total, v.records] for k, v in book.results.epoch_loss.items()},
         "window_loss": [book.results.window_loss.total, book.results.window_loss.records],
@@ -80,12 +85,16 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
                 f"the master state holds a job with {name}={theirs!r}, this master has "
                 f"{ours!r}; restart with the same settings or use a fresh --state-dir"
             )
-    book = TaskBook(config=config, epoch_created=int(raw["epoch_created"]))
+    book = TaskBook(config=config)
     book.phase = str(raw["phase"])
     book.failure_reason = str(raw.get("failure_reason", ""))
-    book.todo = deque(TaskRange.from_json(t) for t in raw["todo"])
-    book.slot_todo = {int(s): deque(TaskRange.from_json(t) for t in q) for s, q in raw["slot_todo"].items()}
-    book.eval_todo = deque(TaskRange.from_json(t) for t in raw["eval_todo"])
+    book.queues = TaskQueues(
+        config,
+        epoch_created=int(raw["epoch_created"]),
+        todo=deque(TaskRange.from_json(t) for t in raw["todo"]),
+        slot_todo={int(s): deque(TaskRange.from_json(t) for t in q) for s, q in raw["slot_todo"].items()},
+        eval_todo=deque(TaskRange.from_json(t) for t in raw["eval_todo"]),
+    )
     leases = [Lease.from_json(x, now) for x in raw["doing"]]
     book.doing = {x.lease: x for x in leases}
     book.ledger.load_json(raw["ledger"])
@@ -95,7 +104,7 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     results = book.results
     results.evals = EvalBook.from_json(raw["evals"])
     results.model_version = int(raw["model_version"])
-    book.workers = {
+    book.roster.known = {
         k: WorkerInfo(
             incarnation=str(v[0]),
             last_seen=now,
@@ -105,6 +114,11 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
         )
         for k, v in raw["workers"].items()
     }
+    # Absent in a state written before elastic scheduling.
+    book.roster.gone = {str(k): str(v) for k, v in raw.get("gone", {}).items()}
+    book.roster.worker_seconds = float(raw.get("worker_seconds", 0.0))
+    book.roster.max_alive = int(raw.get("max_workers_seen", 0))
+    book.task_times.recent.extend(float(x) for x in raw.get("task_times", ()))
     book.counters.update({k: int(v) for k, v in raw["counters"].items()})
     results.epoch_loss = {int(k): Loss(float(v[0]), int(v[1])) for k, v in raw["epoch_loss"].items()}
     results.window_loss = Loss(float(raw["window_loss"][0]), int(raw["window_loss"][1]))
