@@ -103,6 +103,14 @@ def pod_info(kind: JobKind, pod: Mapping[str, Any]) -> PodInfo:
         reason = str(state["terminated"].get("reason") or "")
         message = message or str(state["terminated"].get("message") or "")
     exit_code = terminated.get("exitCode")
+    disruption: Mapping[str, Any] = next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        {},
+    )
     return PodInfo(
         name=str(meta.get("name", "")),
         replica_type=rtype,
@@ -114,6 +122,10 @@ def pod_info(kind: JobKind, pod: Mapping[str, Any]) -> PodInfo:
         restart_count=_int(cstatus.get("restartCount")),
         exit_code=int(exit_code) if exit_code is not None else None,
         created=parse_time(meta.get("creationTimestamp")),
+        disruption=str(disruption.get("reason") or ("DisruptionTarget" if disruption else "")),
+        disruption_message=str(disruption.get("message") or "").strip(),
+        deleting=bool(meta.get("deletionTimestamp")),
+        host_name=str((pod.get("spec") or {}).get("hostname") or ""),
     )
 
 
