@@ -184,7 +184,7 @@ def summary(kubetrain: Side, other: Side, *, command: str, workload: str, load_a
 
 
 def markdown(result: dict[str, Any], kubetrain: str, other: str) -> str:
-    """The result as the tables docs/benchmarks.md shows: per round, then medians and ratios."""
+    """The result as the tables docs/history/ keeps of each run: per round, then medians and ratios."""
     k, o = result[kubetrain], result[other]
     rows = [
         f"| round | first | {kubetrain} samples/s | {other} samples/s | ratio | "

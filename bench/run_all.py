@@ -1,7 +1,8 @@
 """Run every benchmark in bench/, one after another, each printing its own report.
 
 `make bench` calls this. Each benchmark compares kubetrain with the tool a user would pick
-instead, in one run; copy the printed tables into docs/benchmarks.md with the command shown.
+instead, in one run; its figure goes into docs/benchmarks.md's table with the command and date,
+the printed tables into docs/history/benchmarks-<yyyy-mm>.md (docs/README.md).
 Benchmarks run one at a time because two cores cannot time two things at once.
 """
 

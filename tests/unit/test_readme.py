@@ -24,7 +24,7 @@ def test_the_readme_is_short_and_leaves_operator_internals_to_docs() -> None:
 
 def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
     broken = []
-    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+    for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
         for link in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
             if link.startswith(("http://", "https://", "mailto:")):
                 continue
