@@ -146,6 +146,10 @@ def event_info(event: Mapping[str, Any]) -> EventInfo:
 
 
 def belongs_to(ref: JobRef, event: EventInfo) -> bool:
-    """Whether an event is about the job object or one of its pods (every operator names them `<job>-...`)."""
+    """Whether an event is about the job object, one of its pods or child Jobs (all named `<job>-...`)."""
     kind, _, name = event.involved_object.partition("/")
-    return (kind == ref.kind.kind and name == ref.name) or (kind == "Pod" and name.startswith(f"{ref.name}-"))
+    if kind == ref.kind.kind and name == ref.name:
+        return True
+    # A JobSet's (and a TrainJob's) child Jobs are `<name>-<replicated job>-<index>`.
+    child_job = kind == "Job" and ref.kind in (JOBSET, TRAINJOB)
+    return (kind == "Pod" or child_job) and name.startswith(f"{ref.name}-")
