@@ -14,9 +14,18 @@ from kubetrain.errors import (
     JobFailedError,
     JobTimeoutError,
 )
-from kubetrain.manifests.kinds import MPIJOB, PYTORCHJOB
+from kubetrain.manifests.kinds import JOBSET, MPIJOB, PYTORCHJOB
 from tests.fake_apiserver import FakeApiServer, make_pod
-from tests.integration.k8s_launcher_env import FAST, NS, Env, cond, foreground, mpi_manifest, pytorch_manifest
+from tests.integration.k8s_launcher_env import (
+    FAST,
+    NS,
+    Env,
+    cond,
+    foreground,
+    mpi_manifest,
+    ps_manifest,
+    pytorch_manifest,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -145,3 +154,41 @@ def test_mpijob_rejected_by_the_operator_fails_with_the_validation_event(env: En
     assert info.value.reason == "ValidationError"
     assert env.requests("list", "events")
     assert len(env.requests("watch", "mpijobs")) == 1
+
+
+QUOTA_MESSAGE = (
+    'Error creating: pods "ps-master-0-0-abcde" is forbidden: exceeded quota: kf-resource-quota, '
+    "requested: requests.cpu={asked}, used: requests.cpu=1, limited: requests.cpu=2"
+)
+
+
+def test_pods_the_quota_can_never_hold_fail_the_step_at_once_not_at_the_start_timeout(env: Env) -> None:
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(JOBSET, NS, "ps")
+        # JobSet's child Job, not the set, is what the Job controller's refusal is about.
+        api.add_event(NS, "Job", "ps-master-0", "FailedCreate", QUOTA_MESSAGE.format(asked=4))
+
+    tuning = dataclasses.replace(FAST, watch_window_seconds=3600.0)
+    with pytest.raises(JobFailedError, match="ResourceQuota kf-resource-quota in team-a") as info:
+        env.launch(ps_manifest(), script, timeout=300, start_timeout=300, tuning=tuning)
+    assert info.value.reason == "PodsRefused"
+    assert "requested requests.cpu=4, used 1 of 2" in str(info.value)
+    assert len(env.requests("watch", "jobsets")) == 1, "the look ended the open watch; no timeout did"
+
+
+def test_pods_that_fit_once_others_finish_wait_and_the_step_says_so_once(env: Env) -> None:
+    def script(api: FakeApiServer) -> None:
+        api.wait_job(JOBSET, NS, "ps")
+        api.add_event(NS, "Job", "ps-master-0", "FailedCreate", QUOTA_MESSAGE.format(asked=2))
+        api.add_event(NS, "Job", "someone-else-master-0", "FailedCreate", QUOTA_MESSAGE.format(asked=9))
+        env.wait_line("waiting for ResourceQuota kf-resource-quota in team-a")
+        api.add_event(NS, "Job", "ps-master-0", "FailedCreate", QUOTA_MESSAGE.format(asked=2))  # again, later
+        api.set_conditions(JOBSET, NS, "ps", cond("Completed"))
+
+    env.launch(ps_manifest(), script, timeout=60)
+    waiting = [line for line in env.lines if line.startswith("waiting for ResourceQuota")]
+    assert waiting == [
+        "waiting for ResourceQuota kf-resource-quota in team-a: requested requests.cpu=2, used 1 of 2; the pods "
+        "are created when other work in the namespace releases its share"
+    ]
+    assert not any("someone-else" in line for line in env.lines), "another job's refusal is not this one's"

@@ -43,9 +43,13 @@ def documents() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
 
 
-def granted() -> set[tuple[str, str, str]]:
-    """Every (verb, group, resource) the Role grants, expanded."""
-    [role] = [d for d in documents() if d["kind"] == "Role"]
+LAUNCHER_ROLE = "kubetrain-launcher"
+PS_MASTER_ROLE = "kubetrain-ps-master"
+
+
+def granted(name: str = LAUNCHER_ROLE) -> set[tuple[str, str, str]]:
+    """Every (verb, group, resource) the Role `name` grants, expanded."""
+    [role] = [d for d in documents() if d["kind"] == "Role" and d["metadata"]["name"] == name]
     return {
         (verb, group, resource)
         for rule in role["rules"]
@@ -105,11 +109,17 @@ def test_bindings_cover_standalone_and_multi_user_kfp_and_the_own_account() -> N
     docs = documents()
     assert {d["kind"] for d in docs} == {"ServiceAccount", "Role", "RoleBinding"}
     assert all("namespace" not in d["metadata"] for d in docs), "applied with -n, so one file serves any namespace"
-    [role] = [d for d in docs if d["kind"] == "Role"]
-    subjects = set()
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Role") == [LAUNCHER_ROLE, PS_MASTER_ROLE]
+    subjects: dict[str, set[tuple[str, str]]] = {LAUNCHER_ROLE: set(), PS_MASTER_ROLE: set()}
     for binding in (d for d in docs if d["kind"] == "RoleBinding"):
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                      "name": role["metadata"]["name"]}  # fmt: skip
-        subjects |= {(s["kind"], s["name"]) for s in binding["subjects"]}
-    assert subjects == {("ServiceAccount", "pipeline-runner"), ("ServiceAccount", "default-editor"),
-                        ("ServiceAccount", "kubetrain-launcher")}  # fmt: skip
+        ref = binding["roleRef"]
+        assert (ref["apiGroup"], ref["kind"]) == ("rbac.authorization.k8s.io", "Role")
+        subjects[ref["name"]] |= {(s["kind"], s["name"]) for s in binding["subjects"]}
+    assert subjects[LAUNCHER_ROLE] == {("ServiceAccount", "pipeline-runner"), ("ServiceAccount", "default-editor"),
+                                       ("ServiceAccount", "kubetrain-launcher")}  # fmt: skip
+    # The PS master's role is its own account's alone, never a step's (which would widen the steps').
+    assert subjects[PS_MASTER_ROLE] == {("ServiceAccount", "kubetrain-ps-master")}
+
+
+def test_the_ps_master_may_only_read_its_namespace_pods() -> None:
+    assert granted(PS_MASTER_ROLE) == {("list", "", "pods"), ("watch", "", "pods")}

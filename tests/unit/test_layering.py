@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("status", "ps"),
     ("presets",),
     ("backends",),
-    ("launcher", "reaper"),
+    ("launcher", "reaper", "elastic"),
     ("kfp_runtime",),
     ("components",),
     ("pipelines",),

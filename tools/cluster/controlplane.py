@@ -282,6 +282,7 @@ def _up(bin_dir: Path, *, create: bool) -> Cluster:
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_node())
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=_workspace())
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(REPO_ROOT / "deploy" / "rbac.yaml"))
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "priority-classes.yaml"))
     cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", "-", stdin=_user_binding())
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
     _operators(cluster)

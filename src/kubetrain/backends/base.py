@@ -57,6 +57,12 @@ class PodInfo:
     restart_count: int = 0
     exit_code: int | None = None
     created: datetime | None = None
+    # Why the pod is being taken away, from its DisruptionTarget condition: PreemptionByScheduler,
+    # EvictionByEvictionAPI, DeletionByTaintManager, TerminationByKubelet, ... ("" when it is not).
+    disruption: str = ""
+    disruption_message: str = ""
+    deleting: bool = False  # deletionTimestamp set: the pod is on its way out
+    host_name: str = ""  # spec.hostname: what an Indexed Job's pod calls itself (its $HOSTNAME)
 
 
 class JobWatch(abc.ABC):

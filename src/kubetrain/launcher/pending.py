@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from kubetrain.backends.base import Backend, JobRef
 from kubetrain.errors import BackendError
+from kubetrain.launcher.admission import refusal
 from kubetrain.launcher.options import Tuning
 from kubetrain.launcher.progress import ProgressReporter
 from kubetrain.status import JobPhase, JobStatus
@@ -98,11 +99,23 @@ class PendingLook(threading.Thread):
         return status.phase == JobPhase.RUNNING and (self.progress.still_pending() or not self.progress.any_pods())
 
     def _look(self, status: JobStatus) -> int:
-        """Report the events not seen before; set `rejected` when the operator rejected the job."""
+        """Report the events not seen before; set `rejected` when the operator rejected the job, or
+        when the API server refused its pods for a reason no wait can change (launcher.admission)."""
         events = self.backend.events(self.ref, pods=self.progress.pending_pods())
         if self._stop.is_set():
             return 0
         news = self.progress.events(events)
+        for event in events:
+            if event.type != "Warning":
+                continue
+            verdict = refusal(event.reason, event.message, namespace=self.ref.namespace)
+            if verdict is None:
+                continue
+            if verdict.final:
+                self.rejected = JobStatus(phase=JobPhase.FAILED, reason="PodsRefused", message=verdict.line)
+                self.on_rejected()
+                return news
+            news += self.progress.note(verdict.line)
         if status.phase != JobPhase.PENDING:
             return news
         for event in events:

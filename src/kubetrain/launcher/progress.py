@@ -89,6 +89,7 @@ class ProgressReporter:
         # summary; kept apart from the reported state so a changing count in it prints no new line.
         self._pending_message: dict[str, str] = {}
         self._events: set[tuple[str, str, str]] = set()
+        self._notes: set[str] = set()
 
     @property
     def job_label(self) -> str:
@@ -213,6 +214,15 @@ class ProgressReporter:
         """Whether any pod of the job has been seen."""
         with self._lock:
             return bool(self._pods)
+
+    def note(self, line: str) -> int:
+        """Report `line` unless it was reported before; 1 if it was new, else 0."""
+        with self._lock:
+            if line in self._notes:
+                return 0
+            self._notes.add(line)
+            self._sink(line)
+            return 1
 
     def events(self, events: Iterable[EventInfo]) -> int:
         """Report Warning events not reported before (FailedScheduling, FailedMount, BackOff, ...); how many."""

@@ -14,11 +14,14 @@ from kubetrain.backends.base import EventInfo, JobRef
 from kubetrain.backends.kubernetes.errors import api_error
 from kubetrain.backends.kubernetes.objects import belongs_to, event_info
 from kubetrain.backends.kubernetes.retry import REQUEST_TIMEOUT, Retrier
+from kubetrain.manifests.kinds import JOBSET, TRAINJOB
 
 __all__ = ["EVENT_PODS", "list_job_events"]
 
 # How many of a job's pending pods the launcher asks about at each look at the events.
 EVENT_PODS = 3
+# The kinds whose pods are created by child Jobs (a TrainJob's through its JobSet).
+CHILD_JOB_KINDS = (JOBSET, TRAINJOB)
 
 
 def list_job_events(
@@ -34,6 +37,12 @@ def list_job_events(
     what = f"list events of {ref.kind.kind} {ref.namespace}/{ref.name}"
     selectors = [f"involvedObject.name={ref.name}"]
     selectors += [f"involvedObject.name={pod},type=Warning" for pod in list(pods)[:EVENT_PODS]]
+    if ref.kind in CHILD_JOB_KINDS:
+        # A JobSet's pods are created by its child Jobs, whose controller says only in an event on
+        # the Job why a pod was refused (a full quota, a missing PriorityClass). Their names are
+        # `<set>-<replicated job>-<index>`, which no field selector matches by prefix: the
+        # namespace's refused creations are listed (few, and only while something is pending).
+        selectors.append("involvedObject.kind=Job,type=Warning,reason=FailedCreate")
     raw: list[Mapping[str, Any]] = []
     for selector in selectors:
         try:

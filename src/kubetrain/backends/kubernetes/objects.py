@@ -103,6 +103,14 @@ def pod_info(kind: JobKind, pod: Mapping[str, Any]) -> PodInfo:
         reason = str(state["terminated"].get("reason") or "")
         message = message or str(state["terminated"].get("message") or "")
     exit_code = terminated.get("exitCode")
+    disruption: Mapping[str, Any] = next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        {},
+    )
     return PodInfo(
         name=str(meta.get("name", "")),
         replica_type=rtype,
@@ -114,6 +122,10 @@ def pod_info(kind: JobKind, pod: Mapping[str, Any]) -> PodInfo:
         restart_count=_int(cstatus.get("restartCount")),
         exit_code=int(exit_code) if exit_code is not None else None,
         created=parse_time(meta.get("creationTimestamp")),
+        disruption=str(disruption.get("reason") or ("DisruptionTarget" if disruption else "")),
+        disruption_message=str(disruption.get("message") or "").strip(),
+        deleting=bool(meta.get("deletionTimestamp")),
+        host_name=str((pod.get("spec") or {}).get("hostname") or ""),
     )
 
 
@@ -134,6 +146,10 @@ def event_info(event: Mapping[str, Any]) -> EventInfo:
 
 
 def belongs_to(ref: JobRef, event: EventInfo) -> bool:
-    """Whether an event is about the job object or one of its pods (every operator names them `<job>-...`)."""
+    """Whether an event is about the job object, one of its pods or child Jobs (all named `<job>-...`)."""
     kind, _, name = event.involved_object.partition("/")
-    return (kind == ref.kind.kind and name == ref.name) or (kind == "Pod" and name.startswith(f"{ref.name}-"))
+    if kind == ref.kind.kind and name == ref.name:
+        return True
+    # A JobSet's (and a TrainJob's) child Jobs are `<name>-<replicated job>-<index>`.
+    child_job = kind == "Job" and ref.kind in (JOBSET, TRAINJOB)
+    return (kind == "Pod" or child_job) and name.startswith(f"{ref.name}-")
