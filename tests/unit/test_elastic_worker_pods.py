@@ -11,8 +11,11 @@ from typing import Any
 
 from kubetrain.backends.base import PodInfo
 from kubetrain.backends.kubernetes.objects import pod_info
-from kubetrain.elastic.worker_pods import Change, worker_changes
+from kubetrain.elastic.master import apply_change
+from kubetrain.elastic.worker_pods import Change, WorkerChange, worker_changes
 from kubetrain.manifests.kinds import JOBSET
+from kubetrain.ps.common.tasks import BookConfig
+from kubetrain.ps.master.taskbook import TaskBook
 
 JS = "ps-job"
 
@@ -117,3 +120,40 @@ def test_a_pending_worker_is_placed_when_it_runs_and_its_replacement_too() -> No
 
 def test_master_and_server_pods_are_not_workers() -> None:
     assert worker_changes({}, [pod(0, role="master"), pod(0, "Running", PREEMPTED, role="ps")]) == []
+
+
+def _book() -> TaskBook:
+    return TaskBook(
+        config=BookConfig(
+            epochs=1, records_per_task=10, train_shards=(50,), test_shards=(10,), eval_records_per_task=10
+        )
+    )
+
+
+def test_the_master_gives_a_preempted_workers_tasks_back_at_once_and_counts_one_preemption() -> None:
+    book = _book()
+    _, lease = book.get_task(f"{JS}-worker-0-1", "i1", 0.0)
+    assert lease is not None
+    [change] = worker_changes(by_name(pod(1)), [pod(1, "Running", PREEMPTED)])
+    assert apply_change(book, change, 1.0) == 1
+    assert book.counters["preemptions"] == 1
+    [line] = book.drain_events()
+    assert line.startswith(f"worker {JS}-worker-0-1 preempted (by default-scheduler: preempting to accommodate")
+    assert line.endswith("1 task re-queued; 0 workers left")
+    # The same worker's next pod, placed, gets work again; the deletion told after is no news.
+    assert apply_change(book, WorkerChange(f"{JS}-worker-0-1", "p2", Change.DELETED, "deleted"), 2.0) == 0
+
+
+def test_an_evicted_or_deleted_worker_gives_its_tasks_back_and_a_failed_one_is_left_to_the_heartbeats() -> None:
+    book = _book()
+    for i in range(3):
+        book.get_task(f"w-{i}", "i1", 0.0)
+    evicted = WorkerChange("w-0", "w-0-x", Change.DISRUPTED, "EvictionByEvictionAPI", "Eviction API: evicting")
+    assert apply_change(book, evicted, 1.0) == 1
+    assert apply_change(book, WorkerChange("w-1", "w-1-x", Change.DELETED, "deleted"), 1.0) == 1
+    assert apply_change(book, WorkerChange("w-2", "w-2-x", Change.FAILED, "OOMKilled"), 1.0) == 0
+    assert [line.split(";")[0] for line in book.drain_events()] == [
+        "worker w-0 disrupted (EvictionByEvictionAPI)",
+        "worker w-1 deleted",
+    ]
+    assert book.counters["preemptions"] == 0

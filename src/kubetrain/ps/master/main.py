@@ -21,6 +21,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -228,7 +229,12 @@ def _failure_written(output: Path) -> bool:
         return False  # none yet, or torn: the outputs are written again
 
 
-def run(config: MasterConfig) -> int:
+# Started once the master serves, with its core: what it starts runs beside the master until the
+# returned callable stops it (kubetrain.elastic's watch on the job's worker pods, on a cluster).
+Companion = Callable[[MasterCore], Callable[[], None]]
+
+
+def run(config: MasterConfig, *, companion: Companion | None = None) -> int:
     """Run the master until the job ends; the exit code."""
     settings = config.job_settings()
     book_config = config.book_config()
@@ -274,6 +280,7 @@ def run(config: MasterConfig) -> int:
     health.serving()
     log.info("master serving on %s:%d (%s, %d epochs)", host, config.port, config.mode, config.epochs)
     loop = _Loop(core, config, settings, token)
+    stop_companion = companion(core) if companion is not None else None
     try:
         while not stop.is_set():
             if core.fatal is not None:
@@ -289,6 +296,8 @@ def run(config: MasterConfig) -> int:
             write_outputs(core, loop.shards, settings, config, failed=True)
         loop.shutdown(stop)
     finally:
+        if stop_companion is not None:
+            stop_companion()
         health.not_serving()
         server.stop(grace=1).wait()
     if book.phase == FAILED:
@@ -296,12 +305,12 @@ def run(config: MasterConfig) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, companion: Companion | None = None) -> int:
     """Entry point: 0 when every epoch is done and the outputs are written."""
     args = build_parser().parse_args(argv)
     setup_logging("master", args.log_level)
     try:
-        return run(MasterConfig.from_args(args))
+        return run(MasterConfig.from_args(args), companion=companion)
     except KubetrainError as e:
         # Unprefixed, as Python ends a traceback: the launcher reads this last line of a failed
         # pod's log as the program's error and puts it first in the job's one-line failure.

@@ -184,9 +184,12 @@ class TaskBook:
                 self._requeue(lease, failure=True, reason=f"task timeout {timeout:.0f}s")
         return events
 
-    def worker_left(self, worker_id: str, now: float, *, preempted_by: str | None = None) -> int:
+    def worker_left(
+        self, worker_id: str, now: float, *, preempted_by: str | None = None, how: str | None = None
+    ) -> int:
         """The pod watch saw a worker's pod preempted (`preempted_by`: the pod that took its place,
-        "" if unknown) or removed by a shrink (None): its leases go back to the front of the queue
+        "" if unknown) or removed by a shrink, an eviction or a deletion (None; `how` says which,
+        e.g. "evicted (EvictionByEvictionAPI)"): its leases go back to the front of the queue
         at once, not after a missed heartbeat, and without counting as the tasks' failures; what
         that process still sends is dropped. Returns how many leases were re-queued; the watch
         telling the same twice (the pod's DisruptionTarget, then its deletion) changes nothing."""
@@ -197,7 +200,7 @@ class TaskBook:
         self._release_worker(worker_id, failure=False, reason="worker left")
         self.counters["workers_left" if preempted_by is None else "preemptions"] += 1
         by = f" (by {preempted_by})" if preempted_by else ""
-        how = "left (job shrank)" if preempted_by is None else f"preempted{by}"
+        how = how or ("left (job shrank)" if preempted_by is None else f"preempted{by}")
         left = f"{_count(n, 'task')} re-queued; {_count(self.roster.alive(), 'worker')} left"
         self.events.append(f"worker {worker_id} {how}; {left}")
         return n
