@@ -149,6 +149,7 @@ def _slow_task_with_median_5s(book: TaskBook) -> tuple[Lease, float]:
         _finish(book, _take(book, "w1", 5.0 * i), 5.0 * i + 5.0)
     slow = _take(book, "w0", 20.0)
     _finish(book, _take(book, "w1", 20.0), 25.0)
+    assert book.drain_events() == ["grew to 2 workers (w0 joined)"]  # w0 came once training had begun
     return slow, 25.0
 
 
@@ -288,3 +289,28 @@ def test_a_master_restarted_from_its_state_resumes_and_counts_every_record_once(
     _counted_once(book)
     assert {orphan.task.task_id, done.task.task_id} <= {t for t, _ in book.ledger.items()}
     assert book.counters["preemptions"] == 1 and book.roster.max_alive == 3
+
+
+def test_training_waits_below_min_workers_and_goes_on_when_a_worker_joins() -> None:
+    book = _book(min_workers=2)
+    assert book.get_task("w-0", "i1", 0.0) == (Directive.WAIT, None)
+    assert book.get_task("w-0", "i1", 1.0) == (Directive.WAIT, None)
+    assert book.drain_events() == ["waiting for workers: 1 of at least 2 here; training pauses"]
+    a = _take(book, "w-1", 2.0)
+    b = _take(book, "w-0", 2.0)
+    assert book.drain_events() == ["2 workers here (at least 2): training goes on"]
+    # One of the two is preempted: the other finishes what it holds, then waits again.
+    assert book.worker_left("w-1", 3.0, preempted_by="") == 1
+    _finish(book, b, 4.0)
+    assert book.get_task("w-0", "i1", 5.0) == (Directive.WAIT, None)
+    assert book.drain_events()[-1] == "waiting for workers: 1 of at least 2 here; training pauses"
+    # The preempted worker's replacement (a new process, same id) joins: training goes on, and the
+    # preempted task is handed out first.
+    again = _take(book, "w-1", 6.0, inc="i2")
+    assert again.task == a.task
+    assert book.drain_events() == ["grew to 2 workers (w-1 joined)", "2 workers here (at least 2): training goes on"]
+
+
+def test_min_workers_is_at_least_one() -> None:
+    with pytest.raises(SpecError, match="min_workers"):
+        _book(min_workers=0)

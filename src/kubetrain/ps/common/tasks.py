@@ -220,9 +220,11 @@ class BookConfig:
     straggler_factor: float = 3.0
     straggler_min_samples: int = 5
     straggler_floor_s: float = 10.0
+    # Training tasks go out only while this many workers are alive (an elastic job's minimum).
+    min_workers: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "records_per_task", "eval_records_per_task", "max_task_failures"):
+        for name in ("epochs", "records_per_task", "eval_records_per_task", "max_task_failures", "min_workers"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise SpecError(name, value, "an integer >= 1")

@@ -42,6 +42,7 @@ class MasterConfig:
     heartbeat_timeout: float
     min_task_timeout: float
     straggler_factor: float
+    min_workers: int
     sync_retries: int
     shutdown_grace: float
     ps_deadline: float
@@ -79,7 +80,7 @@ class MasterConfig:
             sharding=args.sharding, num_workers=args.num_workers, max_task_failures=args.max_task_failures,
             max_dropped_fraction=args.max_dropped_fraction, heartbeat_interval=args.heartbeat_interval,
             heartbeat_timeout=args.heartbeat_timeout, min_task_timeout=args.min_task_timeout,
-            straggler_factor=args.straggler_factor,
+            straggler_factor=args.straggler_factor, min_workers=args.min_workers,
             sync_retries=args.sync_retries, shutdown_grace=args.shutdown_grace, ps_deadline=args.ps_deadline,
             job_token_file=args.job_token_file,
         )  # fmt: skip
@@ -105,6 +106,7 @@ class MasterConfig:
             heartbeat_timeout_s=self.heartbeat_timeout,
             min_task_timeout_s=self.min_task_timeout,
             straggler_factor=self.straggler_factor,
+            min_workers=self.min_workers,
         )
 
     def job_settings(self) -> JobSettings:

@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat-timeout", type=float, default=15.0)
     p.add_argument("--min-task-timeout", type=float, default=60.0)
     p.add_argument(
+        "--min-workers",
+        type=int,
+        default=1,
+        help="hand out training tasks only while at least this many workers are there (an elastic "
+        "job's minimum; a job that has fewer waits for its minimum, as a static job waits for its pods)",
+    )
+    p.add_argument(
         "--straggler-factor",
         type=float,
         default=3.0,

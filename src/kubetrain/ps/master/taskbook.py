@@ -91,6 +91,7 @@ class TaskBook:
     released: dict[int, Lease] = field(default_factory=dict)
     task_times: TaskTimes = field(default_factory=TaskTimes)
     events: list[str] = field(default_factory=list)  # one-line events for the log (drain_events)
+    _waiting_for_workers: bool = field(default=False, init=False)  # below min_workers, said so
 
     def __post_init__(self) -> None:
         c = self.config
@@ -127,6 +128,8 @@ class TaskBook:
         if self.queues.eval_todo:
             return Directive.RUN_TASK, self._lease(self.queues.eval_todo.popleft(), worker_id, w, now)
         if self.phase == TRAINING:
+            if self._below_minimum():
+                return Directive.WAIT, None
             queue = self.queues.train_queue(self.roster.claim_slot(worker_id, self.config.static_slots))
             if queue:
                 return Directive.RUN_TASK, self._lease(queue.popleft(), worker_id, w, now)
@@ -145,8 +148,24 @@ class TaskBook:
 
     # ----------------------------------------------------------------------------- workers
 
+    def _below_minimum(self) -> bool:
+        """Fewer workers than min_workers: training waits (said once each time it starts waiting)."""
+        alive, minimum = self.roster.alive(), self.config.min_workers
+        waiting = alive < minimum
+        if waiting and not self._waiting_for_workers:
+            self.events.append(f"waiting for workers: {alive} of at least {minimum} here; training pauses")
+        elif not waiting and self._waiting_for_workers:
+            self.events.append(f"{alive} workers here (at least {minimum}): training goes on")
+        self._waiting_for_workers = waiting
+        return waiting
+
     def _touch(self, worker_id: str, incarnation: str, now: float) -> WorkerInfo:
+        # New to the job, or the replacement of a worker whose pod was preempted or removed.
+        joining = worker_id not in self.roster.known or worker_id in self.roster.gone
         w, restarted = self.roster.touch(worker_id, incarnation, now)
+        if joining and len(self.ledger) > 0:
+            # A worker joined once training had begun (a pod placed when room appeared).
+            self.events.append(f"grew to {_count(self.roster.alive(), 'worker')} ({worker_id} joined)")
         if restarted:
             # The same worker id with a new process: the old one died holding its leases.
             self._release_worker(worker_id, failure=True, reason="worker restarted")
