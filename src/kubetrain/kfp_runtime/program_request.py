@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from kubetrain.errors import InvalidInputError
-from kubetrain.kfp_runtime.request_base import JobIdentity, JobPlan, TrainingRequest, check_choice
+from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest, check_choice
 from kubetrain.names import is_dns1123_subdomain
-from kubetrain.presets import Program, UserProgram
+from kubetrain.presets import JobSettings, Program, UserProgram
 from kubetrain.specs import JobSpec
 
 TRAINJOB = "trainjob"
@@ -105,15 +105,15 @@ class ProgramRequest(TrainingRequest):
 
     def to_spec(self, plan: JobPlan) -> JobSpec:
         """The operator's job spec, or the TrainJob spec with job_api=trainjob."""
-        job = self.identity(plan)
+        job = self.job_settings(plan)
         if self.job_api == TRAINJOB:
             return self.trainjob_spec(job, runtime=self.runtime or self.default_runtime)
         return self.operator_spec(job)
 
     @abc.abstractmethod
-    def operator_spec(self, job: JobIdentity) -> JobSpec:
+    def operator_spec(self, job: JobSettings) -> JobSpec:
         """The spec of the framework's own operator job (PyTorchJob, MPIJob)."""
 
     @abc.abstractmethod
-    def trainjob_spec(self, job: JobIdentity, *, runtime: str) -> JobSpec:
+    def trainjob_spec(self, job: JobSettings, *, runtime: str) -> JobSpec:
         """The spec of a Kubeflow Trainer v2 TrainJob on `runtime`."""

@@ -22,7 +22,6 @@ from kubetrain.kfp_runtime.request_base import (
     DEFAULT_ARCHITECTURE,
     IDENTITY_INPUTS,
     Framework,
-    JobIdentity,
     JobPlan,
     TrainingRequest,
     check_choice,
@@ -36,6 +35,7 @@ from kubetrain.presets import (
     PYTORCH_IMAGE,
     TORCH_PROGRAM,
     TORCH_RUNTIME,
+    JobSettings,
     UserProgram,
     mpi_job_spec,
     mpi_trainjob_spec,
@@ -53,7 +53,6 @@ __all__ = [
     "IDENTITY_INPUTS",
     "ChainerMNRequest",
     "Framework",
-    "JobIdentity",
     "JobPlan",
     "PSRequest",
     "PyTorchRequest",
@@ -121,25 +120,18 @@ class PyTorchRequest(ProgramRequest):
         """`backend`, checked on construction."""
         return cast(Literal["gloo", "nccl"], self.backend)
 
-    def operator_spec(self, job: JobIdentity) -> JobSpec:
+    def operator_spec(self, job: JobSettings) -> JobSpec:
         """The PyTorchJob spec."""
         return pytorch_job_spec(
-            name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
-            params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
-            labels=job.labels, annotations=job.annotations,
-            run_policy=self.run_policy(),
-            workers=self.workers, elastic=self.elastic, backend=self.dist_backend, program=self.program,
-        )  # fmt: skip
+            job, workers=self.workers, elastic=self.elastic, backend=self.dist_backend, program=self.program
+        )
 
-    def trainjob_spec(self, job: JobIdentity, *, runtime: str) -> JobSpec:
+    def trainjob_spec(self, job: JobSettings, *, runtime: str) -> JobSpec:
         """The TrainJob spec: 1 + workers nodes under torchrun."""
+        # Restarts are the runtime's (its JobSet): the TrainJob takes only the run policy's deadline.
         return pytorch_trainjob_spec(
-            name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
-            params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
-            labels=job.labels, annotations=job.annotations,
-            active_deadline_seconds=self.active_deadline_seconds,  # restarts are the runtime's (its JobSet)
-            workers=self.workers, backend=self.dist_backend, program=self.program, runtime=runtime,
-        )  # fmt: skip
+            job, workers=self.workers, backend=self.dist_backend, program=self.program, runtime=runtime
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,25 +153,16 @@ class ChainerMNRequest(ProgramRequest):
     slots_per_worker: int = 1
     job_api: str = "mpijob"
 
-    def operator_spec(self, job: JobIdentity) -> JobSpec:
+    def operator_spec(self, job: JobSettings) -> JobSpec:
         """The MPIJob spec."""
-        return mpi_job_spec(
-            name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
-            params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
-            labels=job.labels, annotations=job.annotations,
-            run_policy=self.run_policy(),
-            workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program,
-        )  # fmt: skip
+        return mpi_job_spec(job, workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program)
 
-    def trainjob_spec(self, job: JobIdentity, *, runtime: str) -> JobSpec:
+    def trainjob_spec(self, job: JobSettings, *, runtime: str) -> JobSpec:
         """The TrainJob spec: a launcher running mpirun over `workers` nodes."""
+        # Restarts are the runtime's (its JobSet): the TrainJob takes only the run policy's deadline.
         return mpi_trainjob_spec(
-            name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
-            params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
-            labels=job.labels, annotations=job.annotations,
-            active_deadline_seconds=self.active_deadline_seconds,  # restarts are the runtime's (its JobSet)
-            workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program, runtime=runtime,
-        )  # fmt: skip
+            job, workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program, runtime=runtime
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,13 +228,12 @@ class PSRequest(TrainingRequest):
 
     def to_spec(self, plan: JobPlan) -> JobSpec:
         """The parameter-server JobSet spec."""
-        job = self.identity(plan)
         return ps_job_spec(
-            name=job.name, namespace=job.namespace, kfp_run_id=job.kfp_run_id, kfp_task_id=job.kfp_task_id,
-            params=job.params, image=job.image, pod=job.pod, workspace_pvc=job.workspace_pvc,
-            labels=job.labels, annotations=job.annotations,
-            run_policy=self.run_policy(),
-            ps=self.ps_replicas, workers=self.workers, mode=cast(Literal["async", "sync"], self.mode),
-            records_per_task=self.records_per_task, optimizer=cast(Literal["sgd", "adam"], self.optimizer),
+            self.job_settings(plan),
+            ps_replicas=self.ps_replicas,
+            workers=self.workers,
+            mode=cast(Literal["async", "sync"], self.mode),
+            records_per_task=self.records_per_task,
+            optimizer=cast(Literal["sgd", "adam"], self.optimizer),
             model_module=self.model_module,
-        )  # fmt: skip
+        )
