@@ -13,7 +13,7 @@ import pytest
 
 from kubetrain.cli import main
 from kubetrain.errors import ExitCode, InvalidInputError, SpecError
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
 from kubetrain.launcher import AwaitOptions
 from kubetrain.presets import JobSettings, TrainingParams, mpi_job_spec, ps_job_spec
 from kubetrain.specs import Resources, RunPolicy, limits

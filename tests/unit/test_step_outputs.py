@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
 from kubetrain.errors import ExitCode, JobTimeoutError
 from kubetrain.kfp_runtime import frameworks, train_step
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
 from kubetrain.kfp_runtime.workspace import open_workspace
 from kubetrain.launcher import AwaitOptions
 from kubetrain.status import JobPhase, JobResult
@@ -47,7 +47,16 @@ class FakeBackend:
         pass
 
 
-def _artifacts(tmp_path: Path) -> dict[str, Artifact]:
+class StepArtifacts(TypedDict):
+    """The four artifacts of a training step, as its parameters name them."""
+
+    dataset: Artifact
+    model: Artifact
+    metrics: Artifact
+    report: Artifact
+
+
+def _artifacts(tmp_path: Path) -> StepArtifacts:
     return {
         "dataset": Artifact(tmp_path / "dataset", {"path": "/workspace/datasets/digits"}),
         "model": Artifact(tmp_path / "model"),
@@ -90,7 +99,7 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeJob:
     return fake
 
 
-def _run_user_program(tmp_path: Path, job: FakeJob, program: Program) -> dict[str, Artifact]:
+def _run_user_program(tmp_path: Path, job: FakeJob, program: Program) -> StepArtifacts:
     job.program = program
     arts = _artifacts(tmp_path)
     frameworks.train_pytorch(**arts, task_config={}, **IDS, command=["python", "/app/train.py"])

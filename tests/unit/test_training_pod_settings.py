@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from kubetrain.errors import InvalidInputError, SpecError
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, JobPlan, PSRequest, PyTorchRequest, TrainingRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.jobset import NETWORK_POLICY_ANNOTATION
 from kubetrain.presets import JobSettings, PodOptions, TrainingParams, pytorch_job_spec, pytorch_trainjob_spec
