@@ -255,16 +255,25 @@ def test_locally_kubetrains_own_image_on_the_cpu_needs_no_notice(
     assert "locally, not used" not in capsys.readouterr().err
 
 
-def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for() -> None:
+def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for(
+    tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 34: rank 0 started about 40 s late with nothing said."""
-    waiting = train_step.elastic_notice(PyTorchRequest(**IDS, workers=2, elastic_min_workers=1, elastic_max_workers=3))
-    assert waiting is not None
-    assert "2 workers start, up to 3 may join; once 1 has joined, torchrun's rendezvous waits about 30 s" in waiting
-    assert (
-        train_step.elastic_notice(PyTorchRequest(**IDS, workers=3, elastic_min_workers=1, elastic_max_workers=3))
-        is None
+
+    def program(out: Path) -> None:
+        (out / "model.pt").write_bytes(b"m")
+        (out / "metrics.json").write_text(json.dumps(METRICS))
+
+    job.program = program
+    frameworks.train_pytorch(
+        **_artifacts(tmp_path), task_config={}, **IDS, workers=2, elastic_min_workers=1, elastic_max_workers=3
     )
-    assert train_step.elastic_notice(PyTorchRequest(**IDS, workers=2)) is None
+    said = "pytorch: elastic job: 2 workers start, up to 3 may join; once 1 has joined, torchrun's rendezvous waits"
+    assert f"{said} about 30 s" in capsys.readouterr().out
+    # Nothing to wait for: every worker starts at once, a fixed-size job, the other frameworks.
+    assert PyTorchRequest(**IDS, workers=3, elastic_min_workers=1, elastic_max_workers=3).start_notice() is None
+    assert PyTorchRequest(**IDS, workers=2).start_notice() is None
+    assert ChainerMNRequest(**IDS).start_notice() is None and PSRequest(**IDS).start_notice() is None
 
 
 # -- a diverged model: one behaviour whichever program trained it (issue 49 item 3) --------------

@@ -65,6 +65,8 @@ __all__ = [
     "train_pytorch",
 ]
 
+# torch's c10d rendezvous: once the minimum of nodes has joined, it waits this long for more.
+RDZV_LAST_CALL_SECONDS = 30
 StepOutputs = tuple[str, str]  # (job name, final status): the components' job_name and status outputs
 
 
@@ -120,6 +122,19 @@ class PyTorchRequest(ProgramRequest):
                 "(both 0 for a fixed-size job)"
             )
         return (low, high)
+
+    def start_notice(self) -> str | None:
+        """What an elastic job's torchrun waits for before rank 0 starts, when fewer than its maximum start."""
+        bounds = self.elastic
+        if bounds is None or self.workers >= bounds[1]:
+            return None
+        low, high = bounds
+        workers = self.workers
+        return (
+            f"elastic job: {workers} worker{'s' if workers != 1 else ''} start, up to {high} may join; once {low} "
+            f"{'have' if low != 1 else 'has'} joined, torchrun's rendezvous waits about {RDZV_LAST_CALL_SECONDS} s "
+            f"for more before rank 0 starts (set workers={high} to start at once)"
+        )
 
     @property
     def dist_backend(self) -> Literal["gloo", "nccl"]:

@@ -294,6 +294,10 @@ class TrainingRequest(abc.ABC):
         """
         del backend
 
+    def start_notice(self) -> str | None:
+        """What the job waits for before its program starts, for the step's log; None when nothing."""
+        return None
+
     @property
     def user_program(self) -> UserProgram | None:
         """The user's own program (command and args as lists); None for kubetrain's trainer."""
