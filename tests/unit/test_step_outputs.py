@@ -68,6 +68,12 @@ def _artifacts(tmp_path: Path) -> StepArtifacts:
 Program = Callable[[Path], object]  # run on the job's output directory; what it returns is ignored
 
 
+def _trained(out: Path) -> None:
+    """What kubetrain's trainer leaves: a model and the documented metrics."""
+    (out / "model.pt").write_bytes(b"m")
+    (out / "metrics.json").write_text(json.dumps(METRICS))
+
+
 class FakeJob:
     """Stands in for `run_job`: runs `program` on the job's output directory, as rank 0 would, then
     reports the job Succeeded; `options` collects the AwaitOptions of every job it ran."""
@@ -193,11 +199,7 @@ def test_complete_metrics_from_kubetrains_trainer_are_logged_without_warning(
 
 @pytest.mark.parametrize("step", [frameworks.train_pytorch, frameworks.train_chainermn, frameworks.train_ps])
 def test_start_timeout_reaches_the_launcher(step: Any, tmp_path: Path, job: FakeJob) -> None:
-    def program(out: Path) -> None:
-        (out / "model.pt").write_bytes(b"m")
-        (out / "metrics.json").write_text(json.dumps(METRICS))
-
-    job.program = program
+    job.program = _trained
     step(**_artifacts(tmp_path / "a"), task_config={}, **IDS, start_timeout_seconds=45, timeout_seconds=600)
     step(**_artifacts(tmp_path / "b"), task_config={}, **IDS)
     step(**_artifacts(tmp_path / "c"), task_config={}, **IDS, start_timeout_seconds=0)
@@ -260,11 +262,7 @@ def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for(
 ) -> None:
     """Issue 34: rank 0 started about 40 s late with nothing said."""
 
-    def program(out: Path) -> None:
-        (out / "model.pt").write_bytes(b"m")
-        (out / "metrics.json").write_text(json.dumps(METRICS))
-
-    job.program = program
+    job.program = _trained
     frameworks.train_pytorch(
         **_artifacts(tmp_path), task_config={}, **IDS, workers=2, elastic_min_workers=1, elastic_max_workers=3
     )
