@@ -42,7 +42,6 @@ from kubetrain.presets import (
     PYTORCH_IMAGE,
     TORCH_PROGRAM,
     TORCH_RUNTIME,
-    JobSettings,
     UserProgram,
     mpi_job_spec,
     mpi_trainjob_spec,
@@ -79,7 +78,6 @@ class PyTorchRequest(ProgramRequest):
     default_image: ClassVar[str] = PYTORCH_IMAGE
     default_program: ClassVar[tuple[str, ...]] = TORCH_PROGRAM
     operator_api: ClassVar[str] = "pytorchjob"
-    default_runtime: ClassVar[str] = TORCH_RUNTIME
     count_inputs: ClassVar[Mapping[str, Count]] = {
         "workers": replica_count(0, "worker replicas besides the master; 0 for a master-only job"),
         "elastic_min_workers": replica_count(0, "the least workers of an elastic job; 0 for a fixed-size job"),
@@ -141,17 +139,17 @@ class PyTorchRequest(ProgramRequest):
         """`backend`, checked on construction."""
         return cast(Literal["gloo", "nccl"], self.backend)
 
-    def operator_spec(self, job: JobSettings) -> JobSpec:
-        """The PyTorchJob spec."""
+    def to_spec(self, plan: JobPlan) -> JobSpec:
+        """The PyTorchJob spec, or with job_api=trainjob a TrainJob of 1 + workers nodes under torchrun."""
+        job, program = self.job_settings(plan), self.program
+        if self.job_api == TRAINJOB:
+            # Restarts are the runtime's (its JobSet): the TrainJob takes only the run policy's deadline.
+            runtime = self.runtime or TORCH_RUNTIME
+            return pytorch_trainjob_spec(
+                job, workers=self.workers, backend=self.dist_backend, program=program, runtime=runtime
+            )
         return pytorch_job_spec(
-            job, workers=self.workers, elastic=self.elastic, backend=self.dist_backend, program=self.program
-        )
-
-    def trainjob_spec(self, job: JobSettings, *, runtime: str) -> JobSpec:
-        """The TrainJob spec: 1 + workers nodes under torchrun."""
-        # Restarts are the runtime's (its JobSet): the TrainJob takes only the run policy's deadline.
-        return pytorch_trainjob_spec(
-            job, workers=self.workers, backend=self.dist_backend, program=self.program, runtime=runtime
+            job, workers=self.workers, elastic=self.elastic, backend=self.dist_backend, program=program
         )
 
 
@@ -181,7 +179,6 @@ class ChainerMNRequest(ProgramRequest):
     default_image: ClassVar[str] = CHAINERMN_IMAGE
     default_program: ClassVar[tuple[str, ...]] = CHAINERMN_PROGRAM
     operator_api: ClassVar[str] = "mpijob"
-    default_runtime: ClassVar[str] = MPI_RUNTIME
     count_inputs: ClassVar[Mapping[str, Count]] = {
         "workers": replica_count(1, "MPI worker replicas; mpirun needs at least one"),
         "slots_per_worker": limits.SLOTS_PER_WORKER,
@@ -191,16 +188,16 @@ class ChainerMNRequest(ProgramRequest):
     slots_per_worker: int = 1
     job_api: str = "mpijob"
 
-    def operator_spec(self, job: JobSettings) -> JobSpec:
-        """The MPIJob spec."""
-        return mpi_job_spec(job, workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program)
-
-    def trainjob_spec(self, job: JobSettings, *, runtime: str) -> JobSpec:
-        """The TrainJob spec: a launcher running mpirun over `workers` nodes."""
-        # Restarts are the runtime's (its JobSet): the TrainJob takes only the run policy's deadline.
-        return mpi_trainjob_spec(
-            job, workers=self.workers, slots_per_worker=self.slots_per_worker, program=self.program, runtime=runtime
-        )
+    def to_spec(self, plan: JobPlan) -> JobSpec:
+        """The MPIJob spec, or with job_api=trainjob a TrainJob whose launcher runs mpirun over `workers` nodes."""
+        job, slots = self.job_settings(plan), self.slots_per_worker
+        if self.job_api == TRAINJOB:
+            # Restarts are the runtime's (its JobSet): the TrainJob takes only the run policy's deadline.
+            runtime = self.runtime or MPI_RUNTIME
+            return mpi_trainjob_spec(
+                job, workers=self.workers, slots_per_worker=slots, program=self.program, runtime=runtime
+            )
+        return mpi_job_spec(job, workers=self.workers, slots_per_worker=slots, program=self.program)
 
 
 @step
