@@ -16,13 +16,13 @@ from kubetrain.presets.defaults import (
     PS_MASTER_PORT,
     PS_SERVER_PORT,
     TORCH_PROGRAM,
-    JobSettings,
     Program,
     mpirun,
     resolve_program,
     torch_program,
     under_torchrun,
 )
+from kubetrain.presets.settings import JobSettings
 from kubetrain.ps.common.model_names import is_module_path
 from kubetrain.specs import (
     ElasticPolicy,

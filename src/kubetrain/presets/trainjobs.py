@@ -11,13 +11,13 @@ from kubetrain.images import (
 from kubetrain.presets.defaults import (
     CHAINERMN_PROGRAM,
     TORCH_PROGRAM,
-    JobSettings,
     Program,
     mpirun,
     resolve_program,
     torch_program,
     under_torchrun,
 )
+from kubetrain.presets.settings import JobSettings
 from kubetrain.specs import (
     TrainJobSpec,
 )
