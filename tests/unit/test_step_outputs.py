@@ -20,6 +20,7 @@ from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorc
 from kubetrain.kfp_runtime.workspace import open_workspace
 from kubetrain.launcher import AwaitOptions
 from kubetrain.status import JobPhase, JobResult
+from kubetrain.tooling.catalog import Entry
 from tests.unit.task_ids import TaskIds
 
 IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
@@ -208,6 +209,17 @@ def test_start_timeout_reaches_the_launcher(step: Any, tmp_path: Path, job: Fake
         (600, 86400),
         (None, 86400),
     ]
+
+
+@pytest.mark.parametrize(("name", "framework"), [("pytorch_train", "pytorch"), ("chainermn_train", "chainermn"),
+                                                ("ps_train", "ps")])  # fmt: skip
+def test_a_components_own_body_runs_its_step(name: str, framework: str, tmp_path: Path, job: FakeJob) -> None:
+    """The body KFP ships passes every input by name to its step, which takes each one (its defaults too)."""
+    job.program = _trained
+    body = Entry("component", name).load().python_func
+    job_name, status = body(**_artifacts(tmp_path), task_config={}, **IDS, start_timeout_seconds=45)
+    assert (job_name.split("-")[0], status) == (framework, "Succeeded")
+    assert [o.start_timeout_seconds for o in job.options] == [45]
 
 
 @pytest.mark.parametrize("request_type", [PyTorchRequest, ChainerMNRequest, PSRequest])
