@@ -302,8 +302,7 @@ def train_ps(
     labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None, priority_class: str = "",
     manifest_patch: dict[str, Any] | None = None,
 ) -> StepOutputs:  # fmt: skip
-    """The `ps_train` step: a JobSet with the parameter-server master, servers and workers; its parameters are the
-    component's."""
+    """The `ps_train` step: a parameter-server JobSet (master, servers, workers); its parameters are the component's."""
     return _run(PSRequest, locals())
 
 
