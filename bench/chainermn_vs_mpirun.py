@@ -32,7 +32,7 @@ from _common import Side, alternate, base_env, digits_dataset, markdown, run_loc
 
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.manifests import build_manifest
-from kubetrain.presets import PodOptions, TrainingParams, mpi_job_spec
+from kubetrain.presets import JobSettings, PodOptions, TrainingParams, mpi_job_spec
 from kubetrain.specs import EnvVar, MPIJobSpec, RunPolicy
 
 PROGRAM = "kubetrain.train.chainermn_mpi"
@@ -64,12 +64,14 @@ def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> MPI
         # The manifest's env comes after the backend's local additions, so this overrides them.
         env.append(EnvVar(name=YIELD, value="0"))
     return mpi_job_spec(
-        name=name,
-        params=params,
+        JobSettings(
+            name=name,
+            params=params,
+            pod=PodOptions(env=tuple(env)),
+            run_policy=RunPolicy(backoff_limit=0),  # a failed launcher fails the run, not a retry inside the timing
+        ),
         workers=WORKERS,
         slots_per_worker=SLOTS,
-        pod=PodOptions(env=tuple(env)),
-        run_policy=RunPolicy(backoff_limit=0),  # a failed launcher fails the run, not a retry inside the timing
     )
 
 

@@ -31,7 +31,7 @@ from _common import Side, alternate, base_env, digits_dataset, markdown, run_loc
 
 from kubetrain.backends.local.backend import LocalBackend
 from kubetrain.manifests import build_manifest
-from kubetrain.presets import PodOptions, TrainingParams, pytorch_job_spec
+from kubetrain.presets import JobSettings, PodOptions, TrainingParams, pytorch_job_spec
 from kubetrain.specs import EnvVar, PyTorchJobSpec, RunPolicy
 
 PROGRAM = "kubetrain.train.torch_ddp"
@@ -58,14 +58,16 @@ def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> PyT
         model=ns.model,
     )
     spec = pytorch_job_spec(
-        name=name,
-        params=params,
+        JobSettings(
+            name=name,
+            params=params,
+            # As a user sets it in the pod template; the torchrun side gets it from base_env().
+            pod=PodOptions(env=(EnvVar(name="OMP_NUM_THREADS", value="1"),)),
+            # A failed rank fails the run instead of being restarted into the timing.
+            run_policy=RunPolicy(backoff_limit=0),
+        ),
         workers=WORKERS,
         backend="gloo",
-        # As a user sets it in the pod template; the torchrun side gets it from base_env().
-        pod=PodOptions(env=(EnvVar(name="OMP_NUM_THREADS", value="1"),)),
-        # A failed rank fails the run instead of being restarted into the timing.
-        run_policy=RunPolicy(backoff_limit=0),
     )
     # A free port rather than the operator's default 23456: rank 0's TCPStore listens on the
     # wildcard address, not on its pod's loopback address, so a concurrent local PyTorchJob on

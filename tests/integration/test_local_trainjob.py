@@ -13,7 +13,8 @@ from kubetrain.data.download import download
 from kubetrain.errors import ManifestError
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.runtimes import torch_distributed_runtime
-from kubetrain.presets import TrainingParams, mpi_trainjob_spec, pytorch_trainjob_spec
+from kubetrain.presets import JobSettings, TrainingParams, mpi_trainjob_spec, pytorch_trainjob_spec
+from kubetrain.specs import RunPolicy
 from kubetrain.status import JobPhase
 from tests.integration.local_jobs import _follow
 
@@ -35,8 +36,16 @@ def test_pytorch_and_chainermn_trainjobs_train_on_the_digits(tmp_path: Path, dig
     backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0)
     try:
         for name, spec, world in (
-            ("tj-torch", pytorch_trainjob_spec(name="tj-torch", params=_params(digits, tmp_path / "t"), workers=1), 2),
-            ("tj-mpi", mpi_trainjob_spec(name="tj-mpi", params=_params(digits, tmp_path / "m"), workers=2), 2),
+            (
+                "tj-torch",
+                pytorch_trainjob_spec(JobSettings(name="tj-torch", params=_params(digits, tmp_path / "t")), workers=1),
+                2,
+            ),
+            (
+                "tj-mpi",
+                mpi_trainjob_spec(JobSettings(name="tj-mpi", params=_params(digits, tmp_path / "m")), workers=2),
+                2,
+            ),
         ):
             ref = backend.submit(build_manifest(spec))
             status, _ = _follow(backend, ref)
@@ -60,7 +69,9 @@ def test_a_failing_trainer_fails_the_trainjob_and_the_deadline_is_enforced(tmp_p
     runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["backoffLimit"] = 1
     backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0, restart_backoff_seconds=0.05, runtimes=[runtime])
     try:
-        failing = pytorch_trainjob_spec(name="tj-fail", params=TrainingParams(), program=("python", str(fail)))
+        failing = pytorch_trainjob_spec(
+            JobSettings(name="tj-fail", params=TrainingParams()), program=("python", str(fail))
+        )
         ref = backend.submit(build_manifest(failing))
         status, _ = _follow(backend, ref)
         assert status.phase is JobPhase.FAILED
@@ -68,7 +79,8 @@ def test_a_failing_trainer_fails_the_trainjob_and_the_deadline_is_enforced(tmp_p
         assert "BackoffLimitExceeded" in status.message, status.message
         assert len(list((backend.job_dir(ref) / "logs").glob("tj-fail-node-0-0-*.log"))) == 2  # a start and a retry
         waiting = pytorch_trainjob_spec(
-            name="tj-slow", params=TrainingParams(), active_deadline_seconds=2, program=("python", str(slow))
+            JobSettings(name="tj-slow", params=TrainingParams(), run_policy=RunPolicy(active_deadline_seconds=2)),
+            program=("python", str(slow)),
         )
         status, _ = _follow(backend, backend.submit(build_manifest(waiting)))
         assert status.phase is JobPhase.FAILED
@@ -80,7 +92,9 @@ def test_a_failing_trainer_fails_the_trainjob_and_the_deadline_is_enforced(tmp_p
 def test_an_unknown_runtime_is_refused_before_anything_runs(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path / "root")
     try:
-        manifest = build_manifest(pytorch_trainjob_spec(name="tj-x", params=TrainingParams(), runtime="nope"))
+        manifest = build_manifest(
+            pytorch_trainjob_spec(JobSettings(name="tj-x", params=TrainingParams()), runtime="nope")
+        )
         with pytest.raises(ManifestError, match="ClusterTrainingRuntime 'nope' is not known to the local backend"):
             backend.submit(manifest)
         assert not list((tmp_path / "root" / "jobs").glob("*/tj-x-*"))
@@ -102,12 +116,12 @@ def test_a_runtime_given_to_the_backend_is_what_a_trainjob_runs_on(tmp_path: Pat
     )
     backend = LocalBackend(tmp_path / "root", max_grace_seconds=1.0, runtimes=[runtime])
     try:
-        spec = pytorch_trainjob_spec(name="tj-team", params=TrainingParams(), runtime="team-torch", workers=1,
-                                     program=("python", str(script)))  # fmt: skip
+        spec = pytorch_trainjob_spec(JobSettings(name="tj-team", params=TrainingParams()), runtime="team-torch",
+                                     workers=1, program=("python", str(script)))  # fmt: skip
         status, _ = _follow(backend, backend.submit(build_manifest(spec)))
         assert status.phase is JobPhase.SUCCEEDED, status
         assert sorted(seen.read_text().split("\n")[:-1]) == ["blue 0", "blue 1"]
-        shipped = pytorch_trainjob_spec(name="tj-shipped", params=TrainingParams())
+        shipped = pytorch_trainjob_spec(JobSettings(name="tj-shipped", params=TrainingParams()))
         with pytest.raises(ManifestError, match="'torch-distributed' is not known to the local backend"):
             backend.submit(build_manifest(shipped))
     finally:

@@ -73,7 +73,7 @@ def test_a_fresh_compile_for_another_registry_names_it_everywhere(tmp_path: Path
 
 def test_the_launcher_pod_takes_the_training_images_from_the_registry_it_is_given(tmp_path: Path) -> None:
     code = (
-        "from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest\n"
+        "from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest\n"
         "print(PyTorchRequest.default_image, ChainerMNRequest.default_image, PSRequest.default_image)"
     )
     env = {**os.environ, REGISTRY_ENV: REGISTRY, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}

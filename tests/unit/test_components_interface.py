@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from kubetrain.kfp_runtime import frameworks
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import TrainingRequest
 from kubetrain.presets import LAUNCHER_IMAGE
 from kubetrain.tooling.catalog import COMPONENTS, Entry
 
@@ -128,9 +129,12 @@ def test_component_inputs_are_exactly_what_the_library_takes(
     name: str, function: Any, request_type: type[TrainingRequest], own: set[str]
 ) -> None:
     component = inspect.signature(_component(name).python_func).parameters
-    step = {p for p in inspect.signature(function).parameters if p != "inputs"}
+    step = inspect.signature(function).parameters
     fields = {f.name: f for f in dataclasses.fields(request_type)}
-    assert set(component) == step | set(fields)
+    # The body's call names the step's own parameters: the component's inputs, with its defaults.
+    assert {k: p.default for k, p in step.items()} == {k: p.default for k, p in component.items()}
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in step.values())
+    assert set(component) == {"dataset", "model", "metrics", "report", "task_config"} | set(fields)
     assert own <= set(fields)
     # The request's defaults are the component's, so the library alone behaves as the component does.
     for key, field in fields.items():

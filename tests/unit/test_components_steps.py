@@ -21,7 +21,7 @@ from kubetrain.kfp_runtime.workspace import (
     resolve_workspace_path,
 )
 from kubetrain.manifests import build_manifest
-from kubetrain.presets import TrainingParams, ps_job_spec
+from kubetrain.presets import JobSettings, TrainingParams, ps_job_spec
 from kubetrain.tooling.params import PipelineInput, parse_params
 from tests.crd_schema import validate_strict
 from tests.unit.fake_kfp_artifact import FakeArtifact
@@ -152,7 +152,7 @@ def test_dataset_location_comes_from_the_artifact(tmp_path: Path) -> None:
 
 
 def test_ps_batch_size_goes_to_the_master() -> None:
-    spec = ps_job_spec(name="ps-0123456789ab", params=TrainingParams(batch_size=16))
+    spec = ps_job_spec(JobSettings(name="ps-0123456789ab", params=TrainingParams(batch_size=16)))
     assert "--batch-size" not in spec.worker.args
     i = spec.master.args.index("--batch-size")
     assert spec.master.args[i + 1] == "16"

@@ -13,7 +13,7 @@ from kubetrain.components.pytorch_train import pytorch_train
 from kubetrain.errors import InvalidInputError, SpecError
 from kubetrain.kfp_runtime.taskconfig import ExplicitResources, pod_options
 from kubetrain.manifests import build_manifest
-from kubetrain.presets import TrainingParams, ps_job_spec, pytorch_job_spec
+from kubetrain.presets import JobSettings, TrainingParams, ps_job_spec, pytorch_job_spec
 from kubetrain.specs import (
     EnvVar,
     KeyRef,
@@ -203,13 +203,15 @@ def test_what_cannot_be_carried_over_is_refused(fragments: dict[str, Any], messa
 def test_options_reach_every_training_pod_of_the_manifest() -> None:
     pod = pod_options(TASK_CONFIG, explicit=ExplicitResources(), workspace_claim="kubetrain-workspace")
     spec = pytorch_job_spec(
-        name="pytorch-0123456789ab",
-        params=TrainingParams(),
+        JobSettings(
+            name="pytorch-0123456789ab",
+            params=TrainingParams(),
+            pod=pod,
+            workspace_pvc="kubetrain-workspace",
+            kfp_run_id="run",
+            kfp_task_id="task",
+        ),
         workers=2,
-        pod=pod,
-        workspace_pvc="kubetrain-workspace",
-        kfp_run_id="run",
-        kfp_task_id="task",
     )
     manifest = build_manifest(spec)
     validate_strict(manifest)
@@ -231,7 +233,7 @@ def test_options_reach_every_training_pod_of_the_manifest() -> None:
 
 
 def test_ps_servers_bind_their_pod_ip() -> None:
-    manifest = build_manifest(ps_job_spec(name="ps-0123456789ab", params=TrainingParams()))
+    manifest = build_manifest(ps_job_spec(JobSettings(name="ps-0123456789ab", params=TrainingParams())))
     for rjob in manifest["spec"]["replicatedJobs"]:
         env = {e["name"]: e for e in rjob["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env["KUBETRAIN_BIND_ADDRESS"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}

@@ -15,7 +15,7 @@ from kubetrain.cli import main
 from kubetrain.commands import render
 from kubetrain.manifests import build_ps_network_policy
 from kubetrain.manifests.runtimes import kubetrain_mpi_runtime
-from kubetrain.presets import CHAINERMN_IMAGE, TrainingParams, ps_job_spec
+from kubetrain.presets import CHAINERMN_IMAGE, JobSettings, TrainingParams, ps_job_spec
 from tests.crd_schema import strict_errors, validate_strict
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "manifests"
@@ -62,7 +62,11 @@ NETWORK_POLICY = "ps-network-policy"
 
 def test_the_ps_network_policy_matches_golden_and_validates() -> None:
     """What a PS job's NetworkPolicy admits (issue 48.2), for the golden PS JobSet's job."""
-    spec = ps_job_spec(name="mnist-ps", params=TrainingParams(), ps=2, workers=3, workspace_pvc="kubetrain-workspace")
+    spec = ps_job_spec(
+        JobSettings(name="mnist-ps", params=TrainingParams(), workspace_pvc="kubetrain-workspace"),
+        ps_replicas=2,
+        workers=3,
+    )
     manifest = build_ps_network_policy(spec)
     assert strict_errors(manifest) == []
     text = yaml.safe_dump(manifest, sort_keys=False)

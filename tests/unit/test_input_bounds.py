@@ -13,9 +13,9 @@ import pytest
 
 from kubetrain.cli import main
 from kubetrain.errors import ExitCode, InvalidInputError, SpecError
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
 from kubetrain.launcher import AwaitOptions
-from kubetrain.presets import TrainingParams, mpi_job_spec, ps_job_spec
+from kubetrain.presets import JobSettings, TrainingParams, mpi_job_spec, ps_job_spec
 from kubetrain.specs import Resources, RunPolicy, limits
 from tests.unit.task_ids import TaskIds
 
@@ -61,9 +61,9 @@ def test_the_specs_hold_the_same_bounds() -> None:
         TrainingParams(lr=float("inf"))
     assert TrainingParams(lr=1e20).lr == 1e20  # no upper bound: divergence is caught while training
     with pytest.raises(SpecError, match=r"^slots_per_worker: got 100000; expected at most 1024"):
-        mpi_job_spec(name="job", params=TrainingParams(), slots_per_worker=100_000)
+        mpi_job_spec(JobSettings(name="job", params=TrainingParams()), slots_per_worker=100_000)
     with pytest.raises(SpecError, match=r"^records_per_task: got 0; expected an integer >= 1"):
-        ps_job_spec(name="job", params=TrainingParams(), records_per_task=0)
+        ps_job_spec(JobSettings(name="job", params=TrainingParams()), records_per_task=0)
     with pytest.raises(SpecError, match=r"^run_policy.active_deadline_seconds: got 10000000000; expected at most"):
         RunPolicy(active_deadline_seconds=10**10)
     with pytest.raises(SpecError, match=r"^run_policy.backoff_limit: got -1; expected an integer >= 0"):

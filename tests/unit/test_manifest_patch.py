@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from kubetrain.errors import InvalidInputError, ManifestError
-from kubetrain.kfp_runtime.requests import JobPlan, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import PyTorchRequest
+from kubetrain.kfp_runtime.request_base import JobPlan
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.patch import MAX_JSON_DEPTH, apply_manifest_patch, merge_patch
 from kubetrain.presets import PodOptions, TrainingParams

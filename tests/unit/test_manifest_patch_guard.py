@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from kubetrain.errors import ManifestError
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, JobPlan, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import JobPlan
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.patch import apply_manifest_patch
 from kubetrain.presets import PodOptions, TrainingParams

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from kubetrain.errors import ManifestError
-from kubetrain.kfp_runtime.requests import JobPlan, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import JobPlan
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.patch import apply_manifest_patch
 from kubetrain.manifests.patch_guard import check_patch_guard

@@ -13,7 +13,7 @@ from kubetrain.manifests import build_manifest, build_ps_network_policy
 from kubetrain.manifests.kinds import PS_FINAL_EXIT_CODE
 from kubetrain.manifests.validate import validate_manifest
 from kubetrain.names import LABEL_RUN_ID, LABEL_TASK_ID
-from kubetrain.presets import TrainingParams, mpi_job_spec, ps_job_spec, pytorch_job_spec
+from kubetrain.presets import JobSettings, TrainingParams, mpi_job_spec, ps_job_spec, pytorch_job_spec
 from kubetrain.specs import JobSpec, RunPolicy
 from tests.crd_schema import strict_errors, validate_strict
 
@@ -31,18 +31,22 @@ IDS: KfpIds = {"kfp_run_id": "0f4e-run", "kfp_task_id": "task-7"}
 
 def _matrix() -> list[tuple[str, JobSpec]]:
     return [
-        ("pytorch-master-only", pytorch_job_spec(name="pt-solo", params=PARAMS, **IDS)),
-        ("pytorch-master-3-workers", pytorch_job_spec(name="pt-ddp", params=PARAMS, workers=3, **IDS)),
-        ("pytorch-elastic-1-4", pytorch_job_spec(name="pt-elastic", params=PARAMS, workers=2, elastic=(1, 4), **IDS)),
-        ("pytorch-nccl-deadline", pytorch_job_spec(
-            name="pt-gpu", params=PARAMS, workers=1, backend="nccl", workspace_pvc="ws",
-            run_policy=RunPolicy(active_deadline_seconds=600, ttl_seconds_after_finished=60, backoff_limit=2), **IDS)),
-        ("mpi-1-launcher-2-workers", mpi_job_spec(name="mpi", params=PARAMS, workers=2, **IDS)),
-        ("mpi-4-workers-2-slots", mpi_job_spec(name="mpi-wide", params=PARAMS, workers=4, slots_per_worker=2,
-                                               workspace_pvc="ws", **IDS)),
-        ("ps-1-2-3", ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3, workspace_pvc="ws", **IDS)),
-        ("ps-sync-deadline", ps_job_spec(name="ps-sync", params=PARAMS, ps=1, workers=2, mode="sync",
-                                         run_policy=RunPolicy(active_deadline_seconds=900), **IDS)),
+        ("pytorch-master-only", pytorch_job_spec(JobSettings(name="pt-solo", params=PARAMS, **IDS))),
+        ("pytorch-master-3-workers", pytorch_job_spec(JobSettings(name="pt-ddp", params=PARAMS, **IDS), workers=3)),
+        ("pytorch-elastic-1-4", pytorch_job_spec(JobSettings(name="pt-elastic", params=PARAMS, **IDS),
+                                                 workers=2, elastic=(1, 4))),
+        ("pytorch-nccl-deadline", pytorch_job_spec(JobSettings(
+            name="pt-gpu", params=PARAMS, workspace_pvc="ws",
+            run_policy=RunPolicy(active_deadline_seconds=600, ttl_seconds_after_finished=60, backoff_limit=2), **IDS),
+            workers=1, backend="nccl")),
+        ("mpi-1-launcher-2-workers", mpi_job_spec(JobSettings(name="mpi", params=PARAMS, **IDS), workers=2)),
+        ("mpi-4-workers-2-slots", mpi_job_spec(JobSettings(name="mpi-wide", params=PARAMS, workspace_pvc="ws", **IDS),
+                                               workers=4, slots_per_worker=2)),
+        ("ps-1-2-3", ps_job_spec(JobSettings(name="ps", params=PARAMS, workspace_pvc="ws", **IDS),
+                                 ps_replicas=2, workers=3)),
+        ("ps-sync-deadline", ps_job_spec(JobSettings(name="ps-sync", params=PARAMS,
+                                                     run_policy=RunPolicy(active_deadline_seconds=900), **IDS),
+                                         ps_replicas=1, workers=2, mode="sync")),
     ]  # fmt: skip
 
 
@@ -79,7 +83,7 @@ def test_every_pod_is_restricted_labelled_and_istio_free(label: str, spec: JobSp
 
 
 def test_pytorch_contract_container_master_and_run_policy_placement() -> None:
-    manifest = build_manifest(pytorch_job_spec(name="pt", params=PARAMS, workers=3))
+    manifest = build_manifest(pytorch_job_spec(JobSettings(name="pt", params=PARAMS), workers=3))
     spec = manifest["spec"]
     assert set(spec) == {"runPolicy", "nprocPerNode", "pytorchReplicaSpecs"}
     assert spec["runPolicy"]["backoffLimit"] == 3
@@ -97,12 +101,12 @@ def test_pytorch_contract_container_master_and_run_policy_placement() -> None:
 
 
 def test_pytorch_master_only_has_no_worker_key() -> None:
-    spec = build_manifest(pytorch_job_spec(name="pt", params=PARAMS))["spec"]
+    spec = build_manifest(pytorch_job_spec(JobSettings(name="pt", params=PARAMS)))["spec"]
     assert list(spec["pytorchReplicaSpecs"]) == ["Master"]
 
 
 def test_elastic_pytorch_runs_torchrun_on_workers_only() -> None:
-    spec = build_manifest(pytorch_job_spec(name="pt", params=PARAMS, workers=2, elastic=(1, 4)))["spec"]
+    spec = build_manifest(pytorch_job_spec(JobSettings(name="pt", params=PARAMS), workers=2, elastic=(1, 4)))["spec"]
     assert spec["elasticPolicy"] == {"minReplicas": 1, "maxReplicas": 4, "rdzvBackend": "c10d", "maxRestarts": 3}
     assert list(spec["pytorchReplicaSpecs"]) == ["Worker"]
     command = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"]
@@ -110,7 +114,7 @@ def test_elastic_pytorch_runs_torchrun_on_workers_only() -> None:
 
 
 def test_mpi_workers_run_non_root_sshd_and_are_cleaned_up() -> None:
-    spec = build_manifest(mpi_job_spec(name="m", params=PARAMS, workers=2))["spec"]
+    spec = build_manifest(mpi_job_spec(JobSettings(name="m", params=PARAMS), workers=2))["spec"]
     assert spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"
     assert spec["runPolicy"]["cleanPodPolicy"] == "Running"
     assert spec["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "OnFailure"
@@ -123,7 +127,7 @@ def test_mpi_workers_run_non_root_sshd_and_are_cleaned_up() -> None:
 
 
 def test_ps_jobset_order_probes_and_success_policy() -> None:
-    spec = build_manifest(ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3))["spec"]
+    spec = build_manifest(ps_job_spec(JobSettings(name="ps", params=PARAMS), ps_replicas=2, workers=3))["spec"]
     names = [rj["name"] for rj in spec["replicatedJobs"]]
     assert names == ["master", "ps", "worker"]
     assert "dependsOn" not in spec["replicatedJobs"][0]
@@ -143,7 +147,7 @@ def test_ps_jobset_order_probes_and_success_policy() -> None:
 
 
 def test_ps_master_job_fails_at_once_on_a_final_exit_and_not_on_a_disruption() -> None:
-    manifest = build_manifest(ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3))
+    manifest = build_manifest(ps_job_spec(JobSettings(name="ps", params=PARAMS), ps_replicas=2, workers=3))
     master, *others = (rj["template"]["spec"] for rj in manifest["spec"]["replicatedJobs"])
     assert master["template"]["spec"]["restartPolicy"] == "Never"  # a podFailurePolicy needs it
     assert master["podFailurePolicy"]["rules"] == [
@@ -157,7 +161,7 @@ def test_ps_master_job_fails_at_once_on_a_final_exit_and_not_on_a_disruption() -
 
 
 def test_ps_master_restart_policy_set_by_the_user_is_kept_without_a_pod_failure_policy() -> None:
-    spec = ps_job_spec(name="ps", params=PARAMS)
+    spec = ps_job_spec(JobSettings(name="ps", params=PARAMS))
     spec = dataclasses.replace(spec, master=dataclasses.replace(spec.master, restart_policy="OnFailure"))
     master = build_manifest(spec)["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert master["template"]["spec"]["restartPolicy"] == "OnFailure"
@@ -174,14 +178,14 @@ def test_ps_master_restart_policy_set_by_the_user_is_kept_without_a_pod_failure_
     ],
 )  # fmt: skip
 def test_a_pod_failure_policy_the_api_server_would_refuse_is_refused(mutate: Any, match: str) -> None:
-    manifest = copy.deepcopy(build_manifest(ps_job_spec(name="ps", params=PARAMS)))
+    manifest = copy.deepcopy(build_manifest(ps_job_spec(JobSettings(name="ps", params=PARAMS))))
     mutate(manifest["spec"]["replicatedJobs"][0]["template"]["spec"])
     with pytest.raises(ManifestError, match=r"replicatedJobs\[master\]\.template\.spec\.podFailurePolicy.*" + match):
         validate_manifest(manifest)
 
 
 def test_the_ps_network_policy_admits_only_the_jobs_own_pods() -> None:
-    spec = ps_job_spec(name="ps", params=PARAMS, ps=2, workers=3, namespace="team-a")
+    spec = ps_job_spec(JobSettings(name="ps", params=PARAMS, namespace="team-a"), ps_replicas=2, workers=3)
     jobset, policy = build_manifest(spec), build_ps_network_policy(spec)
     assert strict_errors(policy) == []  # against the API server's own OpenAPI schema
     # Same name, namespace and run/task labels; the JobSet asks the Kubernetes backend for it.
@@ -204,7 +208,7 @@ def test_the_ps_network_policy_admits_only_the_jobs_own_pods() -> None:
 
 
 def _pt_manifest() -> dict[str, Any]:
-    return copy.deepcopy(build_manifest(pytorch_job_spec(name="pt", params=PARAMS, workers=2)))
+    return copy.deepcopy(build_manifest(pytorch_job_spec(JobSettings(name="pt", params=PARAMS), workers=2)))
 
 
 def test_schema_catches_run_policy_at_spec_top_level() -> None:
@@ -251,18 +255,18 @@ def test_pytorch_webhook_rules(mutate: Any, match: str) -> None:
 
 
 def test_mpi_controller_rules() -> None:
-    manifest = copy.deepcopy(build_manifest(mpi_job_spec(name="m", params=PARAMS)))
+    manifest = copy.deepcopy(build_manifest(mpi_job_spec(JobSettings(name="m", params=PARAMS))))
     manifest["spec"]["mpiReplicaSpecs"]["Worker"]["restartPolicy"] = "Always"
     with pytest.raises(ManifestError, match="only Never or OnFailure"):
         validate_manifest(manifest)
-    manifest = copy.deepcopy(build_manifest(mpi_job_spec(name="m", params=PARAMS)))
+    manifest = copy.deepcopy(build_manifest(mpi_job_spec(JobSettings(name="m", params=PARAMS))))
     del manifest["spec"]["mpiReplicaSpecs"]["Launcher"]
     with pytest.raises(ManifestError, match="Launcher: is required"):
         validate_manifest(manifest)
 
 
 def test_jobset_rules() -> None:
-    base = build_manifest(ps_job_spec(name="ps", params=PARAMS))
+    base = build_manifest(ps_job_spec(JobSettings(name="ps", params=PARAMS)))
     manifest = copy.deepcopy(base)
     manifest["spec"]["startupPolicy"] = {"startupPolicyOrder": "InOrder"}
     with pytest.raises(ManifestError, match="mutually exclusive"):
@@ -289,7 +293,7 @@ def test_jobset_rules() -> None:
 )  # fmt: skip
 def test_jobset_failure_rule_names_follow_the_webhook(rules: list[dict[str, str]], match: str) -> None:
     # The JobSet webhook refuses these with HTTP 422; the schema alone lets them through.
-    manifest = build_manifest(ps_job_spec(name="ps", params=PARAMS))
+    manifest = build_manifest(ps_job_spec(JobSettings(name="ps", params=PARAMS)))
     manifest["spec"]["failurePolicy"]["rules"] = rules
     assert strict_errors(manifest) == []
     with pytest.raises(ManifestError, match=match):

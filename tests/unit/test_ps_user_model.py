@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from kubetrain.errors import InvalidInputError
-from kubetrain.kfp_runtime.requests import JobPlan, PSRequest
+from kubetrain.kfp_runtime.frameworks import PSRequest
+from kubetrain.kfp_runtime.request_base import JobPlan
 from kubetrain.manifests import build_manifest
 from kubetrain.presets import PodOptions, TrainingParams
 from kubetrain.ps.common.model_names import is_module_path, user_model_ref, user_module_of

@@ -16,7 +16,7 @@ from kubetrain.cli import build_parser, main
 from kubetrain.commands import render
 from kubetrain.errors import ExitCode
 from kubetrain.kfp_runtime import frameworks, train_step
-from kubetrain.kfp_runtime.requests import PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import PSRequest, PyTorchRequest
 from kubetrain.launcher import AwaitOptions
 from kubetrain.status import JobResult
 from tests.crd_schema import validate_strict

@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
 from kubetrain.errors import ExitCode, JobTimeoutError
 from kubetrain.kfp_runtime import frameworks, train_step
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
 from kubetrain.kfp_runtime.workspace import open_workspace
 from kubetrain.launcher import AwaitOptions
 from kubetrain.status import JobPhase, JobResult
+from kubetrain.tooling.catalog import Entry
 from tests.unit.task_ids import TaskIds
 
 IDS: TaskIds = {"run_id": "run-1", "task_id": "task-1", "task_name": "train"}
@@ -47,7 +48,16 @@ class FakeBackend:
         pass
 
 
-def _artifacts(tmp_path: Path) -> dict[str, Artifact]:
+class StepArtifacts(TypedDict):
+    """The four artifacts of a training step, as its parameters name them."""
+
+    dataset: Artifact
+    model: Artifact
+    metrics: Artifact
+    report: Artifact
+
+
+def _artifacts(tmp_path: Path) -> StepArtifacts:
     return {
         "dataset": Artifact(tmp_path / "dataset", {"path": "/workspace/datasets/digits"}),
         "model": Artifact(tmp_path / "model"),
@@ -57,6 +67,12 @@ def _artifacts(tmp_path: Path) -> dict[str, Artifact]:
 
 
 Program = Callable[[Path], object]  # run on the job's output directory; what it returns is ignored
+
+
+def _trained(out: Path) -> None:
+    """What kubetrain's trainer leaves: a model and the documented metrics."""
+    (out / "model.pt").write_bytes(b"m")
+    (out / "metrics.json").write_text(json.dumps(METRICS))
 
 
 class FakeJob:
@@ -90,7 +106,7 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeJob:
     return fake
 
 
-def _run_user_program(tmp_path: Path, job: FakeJob, program: Program) -> dict[str, Artifact]:
+def _run_user_program(tmp_path: Path, job: FakeJob, program: Program) -> StepArtifacts:
     job.program = program
     arts = _artifacts(tmp_path)
     frameworks.train_pytorch(**arts, task_config={}, **IDS, command=["python", "/app/train.py"])
@@ -184,11 +200,7 @@ def test_complete_metrics_from_kubetrains_trainer_are_logged_without_warning(
 
 @pytest.mark.parametrize("step", [frameworks.train_pytorch, frameworks.train_chainermn, frameworks.train_ps])
 def test_start_timeout_reaches_the_launcher(step: Any, tmp_path: Path, job: FakeJob) -> None:
-    def program(out: Path) -> None:
-        (out / "model.pt").write_bytes(b"m")
-        (out / "metrics.json").write_text(json.dumps(METRICS))
-
-    job.program = program
+    job.program = _trained
     step(**_artifacts(tmp_path / "a"), task_config={}, **IDS, start_timeout_seconds=45, timeout_seconds=600)
     step(**_artifacts(tmp_path / "b"), task_config={}, **IDS)
     step(**_artifacts(tmp_path / "c"), task_config={}, **IDS, start_timeout_seconds=0)
@@ -197,6 +209,17 @@ def test_start_timeout_reaches_the_launcher(step: Any, tmp_path: Path, job: Fake
         (600, 86400),
         (None, 86400),
     ]
+
+
+@pytest.mark.parametrize(("name", "framework"), [("pytorch_train", "pytorch"), ("chainermn_train", "chainermn"),
+                                                ("ps_train", "ps")])  # fmt: skip
+def test_a_components_own_body_runs_its_step(name: str, framework: str, tmp_path: Path, job: FakeJob) -> None:
+    """The body KFP ships passes every input by name to its step, which takes each one (its defaults too)."""
+    job.program = _trained
+    body = Entry("component", name).load().python_func
+    job_name, status = body(**_artifacts(tmp_path), task_config={}, **IDS, start_timeout_seconds=45)
+    assert (job_name.split("-")[0], status) == (framework, "Succeeded")
+    assert [o.start_timeout_seconds for o in job.options] == [45]
 
 
 @pytest.mark.parametrize("request_type", [PyTorchRequest, ChainerMNRequest, PSRequest])
@@ -246,16 +269,21 @@ def test_locally_kubetrains_own_image_on_the_cpu_needs_no_notice(
     assert "locally, not used" not in capsys.readouterr().err
 
 
-def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for() -> None:
+def test_an_elastic_job_below_its_maximum_says_what_torchrun_waits_for(
+    tmp_path: Path, job: FakeJob, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 34: rank 0 started about 40 s late with nothing said."""
-    waiting = train_step.elastic_notice(PyTorchRequest(**IDS, workers=2, elastic_min_workers=1, elastic_max_workers=3))
-    assert waiting is not None
-    assert "2 workers start, up to 3 may join; once 1 has joined, torchrun's rendezvous waits about 30 s" in waiting
-    assert (
-        train_step.elastic_notice(PyTorchRequest(**IDS, workers=3, elastic_min_workers=1, elastic_max_workers=3))
-        is None
+
+    job.program = _trained
+    frameworks.train_pytorch(
+        **_artifacts(tmp_path), task_config={}, **IDS, workers=2, elastic_min_workers=1, elastic_max_workers=3
     )
-    assert train_step.elastic_notice(PyTorchRequest(**IDS, workers=2)) is None
+    said = "pytorch: elastic job: 2 workers start, up to 3 may join; once 1 has joined, torchrun's rendezvous waits"
+    assert f"{said} about 30 s" in capsys.readouterr().out
+    # Nothing to wait for: every worker starts at once, a fixed-size job, the other frameworks.
+    assert PyTorchRequest(**IDS, workers=3, elastic_min_workers=1, elastic_max_workers=3).start_notice() is None
+    assert PyTorchRequest(**IDS, workers=2).start_notice() is None
+    assert ChainerMNRequest(**IDS).start_notice() is None and PSRequest(**IDS).start_notice() is None
 
 
 # -- a diverged model: one behaviour whichever program trained it (issue 49 item 3) --------------

@@ -17,7 +17,7 @@ import pytest
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime import frameworks, train_step
-from kubetrain.kfp_runtime.requests import PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import PyTorchRequest
 from kubetrain.kfp_runtime.task_identity import TaskIdentity, from_output_uri, resolve_identity
 
 RUN = "5f0c7b62-3a0e-4f63-9a61-2d2f0f3c1a9e"

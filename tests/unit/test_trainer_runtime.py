@@ -11,7 +11,7 @@ from kubetrain.backends.local.operators.trainer_runtime import localize, resolve
 from kubetrain.errors import ManifestError
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.runtimes import kubetrain_mpi_runtime, torch_distributed_runtime
-from kubetrain.presets import CHAINERMN_IMAGE, TrainingParams, mpi_trainjob_spec, pytorch_trainjob_spec
+from kubetrain.presets import CHAINERMN_IMAGE, JobSettings, TrainingParams, mpi_trainjob_spec, pytorch_trainjob_spec
 from tests.crd_schema import strict_errors
 
 PARAMS = TrainingParams()
@@ -31,7 +31,9 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_torch_trainjob_resolves_to_nodes_with_the_rendezvous_env() -> None:
-    trainjob = build_manifest(pytorch_trainjob_spec(name="tj", params=PARAMS, workers=2, workspace_pvc="ws"))
+    trainjob = build_manifest(
+        pytorch_trainjob_spec(JobSettings(name="tj", params=PARAMS, workspace_pvc="ws"), workers=2)
+    )
     jobset = resolve(trainjob, torch_distributed_runtime())
     assert strict_errors(jobset) == []  # a valid JobSet, as the Trainer would create it
     node = _rjob(jobset, "node")
@@ -53,7 +55,9 @@ def test_torch_trainjob_resolves_to_nodes_with_the_rendezvous_env() -> None:
 
 def test_localized_torch_nodes_are_told_the_jobs_own_master_port(tmp_path: Path) -> None:
     """Issue 49: torchrun's store listens on every interface; two local TrainJobs must not share 29500."""
-    trainjob = build_manifest(pytorch_trainjob_spec(name="tj", params=PARAMS, workers=1, workspace_pvc="ws"))
+    trainjob = build_manifest(
+        pytorch_trainjob_spec(JobSettings(name="tj", params=PARAMS, workspace_pvc="ws"), workers=1)
+    )
     held: list[int] = []
 
     def hold(port: int) -> int:
@@ -66,7 +70,7 @@ def test_localized_torch_nodes_are_told_the_jobs_own_master_port(tmp_path: Path)
 
 
 def test_mpi_trainjob_resolves_to_a_launcher_with_the_hostfile_and_sshd_nodes() -> None:
-    trainjob = build_manifest(mpi_trainjob_spec(name="tjm", params=PARAMS, workers=3, slots_per_worker=2))
+    trainjob = build_manifest(mpi_trainjob_spec(JobSettings(name="tjm", params=PARAMS), workers=3, slots_per_worker=2))
     jobset = resolve(trainjob, kubetrain_mpi_runtime(CHAINERMN_IMAGE))
     assert strict_errors(jobset) == []
     node, launcher = _rjob(jobset, "node"), _rjob(jobset, "launcher")
@@ -82,7 +86,7 @@ def test_mpi_trainjob_resolves_to_a_launcher_with_the_hostfile_and_sshd_nodes() 
 
 
 def test_localized_mpi_runs_every_rank_here(tmp_path: Path) -> None:
-    trainjob = build_manifest(mpi_trainjob_spec(name="tjm", params=PARAMS, workers=3, slots_per_worker=2))
+    trainjob = build_manifest(mpi_trainjob_spec(JobSettings(name="tjm", params=PARAMS), workers=3, slots_per_worker=2))
     local = localize(resolve(trainjob, kubetrain_mpi_runtime(CHAINERMN_IMAGE)), workdir=tmp_path, total_ranks=6)
     assert (tmp_path / "etc-mpi" / "hostfile").read_text() == "localhost slots=6\n"
     node = _container(_rjob(local, "node"))
@@ -94,7 +98,7 @@ def test_localized_mpi_runs_every_rank_here(tmp_path: Path) -> None:
 
 
 def test_a_patch_for_a_job_the_runtime_lacks_is_refused() -> None:
-    trainjob = build_manifest(mpi_trainjob_spec(name="tjm", params=PARAMS))
+    trainjob = build_manifest(mpi_trainjob_spec(JobSettings(name="tjm", params=PARAMS)))
     with pytest.raises(ManifestError, match="patches replicated job 'launcher', which the runtime does not have"):
         resolve(trainjob, torch_distributed_runtime())
 
@@ -107,15 +111,15 @@ def test_trainjob_rules_are_checked_before_submission() -> None:
 
     with pytest.raises(SpecError, match="PET_MASTER_ADDR"):
         pytorch_trainjob_spec(
-            name="tj", params=PARAMS, pod=PodOptions(env=(EnvVar(name="PET_MASTER_ADDR", value="x"),))
+            JobSettings(name="tj", params=PARAMS, pod=PodOptions(env=(EnvVar(name="PET_MASTER_ADDR", value="x"),)))
         )
-    trainjob = build_manifest(pytorch_trainjob_spec(name="tj", params=PARAMS))
+    trainjob = build_manifest(pytorch_trainjob_spec(JobSettings(name="tj", params=PARAMS)))
     trainjob["spec"]["trainer"]["env"] = [{"name": "PET_NNODES", "value": "9"}]
     with pytest.raises(ManifestError, match="PET_NNODES are set by the Trainer"):
         validate_manifest(trainjob)
-    long_name = build_manifest(pytorch_trainjob_spec(name="tj", params=PARAMS))
+    long_name = build_manifest(pytorch_trainjob_spec(JobSettings(name="tj", params=PARAMS)))
     long_name["metadata"]["name"] = "t" * 50
     with pytest.raises(ManifestError, match="too long"):
         validate_manifest(long_name)
     with pytest.raises(SpecError, match="a shorter name"):
-        pytorch_trainjob_spec(name="t" * 50, params=PARAMS)
+        pytorch_trainjob_spec(JobSettings(name="t" * 50, params=PARAMS))

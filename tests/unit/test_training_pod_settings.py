@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from kubetrain.errors import InvalidInputError, SpecError
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, JobPlan, PSRequest, PyTorchRequest, TrainingRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import JobPlan, TrainingRequest
 from kubetrain.manifests import build_manifest
 from kubetrain.manifests.jobset import NETWORK_POLICY_ANNOTATION
-from kubetrain.presets import PodOptions, TrainingParams, pytorch_job_spec, pytorch_trainjob_spec
+from kubetrain.presets import JobSettings, PodOptions, TrainingParams, pytorch_job_spec, pytorch_trainjob_spec
 from kubetrain.specs import JobMeta, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm
 from tests.crd_schema import validate_strict
 from tests.unit.task_ids import TaskIds
@@ -143,13 +144,15 @@ def test_specs_refuse_what_the_requests_refuse() -> None:
     with pytest.raises(SpecError, match=r"annotations\[.*security profile"):
         JobMeta(name="job", user_annotations={key: "unconfined"})
     with pytest.raises(SpecError, match=r"priority_class: got 'a'; expected none on a TrainJob"):
-        pytorch_trainjob_spec(name="job", params=TrainingParams(), pod=PodOptions(priority_class="a"))
+        pytorch_trainjob_spec(JobSettings(name="job", params=TrainingParams(), pod=PodOptions(priority_class="a")))
 
 
 def test_one_job_takes_one_priority_class() -> None:
     from dataclasses import replace
 
-    spec = pytorch_job_spec(name="job", params=TrainingParams(), workers=1, pod=PodOptions(priority_class="a"))
+    spec = pytorch_job_spec(
+        JobSettings(name="job", params=TrainingParams(), pod=PodOptions(priority_class="a")), workers=1
+    )
     assert spec.worker is not None
     with pytest.raises(SpecError, match=r"priority_class: got \{'master': 'a', 'worker': 'b'\}.*same priority class"):
         replace(spec, worker=replace(spec.worker, priority_class="b"))

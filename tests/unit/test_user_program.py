@@ -10,7 +10,8 @@ import pytest
 
 from kubetrain.errors import InvalidInputError
 from kubetrain.kfp_runtime import artifacts
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, JobPlan, PyTorchRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import JobPlan
 from kubetrain.manifests import build_manifest
 from kubetrain.presets import WORKSPACE_ENV, PodOptions, TrainingParams, UserProgram
 from kubetrain.specs import EnvVar

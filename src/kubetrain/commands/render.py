@@ -1,6 +1,6 @@
 """`kubetrain render`: print the manifest a training component would submit, without submitting it.
 
-`render` builds the very request the component's step builds (:mod:`kubetrain.kfp_runtime.requests`:
+`render` builds the very request the component's step builds (:mod:`kubetrain.kfp_runtime.frameworks`:
 same inputs, same defaults, same validation, same errors), plans the job with the step's own
 :func:`~kubetrain.kfp_runtime.train_step.plan_job` and prints :meth:`TrainingRequest.manifest`, the
 manifest the step submits. Its flags are the components' inputs, spelled as flags
@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from kubetrain.errors import ExitCode, InvalidInputError, KubetrainError
-from kubetrain.kfp_runtime.request_base import IDENTITY_INPUTS
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import IDENTITY_INPUTS, TrainingRequest
 from kubetrain.kfp_runtime.train_step import plan_job
 from kubetrain.manifests.patch import MAX_JSON_DEPTH, json_depth
 from kubetrain.presets import WORKSPACE_MOUNT

@@ -8,16 +8,14 @@ framework says only how its two specs are built.
 
 from __future__ import annotations
 
-import abc
 import shlex
 from dataclasses import dataclass
 from typing import ClassVar
 
 from kubetrain.errors import InvalidInputError
-from kubetrain.kfp_runtime.request_base import JobIdentity, JobPlan, TrainingRequest, check_choice
+from kubetrain.kfp_runtime.request_base import TrainingRequest, check_choice
 from kubetrain.names import is_dns1123_subdomain
 from kubetrain.presets import Program, UserProgram
-from kubetrain.specs import JobSpec
 
 TRAINJOB = "trainjob"
 
@@ -67,7 +65,6 @@ class ProgramRequest(TrainingRequest):
 
     default_program: ClassVar[tuple[str, ...]]
     operator_api: ClassVar[str]  # the job_api of the framework's own operator: pytorchjob, mpijob
-    default_runtime: ClassVar[str]  # the ClusterTrainingRuntime a TrainJob runs on by default
 
     command: list[str] | str | None = None
     args: list[str] | None = None
@@ -102,18 +99,3 @@ class ProgramRequest(TrainingRequest):
         """The user's own program, when `command` is a list."""
         program = self.program
         return program if isinstance(program, UserProgram) else None
-
-    def to_spec(self, plan: JobPlan) -> JobSpec:
-        """The operator's job spec, or the TrainJob spec with job_api=trainjob."""
-        job = self.identity(plan)
-        if self.job_api == TRAINJOB:
-            return self.trainjob_spec(job, runtime=self.runtime or self.default_runtime)
-        return self.operator_spec(job)
-
-    @abc.abstractmethod
-    def operator_spec(self, job: JobIdentity) -> JobSpec:
-        """The spec of the framework's own operator job (PyTorchJob, MPIJob)."""
-
-    @abc.abstractmethod
-    def trainjob_spec(self, job: JobIdentity, *, runtime: str) -> JobSpec:
-        """The spec of a Kubeflow Trainer v2 TrainJob on `runtime`."""

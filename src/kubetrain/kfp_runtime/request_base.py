@@ -3,8 +3,9 @@
 A component hands its inputs over by the names it declares (`learning_rate`, `architecture`,
 ...); the request keeps those names, so an error names the input the user set. The one
 translation into the training program's vocabulary (`--lr`, `--model`) is
-:meth:`TrainingRequest.training_params`; what every preset takes alike (name, namespace, KFP run
-and task, flags, image, pod options, workspace) is one typed :class:`JobIdentity`.
+:meth:`TrainingRequest.training_params`; what every builder takes alike (name, namespace, KFP run
+and task, flags, image, pod options, workspace, run policy) is one
+:class:`~kubetrain.presets.JobSettings`, made in :meth:`TrainingRequest.job_settings`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kubetrain.manifests import build_manifest
 from kubetrain.manifests.patch import apply_manifest_patch, check_json_depth
 from kubetrain.manifests.validate import validate_manifest
 from kubetrain.names import is_dns1123_label, is_dns1123_subdomain, is_quantity
-from kubetrain.presets import PodOptions, TrainingParams, UserProgram
+from kubetrain.presets import JobSettings, PodOptions, TrainingParams, UserProgram
 from kubetrain.specs import MAX_REPLICAS, JobSpec, RunPolicy, limits
 from kubetrain.specs.limits import Count, check_learning_rate, check_seconds
 from kubetrain.specs.scheduling import check_priority_class, check_user_metadata
@@ -61,22 +62,6 @@ class JobPlan:
     name: str
     params: TrainingParams
     pod: PodOptions
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobIdentity:
-    """The arguments every preset takes alike, typed: who the job is, what it runs and where its pods run."""
-
-    name: str
-    namespace: str | None
-    kfp_run_id: str
-    kfp_task_id: str
-    params: TrainingParams
-    image: str
-    pod: PodOptions
-    workspace_pvc: str
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
 
 
 def check_name_input(name: str, value: object, what: str, *, empty: str = "or empty for the default") -> None:
@@ -269,19 +254,20 @@ class TrainingRequest(abc.ABC):
             seed=self.seed,
         )
 
-    def identity(self, plan: JobPlan) -> JobIdentity:
-        """What every preset takes alike, for the job named and placed by `plan`."""
-        return JobIdentity(
+    def job_settings(self, plan: JobPlan) -> JobSettings:
+        """What every builder takes alike, in one value, for the job named and placed by `plan`."""
+        return JobSettings(
             name=plan.name,
+            params=plan.params,
             namespace=self.job_namespace,
             kfp_run_id=self.run_id,
             kfp_task_id=self.task_key,
-            params=plan.params,
+            labels=self.labels or {},
+            annotations=self.annotations or {},
             image=self.chosen_image,
             pod=plan.pod,
             workspace_pvc=self.workspace_pvc,
-            labels=self.labels or {},
-            annotations=self.annotations or {},
+            run_policy=self.run_policy(),
         )
 
     def pod_options(self, task_config: object) -> PodOptions:
@@ -307,6 +293,10 @@ class TrainingRequest(abc.ABC):
         Nothing by default; `backend` is where the job will run (`kubernetes` or `local`).
         """
         del backend
+
+    def start_notice(self) -> str | None:
+        """What the job waits for before its program starts, for the step's log; None when nothing."""
+        return None
 
     @property
     def user_program(self) -> UserProgram | None:

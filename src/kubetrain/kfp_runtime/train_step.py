@@ -254,24 +254,6 @@ def _fill_user_outputs(
     return logged
 
 
-# torch's c10d rendezvous: once the minimum of nodes has joined, it waits this long for more.
-RDZV_LAST_CALL_SECONDS = 30
-
-
-def elastic_notice(request: TrainingRequest) -> str | None:
-    """What an elastic job's torchrun waits for before rank 0 starts, when fewer than its maximum start."""
-    bounds = getattr(request, "elastic", None)
-    workers = int(getattr(request, "workers", 0))
-    if bounds is None or workers >= bounds[1]:
-        return None
-    low, high = bounds
-    return (
-        f"elastic job: {workers} worker{'s' if workers != 1 else ''} start, up to {high} may join; once {low} "
-        f"{'have' if low != 1 else 'has'} joined, torchrun's rendezvous waits about {RDZV_LAST_CALL_SECONDS} s "
-        f"for more before rank 0 starts (set workers={high} to start at once)"
-    )
-
-
 def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_config: object) -> tuple[str, str]:
     """Run one training job end to end and fill the step's outputs; returns (job name, final status)."""
     framework = request.framework
@@ -295,7 +277,7 @@ def launch_training(request: TrainingRequest, *, outputs: StepArtifacts, task_co
     if kind == "local" and (unused := local_notice(manifest)) is not None:
         print(f"{framework}: {unused}", file=sys.stderr, flush=True)
     print(f"{framework}: job {name} on the {kind} backend, output {params.output_dir}", flush=True)
-    if (waits := elastic_notice(request)) is not None:
+    if (waits := request.start_notice()) is not None:
         print(f"{framework}: {waits}", flush=True)
     backend = open_backend(kind, namespace=request.job_namespace, local_root=local_root())
     started = time.monotonic()

@@ -3,8 +3,9 @@
 `kubetrain render` and the KFP components both build their specs here, so what `render` prints
 is exactly what a component submits. Image tags are tied to the package version in this one place.
 
-`defaults` holds the images, ports, programs and the options every preset takes, `jobs` the
-training-operator v1 / mpi-operator / PS JobSet presets and `trainjobs` the Trainer v2 ones.
+`defaults` holds the images, ports, programs and the pod options, `settings` the one value of
+a job's common settings every builder takes (:class:`JobSettings`), `jobs` the training-operator
+v1 / mpi-operator / PS JobSet builders and `trainjobs` the Trainer v2 ones.
 """
 
 from kubetrain.images import (
@@ -31,7 +32,6 @@ from kubetrain.presets.defaults import (
     Program,
     TrainingParams,
     UserProgram,
-    job_meta,
     resolve_program,
     workspace_for,
 )
@@ -40,6 +40,7 @@ from kubetrain.presets.jobs import (
     ps_job_spec,
     pytorch_job_spec,
 )
+from kubetrain.presets.settings import JobSettings
 from kubetrain.presets.trainjobs import (
     MPI_RUNTIME,
     TORCH_RUNTIME,
@@ -65,12 +66,12 @@ __all__ = [
     "TORCH_RUNTIME",
     "WORKSPACE_ENV",
     "WORKSPACE_MOUNT",
+    "JobSettings",
     "PodOptions",
     "Program",
     "TrainingParams",
     "UserProgram",
     "image_ref",
-    "job_meta",
     "mpi_job_spec",
     "mpi_trainjob_spec",
     "ps_job_spec",

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from kubetrain.errors import SpecError
-from kubetrain.names import LABEL_COMPONENT
 from kubetrain.specs import (
     EnvVar,
-    JobMeta,
     NodeAffinity,
     ReplicaSpec,
     Resources,
@@ -135,28 +133,6 @@ class PodOptions:
             affinity=self.affinity,
             priority_class=self.priority_class,
         )
-
-
-def job_meta(
-    name: str,
-    namespace: str | None,
-    run_id: str | None,
-    task_id: str | None,
-    component: str,
-    *,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
-) -> JobMeta:
-    """The job's identity: name, namespace, the KFP run and task labels, the component label, the user's metadata."""
-    return JobMeta(
-        name=name,
-        namespace=namespace,
-        kfp_run_id=run_id,
-        kfp_task_id=task_id,
-        labels={LABEL_COMPONENT: component},
-        user_labels=labels or {},
-        user_annotations=annotations or {},
-    )
 
 
 def resolve_program(

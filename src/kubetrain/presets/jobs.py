@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Literal
 
 from kubetrain.errors import SpecError
@@ -17,16 +16,13 @@ from kubetrain.presets.defaults import (
     PS_MASTER_PORT,
     PS_SERVER_PORT,
     TORCH_PROGRAM,
-    PodOptions,
     Program,
-    TrainingParams,
-    job_meta,
     mpirun,
     resolve_program,
     torch_program,
     under_torchrun,
-    workspace_for,
 )
+from kubetrain.presets.settings import JobSettings
 from kubetrain.ps.common.model_names import is_module_path
 from kubetrain.specs import (
     ElasticPolicy,
@@ -40,21 +36,11 @@ from kubetrain.specs import (
 
 
 def pytorch_job_spec(
+    job: JobSettings,
     *,
-    name: str,
-    params: TrainingParams,
     workers: int = 0,
     elastic: tuple[int, int] | None = None,
-    image: str = PYTORCH_IMAGE,
     backend: Literal["gloo", "nccl"] = "gloo",
-    pod: PodOptions | None = None,
-    workspace_pvc: str | None = None,
-    run_policy: RunPolicy | None = None,
-    namespace: str | None = None,
-    kfp_run_id: str | None = None,
-    kfp_task_id: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
     program: Program = TORCH_PROGRAM,
 ) -> PyTorchJobSpec:
     """DDP training with `program` (default `python -m kubetrain.train.torch_ddp`): master alone,
@@ -64,7 +50,8 @@ def pytorch_job_spec(
     rendezvous from the `PET_*` variables the operator injects; their program must therefore be a
     Python one (`python SCRIPT ...` or `python -m MODULE ...`), which torchrun runs itself.
     """
-    program, args, pod = torch_program(program, params, pod or PodOptions(), backend)
+    image = job.image or PYTORCH_IMAGE
+    program, args, pod = torch_program(program, job.params, job.pod, backend)
     policy = ElasticPolicy(min_replicas=elastic[0], max_replicas=elastic[1]) if elastic else None
     if policy is not None:
         torchrun = under_torchrun(program, "an elastic job starts the program under torchrun")
@@ -76,69 +63,47 @@ def pytorch_job_spec(
         master = pod.replica(image=image, replicas=1, command=program, args=args)
         worker = pod.replica(image=image, replicas=workers, command=program, args=args) if workers else None
     return PyTorchJobSpec(
-        meta=job_meta(
-            name, namespace, kfp_run_id, kfp_task_id, "pytorch-train", labels=labels, annotations=annotations
-        ),
+        meta=job.meta("pytorch-train"),
         master=master,
         worker=worker,
         backend=backend,
         elastic=policy,
-        run_policy=run_policy or RunPolicy(backoff_limit=3),
-        workspace=workspace_for(workspace_pvc),
+        run_policy=job.run_policy or RunPolicy(backoff_limit=3),
+        workspace=job.workspace,
     )
 
 
 def mpi_job_spec(
+    job: JobSettings,
     *,
-    name: str,
-    params: TrainingParams,
     workers: int = 2,
     slots_per_worker: int = 1,
-    image: str = CHAINERMN_IMAGE,
-    pod: PodOptions | None = None,
-    workspace_pvc: str | None = None,
-    run_policy: RunPolicy | None = None,
-    namespace: str | None = None,
-    kfp_run_id: str | None = None,
-    kfp_task_id: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
     program: Program = CHAINERMN_PROGRAM,
 ) -> MPIJobSpec:
     """ChainerMN training: the launcher runs mpirun over workers × slots ranks of `program`
     (default `python -m kubetrain.train.chainermn_mpi`)."""
-    program, args, pod, forward = resolve_program(program, params, pod or PodOptions(), tuple(params.program_args()))
+    image = job.image or CHAINERMN_IMAGE
+    params = job.params
+    program, args, pod, forward = resolve_program(program, params, job.pod, tuple(params.program_args()))
     launcher_cmd = mpirun(workers * slots_per_worker, forward, program)
     return MPIJobSpec(
-        meta=job_meta(
-            name, namespace, kfp_run_id, kfp_task_id, "chainermn-train", labels=labels, annotations=annotations
-        ),
+        meta=job.meta("chainermn-train"),
         launcher=pod.replica(image=image, replicas=1, command=launcher_cmd, args=args, light=True),
         worker=pod.replica(image=image, replicas=workers, command=()),
         slots_per_worker=slots_per_worker,
-        run_policy=run_policy or RunPolicy(backoff_limit=3),
-        workspace=workspace_for(workspace_pvc),
+        run_policy=job.run_policy or RunPolicy(backoff_limit=3),
+        workspace=job.workspace,
     )
 
 
 def ps_job_spec(
+    job: JobSettings,
     *,
-    name: str,
-    params: TrainingParams,
-    ps: int = 2,
+    ps_replicas: int = 2,
     workers: int = 3,
     mode: Literal["async", "sync"] = "async",
     records_per_task: int = 64,
     optimizer: Literal["sgd", "adam"] = "adam",
-    image: str = PS_IMAGE,
-    pod: PodOptions | None = None,
-    workspace_pvc: str | None = None,
-    run_policy: RunPolicy | None = None,
-    namespace: str | None = None,
-    kfp_run_id: str | None = None,
-    kfp_task_id: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
     model_module: str = "",
 ) -> PSJobSpec:
     """Parameter-server training: `kubetrain.ps.master`, `.server` and `.worker` in one JobSet.
@@ -150,22 +115,22 @@ def ps_job_spec(
     if model_module and not is_module_path(model_module):
         raise SpecError("model_module", model_module, "an importable module path such as my_team.ctr_model")
     limits.RECORDS_PER_TASK.check("records_per_task", records_per_task)
-    pod = pod or PodOptions()
-    master_addr = master_address(name=name, port=PS_MASTER_PORT)
-    ps_addrs = ",".join(ps_addresses(name=name, port=PS_SERVER_PORT, count=ps))
+    params, pod, image = job.params, job.pod, job.image or PS_IMAGE
+    master_addr = master_address(name=job.name, port=PS_MASTER_PORT)
+    ps_addrs = ",".join(ps_addresses(name=job.name, port=PS_SERVER_PORT, count=ps_replicas))
     state_dir = f"{params.output_dir}/ps-state"
     # On the job's volume, not in the manifest: see kubetrain.ps.common.jobtoken.
     token_file = f"{state_dir}/job-token"
     checkpoint_dir = params.checkpoint_dir or f"{params.output_dir}/ps-checkpoints"
     master_args: tuple[str, ...] = (
         "--port", str(PS_MASTER_PORT), "--data", params.data_dir, "--output", params.output_dir,
-        "--state-dir", state_dir, "--num-ps", str(ps), "--ps-addrs", ps_addrs,
+        "--state-dir", state_dir, "--num-ps", str(ps_replicas), "--ps-addrs", ps_addrs,
         "--epochs", str(params.epochs), "--records-per-task", str(records_per_task), "--mode", mode,
         "--model", params.model, "--seed", str(params.seed), "--batch-size", str(params.batch_size),
         "--job-token-file", token_file,
     )  # fmt: skip
     server_args: tuple[str, ...] = (
-        "--port", str(PS_SERVER_PORT), "--num-shards", str(ps), "--checkpoint-dir", checkpoint_dir,
+        "--port", str(PS_SERVER_PORT), "--num-shards", str(ps_replicas), "--checkpoint-dir", checkpoint_dir,
         "--mode", mode, "--optimizer", optimizer, "--lr", repr(float(params.lr)), "--job-token-file", token_file,
     )  # fmt: skip
     if mode == "sync":
@@ -179,12 +144,16 @@ def ps_job_spec(
         master_args += ("--model-module", model_module)
         worker_args += ("--optimizer", optimizer, "--lr", repr(float(params.lr)))
     return PSJobSpec(
-        meta=job_meta(name, namespace, kfp_run_id, kfp_task_id, "ps-train", labels=labels, annotations=annotations),
+        meta=job.meta("ps-train"),
         master=pod.replica(
             image=image, replicas=1, command=("python", "-m", "kubetrain.ps.master"), args=master_args, light=True
         ),
         ps=pod.replica(
-            image=image, replicas=ps, command=("python", "-m", "kubetrain.ps.server"), args=server_args, light=True
+            image=image,
+            replicas=ps_replicas,
+            command=("python", "-m", "kubetrain.ps.server"),
+            args=server_args,
+            light=True,
         ),
         worker=pod.replica(
             image=image, replicas=workers, command=("python", "-m", "kubetrain.ps.worker"), args=worker_args
@@ -194,6 +163,6 @@ def ps_job_spec(
         mode=mode,
         state_dir=state_dir,
         checkpoint_dir=checkpoint_dir,
-        run_policy=run_policy or RunPolicy(),
-        workspace=workspace_for(workspace_pvc),
+        run_policy=job.run_policy or RunPolicy(),
+        workspace=job.workspace,
     )

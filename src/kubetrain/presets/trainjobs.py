@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Literal
 
 from kubetrain.images import (
@@ -12,16 +11,13 @@ from kubetrain.images import (
 from kubetrain.presets.defaults import (
     CHAINERMN_PROGRAM,
     TORCH_PROGRAM,
-    PodOptions,
     Program,
-    TrainingParams,
-    job_meta,
     mpirun,
     resolve_program,
     torch_program,
     under_torchrun,
-    workspace_for,
 )
+from kubetrain.presets.settings import JobSettings
 from kubetrain.specs import (
     TrainJobSpec,
 )
@@ -32,21 +28,17 @@ TORCH_RUNTIME = "torch-distributed"
 MPI_RUNTIME = "kubetrain-mpi"
 
 
+def _deadline(job: JobSettings) -> int | None:
+    # A TrainJob takes only the deadline of the job's run policy: its restarts are its runtime's
+    # (the JobSet's failure policy), so a backoff limit has no place on it.
+    return job.run_policy.active_deadline_seconds if job.run_policy else None
+
+
 def pytorch_trainjob_spec(
+    job: JobSettings,
     *,
-    name: str,
-    params: TrainingParams,
     workers: int = 0,
-    image: str = PYTORCH_IMAGE,
     backend: Literal["gloo", "nccl"] = "gloo",
-    pod: PodOptions | None = None,
-    workspace_pvc: str | None = None,
-    active_deadline_seconds: int | None = None,
-    namespace: str | None = None,
-    kfp_run_id: str | None = None,
-    kfp_task_id: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
     program: Program = TORCH_PROGRAM,
     runtime: str = TORCH_RUNTIME,
 ) -> TrainJobSpec:
@@ -55,53 +47,40 @@ def pytorch_trainjob_spec(
     The Trainer injects the rendezvous as `PET_*` variables, which torchrun reads, so the program
     runs under torchrun (one process per node on CPUs, one per GPU) and must be a Python program.
     """
-    program, args, pod = torch_program(program, params, pod or PodOptions(), backend)
+    program, args, pod = torch_program(program, job.params, job.pod, backend)
     torchrun = under_torchrun(program, "torchrun runs it")
-    trainer = pod.replica(image=image, replicas=1 + workers, command=torchrun, args=args)
+    trainer = pod.replica(image=job.image or PYTORCH_IMAGE, replicas=1 + workers, command=torchrun, args=args)
     return TrainJobSpec(
-        meta=job_meta(
-            name, namespace, kfp_run_id, kfp_task_id, "pytorch-train", labels=labels, annotations=annotations
-        ),
+        meta=job.meta("pytorch-train"),
         runtime=runtime,
         trainer=trainer,
         # Explicit: the runtime's "auto" would start one process per CPU of a CPU-only node.
         num_proc_per_node=max(1, pod.resources.gpus),
-        workspace=workspace_for(workspace_pvc),
-        active_deadline_seconds=active_deadline_seconds,
+        workspace=job.workspace,
+        active_deadline_seconds=_deadline(job),
     )
 
 
 def mpi_trainjob_spec(
+    job: JobSettings,
     *,
-    name: str,
-    params: TrainingParams,
     workers: int = 2,
     slots_per_worker: int = 1,
-    image: str = CHAINERMN_IMAGE,
-    pod: PodOptions | None = None,
-    workspace_pvc: str | None = None,
-    active_deadline_seconds: int | None = None,
-    namespace: str | None = None,
-    kfp_run_id: str | None = None,
-    kfp_task_id: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    annotations: Mapping[str, str] | None = None,
     program: Program = CHAINERMN_PROGRAM,
     runtime: str = MPI_RUNTIME,
 ) -> TrainJobSpec:
     """ChainerMN training as a TrainJob on kubetrain's MPI runtime: the launcher runs mpirun over
     `workers` nodes × `slots_per_worker` ranks (the Trainer writes the hostfile)."""
-    program, args, pod, forward = resolve_program(program, params, pod or PodOptions(), tuple(params.program_args()))
+    params = job.params
+    program, args, pod, forward = resolve_program(program, params, job.pod, tuple(params.program_args()))
     launcher_cmd = mpirun(workers * slots_per_worker, forward, program)
-    trainer = pod.replica(image=image, replicas=workers, command=launcher_cmd, args=args)
+    trainer = pod.replica(image=job.image or CHAINERMN_IMAGE, replicas=workers, command=launcher_cmd, args=args)
     return TrainJobSpec(
-        meta=job_meta(
-            name, namespace, kfp_run_id, kfp_task_id, "chainermn-train", labels=labels, annotations=annotations
-        ),
+        meta=job.meta("chainermn-train"),
         runtime=runtime,
         trainer=trainer,
         num_proc_per_node=slots_per_worker,
         patched_jobs=(NODE_JOB, LAUNCHER_JOB),
-        workspace=workspace_for(workspace_pvc),
-        active_deadline_seconds=active_deadline_seconds,
+        workspace=job.workspace,
+        active_deadline_seconds=_deadline(job),
     )

@@ -28,7 +28,8 @@ from google.protobuf import json_format
 
 from kubetrain.data.sources import check_source
 from kubetrain.errors import DataError, InvalidInputError
-from kubetrain.kfp_runtime.requests import ChainerMNRequest, PSRequest, PyTorchRequest, TrainingRequest
+from kubetrain.kfp_runtime.frameworks import ChainerMNRequest, PSRequest, PyTorchRequest
+from kubetrain.kfp_runtime.request_base import TrainingRequest
 from kubetrain.tooling.compiling import compile_pipeline
 from kubetrain.tooling.outcome import run_fields, upstream_first
 from kubetrain.tooling.result_json import result_json
