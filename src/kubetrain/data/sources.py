@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from kubetrain.data.errors import DataError
 from kubetrain.urls import has_userinfo, redact_url
 
-__all__ = ["Source", "check_source", "describe_source", "parse_source"]
+__all__ = ["Source", "as_source", "check_source", "describe_source", "parse_source"]
 
 BUILTIN_PREFIX = "builtin:"
 # Schemes the downloader fetches itself; any other goes through an fsspec store.
