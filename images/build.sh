@@ -106,15 +106,21 @@ fi
 for name in "${names[@]}"; do
     ref="$registry/$name:$version"
     start=$(date +%s)
-    # BuildKit reads images/<name>/Dockerfile.dockerignore, keeping the context small.
+    # Each image is a stage of images/Dockerfile (BuildKit reads images/Dockerfile.dockerignore,
+    # keeping the context small); pytorch and ps are one stage, torch, with their own extras.
+    target=$name
     image_args=("${build_args[@]}")
-    if [[ -n "${TORCH_INDEX_URL:-}" && ( $name == pytorch || $name == ps ) ]]; then
+    case "$name" in
+        pytorch) target=torch; image_args+=(--build-arg "TORCH_EXTRAS=torch") ;;
+        ps) target=torch; image_args+=(--build-arg "TORCH_EXTRAS=torch,ps") ;;
+    esac
+    if [[ -n "${TORCH_INDEX_URL:-}" && $target == torch ]]; then
         image_args+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL")
     fi
     if [[ -n "${LAUNCHER_EXTRAS:-}" && $name == launcher ]]; then
         image_args+=(--build-arg "LAUNCHER_EXTRAS=$LAUNCHER_EXTRAS")
     fi
-    run "${build[@]}" "${image_args[@]}" -f "$root/images/$name/Dockerfile" -t "$ref" "$root"
+    run "${build[@]}" "${image_args[@]}" -f "$root/images/Dockerfile" --target "$target" -t "$ref" "$root"
     if [[ $dry -eq 0 && "$builder" != docker ]]; then
         size=$("${engine[@]}" images --noheading --format '{{.Size}}' "$ref" 2>/dev/null || echo "?")
         echo "build.sh: $ref built in $(( $(date +%s) - start ))s, $size" >&2

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.errors import ExitCode, InvalidInputError
-from kubetrain.kfp_runtime.download_step import dataset_dir_name, download_dataset_step
+from kubetrain.data.sources import Source
+from kubetrain.errors import DataError, ExitCode, InvalidInputError
+from kubetrain.kfp_runtime.download_step import DownloadRequest, download_dataset_step
 from kubetrain.kfp_runtime.train_step import dataset_location
 from kubetrain.kfp_runtime.workspace import (
     WorkspaceView,
@@ -77,13 +78,63 @@ def test_cluster_workspace_must_be_mounted() -> None:
 # -- download step ------------------------------------------------------------------------------
 
 
+def _request(source: str, *, sha256: str = "", shards: int = 1) -> DownloadRequest:
+    return DownloadRequest(source=source, sha256=sha256, shards=shards, workspace_pvc="ws", refresh=False)
+
+
 def test_dataset_directory_names() -> None:
-    assert dataset_dir_name("builtin:digits", sha256="", shards=1).startswith("digits-")
-    url = dataset_dir_name("https://example.com/data/mnist.npz", sha256="", shards=1)
-    assert url.startswith("mnist-")
-    assert dataset_dir_name("builtin:digits", sha256="", shards=2) != dataset_dir_name(
-        "builtin:digits", sha256="", shards=1
-    )
+    assert _request("builtin:digits").directory_name.startswith("digits-")
+    assert _request("https://example.com/data/mnist.npz").directory_name.startswith("mnist-")
+    assert _request("builtin:digits", shards=2).directory_name != _request("builtin:digits").directory_name
+
+
+@pytest.mark.parametrize(
+    ("source", "sha256", "shards", "name"),
+    [
+        ("builtin:digits", "", 1, "digits-d809e078"),
+        ("https://example.com/data/mnist.npz?X-Amz-Signature=abc", "", 2, "mnist-60ac7017"),
+        ("https://h/mnist/train-images-idx3-ubyte.gz,\nhttps://h/mnist/train-labels-idx1-ubyte.gz", "", 1,
+         "train-images-idx3-ubyte-e77d5f9d"),
+        ("https://h/data.npz", "cd" * 32, 1, "data-4719d83c"),
+    ],
+)  # fmt: skip
+def test_a_data_sets_directory_keeps_its_name_across_versions(source: str, sha256: str, shards: int, name: str) -> None:
+    # A later run reuses what an earlier one left on the claim only under the same name: these
+    # are the names kubetrain has given these sources (the source as given goes into the digest).
+    assert _request(source, sha256=sha256, shards=shards).directory_name == name
+
+
+def test_the_request_checks_shards_then_the_source() -> None:
+    with pytest.raises(InvalidInputError, match="shards: got 0; expected an integer >= 1"):
+        _request("", shards=0)  # both wrong: shards first, as `kubetrain run` checks them
+    with pytest.raises(DataError, match="source: got nothing"):
+        _request(" , ")
+    with pytest.raises(DataError, match=r"https://REDACTED@h/d.npz: credentials in the URL"):
+        _request("https://u:secret@h/d.npz")
+    with pytest.raises(DataError, match="unknown built-in data set"):
+        _request("builtin:nope")
+    request = _request("https://x/a.npz,\n https://x/b.npz")
+    assert request.parsed.urls == ("https://x/a.npz", "https://x/b.npz")
+    assert request.parsed.label == "https://x/a.npz, https://x/b.npz"
+    assert not request.pinned
+
+
+def test_the_step_parses_its_source_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_BACKEND", "local")
+    monkeypatch.setenv("KUBETRAIN_LOCAL_ROOT", str(tmp_path / "local"))
+    parsed: list[object] = []
+    real = Source.__post_init__
+
+    def counting(self: Source) -> None:
+        parsed.append(self.given)
+        real(self)
+
+    monkeypatch.setattr(Source, "__post_init__", counting)
+    step = partial(download_dataset_step, source="builtin:digits", sha256="", shards=1, workspace_pvc="ws")
+    step(refresh=True, dataset=FakeArtifact(tmp_path / "a"))  # checked, named, downloaded, described
+    assert parsed == ["builtin:digits"]
+    step(refresh=False, dataset=FakeArtifact(tmp_path / "b"))  # checked, named, compared, reused
+    assert parsed == ["builtin:digits"] * 2
 
 
 def test_download_step_writes_the_workspace_and_describes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,7 +261,6 @@ def test_a_users_step_resolves_a_workspace_path_where_it_lies(tmp_path: Path) ->
 def test_an_unpinned_download_warns_that_later_runs_get_this_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kubetrain.kfp_runtime.download_step import is_pinned
     from tests.data_helpers import mnist_files, sha256_hex, write_files
 
     monkeypatch.setenv("KUBETRAIN_BACKEND", "local")
@@ -227,5 +277,5 @@ def test_an_unpinned_download_warns_that_later_runs_get_this_copy(
     pinned = ",".join(f"{tmp_path / 'mnist' / name}#sha256={sha256_hex(data)}" for name, data in files.items())
     step(source=pinned, dataset=FakeArtifact(tmp_path / "c"))
     assert "has no checksum" not in capsys.readouterr().err
-    assert is_pinned("builtin:digits", "") and is_pinned("https://x/a.npz", "ab" * 32)
-    assert not is_pinned("https://x/a.npz", "") and not is_pinned(f"{pinned},https://x/extra.gz", "")
+    assert _request("builtin:digits").pinned and _request("https://x/a.npz", sha256="ab" * 32).pinned
+    assert not _request("https://x/a.npz").pinned and not _request(f"{pinned},https://x/extra.gz").pinned

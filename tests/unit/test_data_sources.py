@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from kubetrain.data.download import download, parse_source
 from kubetrain.data.errors import ChecksumError
 from kubetrain.data.fetch import normalize_sha256, split_checksum, url_name
 from kubetrain.data.formats import mnist_role
+from kubetrain.data.sources import Source, check_source
 from kubetrain.errors import DataError, ExitCode
 from tests.data_helpers import (
     idx_bytes,
@@ -62,6 +64,15 @@ def test_parse_source_and_names() -> None:
     assert mnist_role("t10k-images-idx3-ubyte.gz") == ("test", "images")
     assert mnist_role("train-labels.idx1-ubyte") == ("train", "labels")
     assert mnist_role("README") is None
+
+
+def test_a_source_is_parsed_once_into_a_frozen_value() -> None:
+    source = Source("a, b,\nc")
+    assert (source.urls, source.label) == (("a", "b", "c"), "a, b, c")
+    assert Source(("a", "b,c")).urls == ("a", "b", "c")
+    assert check_source(source) == parse_source(source) == ["a", "b", "c"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        source.urls = ("d",)  # type: ignore[misc]
 
 
 def test_mnist_directory_and_file_urls(tmp_path: Path) -> None:

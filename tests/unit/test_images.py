@@ -1,8 +1,10 @@
-"""Lint the Dockerfiles and tie every image reference to the one place that defines it (presets).
+"""Lint images/Dockerfile and tie every image reference to the one place that defines it (presets).
 
 Checks what breaks builds or clusters quietly: floating base tags, images that run as root
 (the training pods use the "restricted" Pod Security Standard), COPY sources that do not exist
-in the build context, a build script whose tags differ from what the compiled YAML pulls.
+in the build context, a build script whose tags differ from what the compiled YAML pulls. An image
+is what images/build.sh builds for it: a stage of images/Dockerfile (with the stages it stands
+on) and the build arguments build.sh passes, read from `build.sh --dry-run`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kubetrain.tooling.catalog import Entry, entries
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "images"
+DOCKERFILE = IMAGES / "Dockerfile"
 # A pinned tag starts with a version number (3.11.9-slim-bookworm, 22.04); "latest" never is.
 _PINNED_TAG = re.compile(r"^\d+(\.\d+)+([-.][A-Za-z0-9._-]+)?$")
 
@@ -39,6 +42,11 @@ class Stage:
 
 def parse_dockerfile(text: str) -> list[Stage]:
     """The stages of a Dockerfile with their instructions (continuations joined, comments dropped)."""
+    return _parse(text)[1]
+
+
+def _parse(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """The Dockerfile's header arguments (`ARG NAME=default` before the first FROM) and its stages."""
     logical: list[str] = []
     current = ""
     for raw in text.splitlines():
@@ -67,7 +75,7 @@ def parse_dockerfile(text: str) -> list[Stage]:
             stages.append(Stage(base=base, alias=alias))
         elif stages:
             stages[-1].instructions.append((keyword, rest.strip()))
-    return stages
+    return global_args, stages
 
 
 def copy_sources(rest: str) -> list[str] | None:
@@ -79,56 +87,112 @@ def copy_sources(rest: str) -> list[str] | None:
     return args[:-1]
 
 
-def dockerfiles() -> dict[str, Path]:
-    return {name: IMAGES / name / "Dockerfile" for name in IMAGE_NAMES}
+@dataclass(frozen=True)
+class ImageBuild:
+    """What images/build.sh builds for one image: a stage of images/Dockerfile and its build arguments."""
+
+    target: str
+    build_args: dict[str, str]
 
 
-def test_every_preset_image_has_a_dockerfile() -> None:
-    for name, path in dockerfiles().items():
-        assert path.is_file(), f"presets name image {name!r} but {path} does not exist"
+def image_builds(env: dict[str, str] | None = None) -> dict[str, ImageBuild]:
+    """Each image's build, as `images/build.sh --dry-run` prints it (with `env` over this environment)."""
+    import os
+
+    out = subprocess.run([str(IMAGES / "build.sh"), "--dry-run"], capture_output=True, text=True, check=True,
+                         timeout=60, env={**os.environ, **(env or {})}).stdout  # fmt: skip
+    builds: dict[str, ImageBuild] = {}
+    for line in out.splitlines():
+        words = line.split()
+        if "-f" not in words:
+            continue
+        assert words[words.index("-f") + 1] == str(DOCKERFILE), line
+        name = words[words.index("-t") + 1].rsplit("/", 1)[1].split(":")[0]
+        args = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "--build-arg")
+        builds[name] = ImageBuild(target=words[words.index("--target") + 1], build_args=args)
+    return builds
+
+
+def image_stages(name: str) -> list[Stage]:
+    """The stages image `name` is built from, its base image's first: its target and what it stands on."""
+    stages = {stage.alias: stage for stage in parse_dockerfile(DOCKERFILE.read_text())}
+    chain = [stages[image_builds()[name].target]]
+    while chain[0].base in stages:
+        chain.insert(0, stages[chain[0].base])
+    return chain
+
+
+def image_instructions(name: str) -> list[tuple[str, str]]:
+    """Every instruction that makes image `name`, in order."""
+    return [instruction for stage in image_stages(name) for instruction in stage.instructions]
+
+
+def test_every_preset_image_is_a_stage_of_the_dockerfile() -> None:
+    builds = image_builds()
+    assert sorted(builds) == sorted(IMAGE_NAMES)
+    aliases = {stage.alias for stage in parse_dockerfile(DOCKERFILE.read_text())}
+    for name, build in builds.items():
+        assert build.target in aliases, f"presets name image {name!r} but {DOCKERFILE} has no stage {build.target!r}"
 
 
 @pytest.mark.parametrize("name", IMAGE_NAMES)
-def test_base_images_are_pinned(name: str) -> None:
-    stages = parse_dockerfile(dockerfiles()[name].read_text())
-    assert stages, f"{name}: no FROM"
+def test_every_image_stands_on_the_one_base_stage(name: str) -> None:
+    # What the images share (the pinned constraints, the environment) is written once.
+    assert "base" in [stage.alias for stage in image_stages(name)]
+
+
+def test_base_images_are_pinned() -> None:
+    stages = parse_dockerfile(DOCKERFILE.read_text())
+    assert stages, "no FROM"
     aliases = {s.alias for s in stages if s.alias}
     for stage in stages:
         if stage.base in aliases:
             continue
         image, sep, tag = stage.base.rpartition(":")
-        assert sep and "/" not in tag, f"{name}: base {stage.base!r} has no tag"
-        assert _PINNED_TAG.match(tag), f"{name}: base {stage.base!r} is not pinned to a version tag"
+        assert sep and "/" not in tag, f"base {stage.base!r} has no tag"
+        assert _PINNED_TAG.match(tag), f"base {stage.base!r} is not pinned to a version tag"
         assert image, stage.base
 
 
 @pytest.mark.parametrize("name", IMAGE_NAMES)
-def test_final_stage_runs_as_a_non_root_user(name: str) -> None:
-    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
-    users = [rest for keyword, rest in final.instructions if keyword == "USER"]
-    assert users, f"{name}: the final stage sets no USER (it would run as root)"
+def test_every_image_runs_as_a_non_root_user(name: str) -> None:
+    users = [rest for keyword, rest in image_instructions(name) if keyword == "USER"]
+    assert users, f"{name}: no USER (it would run as root)"
     user = users[-1].split(":")[0]
     assert user not in ("root", "0"), f"{name}: final USER is {users[-1]!r}"
 
 
-@pytest.mark.parametrize("name", IMAGE_NAMES)
-def test_every_copy_source_exists_in_the_build_context(name: str) -> None:
+def _copies() -> list[tuple[str, str]]:
+    """(instruction, source) of every COPY and ADD from the build context."""
+    return [
+        (keyword, source)
+        for stage in parse_dockerfile(DOCKERFILE.read_text())
+        for keyword, rest in stage.instructions
+        if keyword in ("COPY", "ADD")
+        for source in copy_sources(rest) or []
+    ]
+
+
+def test_every_copy_source_exists_in_the_build_context() -> None:
     # images/build.sh builds with the repository root as context.
-    for stage in parse_dockerfile(dockerfiles()[name].read_text()):
-        for keyword, rest in stage.instructions:
-            if keyword not in ("COPY", "ADD"):
-                continue
-            for source in copy_sources(rest) or []:
-                matches = list(REPO.glob(source.rstrip("/"))) if any(c in source for c in "*?[") else []
-                assert matches or (REPO / source).exists(), f"{name}: {keyword} source {source!r} not in {REPO}"
+    for keyword, source in _copies():
+        matches = list(REPO.glob(source.rstrip("/"))) if any(c in source for c in "*?[") else []
+        assert matches or (REPO / source).exists(), f"{keyword} source {source!r} not in {REPO}"
+
+
+def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_else() -> None:
+    # BuildKit reads <Dockerfile>.dockerignore: everything is left out but what a COPY names.
+    lines = [line.strip() for line in (IMAGES / "Dockerfile.dockerignore").read_text().splitlines()]
+    assert "*" in lines
+    kept = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+    assert kept == {source.rstrip("/") for _, source in _copies()}
 
 
 def test_a_base_given_as_a_build_argument_is_checked_by_its_default() -> None:
     # images/build.sh --base local overrides BASE_IMAGE; the default is what a user's docker pulls.
     stages = parse_dockerfile("ARG BASE_IMAGE=python:latest\nFROM ${BASE_IMAGE} AS wheel\nFROM $BASE_IMAGE\n")
     assert [s.base for s in stages] == ["python:latest", "python:latest"]
-    for name in IMAGE_NAMES:
-        assert "ARG BASE_IMAGE=python:3.11.9-slim-bookworm" in dockerfiles()[name].read_text(), name
+    assert "ARG BASE_IMAGE=python:3.11.9-slim-bookworm" in DOCKERFILE.read_text()
 
 
 def test_lint_rejects_what_it_should() -> None:
@@ -188,10 +252,9 @@ def pins() -> dict[str, str]:
 
 
 def _pip_installs(name: str) -> list[str]:
-    """Every `pip install` command in the final stage of an image's Dockerfile."""
-    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
+    """Every `pip install` command that makes an image."""
     commands: list[str] = []
-    for keyword, rest in final.instructions:
+    for keyword, rest in image_instructions(name):
         if keyword == "RUN":
             commands += [c.strip() for c in rest.split("&&") if c.strip().startswith("pip install")]
     return commands
@@ -199,12 +262,12 @@ def _pip_installs(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", IMAGE_NAMES)
 def test_every_install_in_an_image_is_held_to_the_constraints(name: str) -> None:
-    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
-    copied = [rest for keyword, rest in final.instructions if keyword == "COPY" and "images/constraints.txt" in rest]
-    assert copied, f"{name}: the final stage does not copy images/constraints.txt"
+    instructions = image_instructions(name)
+    copied = [rest for keyword, rest in instructions if keyword == "COPY" and "images/constraints.txt" in rest]
+    assert copied, f"{name}: the image does not copy images/constraints.txt"
     target = copied[0].split()[-1]
     installs = _pip_installs(name)
-    assert installs, f"{name}: no pip install in the final stage"
+    assert installs, f"{name}: no pip install"
     for command in installs:
         assert f"-c {target}" in command, f"{name}: `{command}` is not held to {target}"
 
@@ -239,11 +302,23 @@ def _names(requirements: list[str]) -> list[str]:
     return [canonicalize_name(Requirement(r).name) for r in requirements]
 
 
-def _requirements_extras(dockerfile: str) -> str:
-    """The extras a Dockerfile passes to images/requirements.py (its one call)."""
-    calls: list[str] = re.findall(r"requirements\.py /etc/kubetrain/pyproject\.toml \"([^\"]*)\"", dockerfile)
-    (found,) = calls
-    return found
+def _requirements_extras(name: str, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """The extras image `name` passes to images/requirements.py (its one call): as written, and as built.
+
+    As built: with the build's arguments (`images/build.sh --dry-run`, `env` over this environment)
+    or else the defaults of the ARGs in the image's stages and the Dockerfile's header.
+    """
+    instructions = image_instructions(name)
+    pattern = r"requirements\.py /etc/kubetrain/pyproject\.toml \"([^\"]*)\""
+    (written,) = [found for keyword, rest in instructions if keyword == "RUN" for found in re.findall(pattern, rest)]
+    header, _ = _parse(DOCKERFILE.read_text())
+    given = image_builds(env)[name].build_args
+    values: dict[str, str] = {}
+    for keyword, rest in instructions:
+        if keyword == "ARG":
+            arg, sep, default = rest.partition("=")
+            values[arg] = given.get(arg, (default if sep else header.get(arg, "")).strip('"'))
+    return written, re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], written)
 
 
 IMAGE_EXTRAS = {"launcher": "", "pytorch": "torch", "chainermn": "chainer", "ps": "torch,ps"}
@@ -255,8 +330,7 @@ def test_the_dependency_layer_installs_what_the_wheel_with_its_extras_requires(n
     # wheel with --no-deps: the two together must be what `pip install kubetrain[extras]` installs.
     from importlib.metadata import requires
 
-    dockerfile = dockerfiles()[name].read_text()
-    extras = _requirements_extras(dockerfile).replace("${LAUNCHER_EXTRAS}", "")
+    _, extras = _requirements_extras(name)
     assert extras == IMAGE_EXTRAS[name], f"{name}: requirements.py is given {extras!r}"
     wanted = []
     for line in requires("kubetrain") or []:
@@ -275,13 +349,11 @@ def test_requirements_py_refuses_an_unknown_extra() -> None:
 
 def test_the_launcher_image_takes_the_object_store_extras_only_when_asked() -> None:
     # The drivers and their SDKs are about 150 MB: a variant (LAUNCHER_EXTRAS=s3,gcs), not the default.
-    dockerfile = (REPO / "images" / "launcher" / "Dockerfile").read_text()
-    assert _requirements_extras(dockerfile) == "${LAUNCHER_EXTRAS}"
+    assert _requirements_extras("launcher") == ("${LAUNCHER_EXTRAS}", "")
+    assert _requirements_extras("launcher", {"LAUNCHER_EXTRAS": "s3,gcs"}) == ("${LAUNCHER_EXTRAS}", "s3,gcs")
+    assert _requirements_extras("pytorch", {"LAUNCHER_EXTRAS": "s3,gcs"})[1] == "torch"  # the launcher's only
     assert not {"s3fs", "gcsfs"} & set(_names(_requirements("")))
     assert {"s3fs", "gcsfs"} <= set(_names(_requirements("s3,gcs")))
-    assert 'ARG LAUNCHER_EXTRAS=""' in dockerfile
-    build = (REPO / "images" / "build.sh").read_text()
-    assert '--build-arg "LAUNCHER_EXTRAS=$LAUNCHER_EXTRAS"' in build
     assert {"s3fs", "gcsfs"} <= set(pins())
 
 

@@ -20,7 +20,7 @@ from kubetrain.backends.local.env import (
     resource_field_value,
     search_path,
 )
-from tests.unit.test_images import dockerfiles, parse_dockerfile
+from tests.unit.test_images import image_instructions
 
 
 @pytest.mark.parametrize(
@@ -107,8 +107,7 @@ def test_a_replica_takes_only_what_this_machine_needs_from_the_callers_environme
 
 def _dockerfile_env(name: str) -> dict[str, str]:
     env: dict[str, str] = {}
-    final = parse_dockerfile(dockerfiles()[name].read_text())[-1]
-    for keyword, rest in final.instructions:
+    for keyword, rest in image_instructions(name):
         if keyword == "ENV":
             env.update(dict(item.split("=", 1) for item in rest.split()))
     return env

@@ -17,13 +17,17 @@ from kubetrain.train.loop import LoadedCheckpoint, RunState
 
 
 class FakeSteps:
-    """One process, 10 records, loss = the batch's first index; checkpoints as JSON files."""
+    """One process, 10 records, loss = the batch's first index; checkpoints as JSON files.
+
+    It is its own process group (`group`): rank, world size and the collectives are its own.
+    """
 
     model_file = "model.fake"
 
     def __init__(self, *, collectives_time_out: bool = True) -> None:
         self.collectives_time_out = collectives_time_out
         self.rank, self.world_size = 0, 1
+        self.group = self
         self.trained: list[tuple[int, ...]] = []
         self.saved_steps: list[int] = []
         self.restored = False

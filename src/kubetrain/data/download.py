@@ -45,7 +45,7 @@ from kubetrain.data.fetch import (
 from kubetrain.data.formats import LocalFile, load_files
 from kubetrain.data.http import RetryPolicy
 from kubetrain.data.prepare import write_raw_dataset
-from kubetrain.data.sources import describe_source, parse_source
+from kubetrain.data.sources import Source, as_source, describe_source, parse_source
 from kubetrain.data.stores import local_path, store_exists
 from kubetrain.urls import redact_url
 
@@ -125,7 +125,7 @@ def _fetch_base(base: str, options: FetchOptions) -> list[Fetched]:
 
 
 def download(
-    source: str | Sequence[str],
+    source: str | Sequence[str] | Source,
     out_dir: str | os.PathLike[str],
     *,
     sha256: str | None = None,
@@ -150,8 +150,8 @@ def download(
         raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
     if isinstance(max_unpacked_bytes, bool) or not isinstance(max_unpacked_bytes, int) or max_unpacked_bytes < 1:
         raise DataError(f"--max-unpacked-bytes: got {max_unpacked_bytes!r}; expected an integer >= 1")
-    urls = parse_source(source)
-    label = describe_source(urls)
+    parsed = as_source(source)
+    urls, label = list(parsed.urls), parsed.label
     expected = normalize_sha256(sha256, label) if sha256 is not None else None
     check_output_dir(out_dir)
     if urls[0].startswith(BUILTIN_PREFIX):

@@ -5,41 +5,64 @@ from __future__ import annotations
 import re
 import urllib.parse
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from kubetrain.data.errors import DataError
 from kubetrain.urls import has_userinfo, redact_url
 
-__all__ = ["check_source", "describe_source", "parse_source"]
+__all__ = ["Source", "as_source", "check_source", "describe_source", "parse_source"]
 
 BUILTIN_PREFIX = "builtin:"
 # Schemes the downloader fetches itself; any other goes through an fsspec store.
 _FETCHED_DIRECTLY = ("", "file", "http", "https")
 
 
-def parse_source(source: str | Sequence[str]) -> list[str]:
-    """The URLs/paths in `source`: a sequence, or one string split at commas and newlines.
+@dataclass(frozen=True)
+class Source:
+    """A download source parsed once: as given, and its URLs/paths, each checked before any request.
 
-    A URL with credentials in it (USER:PASSWORD@), or with a character no URL may hold, is refused
-    before any request.
+    `given` is one string split at commas and newlines, or a sequence of such strings. A URL with
+    credentials in it (USER:PASSWORD@), or with a character no URL may hold, is refused on
+    construction, as is a source with nothing in it.
     """
-    items = [source] if isinstance(source, str) else list(source)
-    urls = [part.strip() for item in items for part in item.replace("\n", ",").split(",") if part.strip()]
-    if not urls:
-        raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
-    for url in urls:
-        _refuse_unsafe_characters(url)
-        _refuse_malformed(url)
-    for url in urls:
-        if urllib.parse.urlsplit(url).scheme not in ("", "file") and has_userinfo(url):
-            # The password would otherwise be sent in the clear to whatever host the URL names, and
-            # kept in dataset.json and the artifact's metadata.
-            raise DataError(
-                f"{redact_url(url)}: credentials in the URL (USER:PASSWORD@) are refused; use a presigned "
-                "URL (its signature is kept out of logs and metadata), an s3:// or gs:// URL with the "
-                "store's credentials in the environment (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS), "
-                "or download the file yourself and give its path"
-            )
-    return urls
+
+    given: str | tuple[str, ...]
+    urls: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        items = [self.given] if isinstance(self.given, str) else self.given
+        urls = [part.strip() for item in items for part in item.replace("\n", ",").split(",") if part.strip()]
+        if not urls:
+            raise DataError("source: got nothing; expected builtin:digits, a URL, a path, or a list of URLs")
+        for url in urls:
+            _refuse_unsafe_characters(url)
+            _refuse_malformed(url)
+        for url in urls:
+            if urllib.parse.urlsplit(url).scheme not in ("", "file") and has_userinfo(url):
+                # The password would otherwise be sent in the clear to whatever host the URL names, and
+                # kept in dataset.json and the artifact's metadata.
+                raise DataError(
+                    f"{redact_url(url)}: credentials in the URL (USER:PASSWORD@) are refused; use a presigned "
+                    "URL (its signature is kept out of logs and metadata), an s3:// or gs:// URL with the "
+                    "store's credentials in the environment (AWS_ACCESS_KEY_ID, GOOGLE_APPLICATION_CREDENTIALS), "
+                    "or download the file yourself and give its path"
+                )
+        object.__setattr__(self, "urls", tuple(urls))
+
+    @property
+    def label(self) -> str:
+        """The source as `dataset.json`, the Dataset's metadata and messages show it: secrets redacted."""
+        return describe_source(self.urls)
+
+
+def as_source(source: str | Sequence[str] | Source) -> Source:
+    """`source` parsed, unless it already is."""
+    return source if isinstance(source, Source) else Source(source if isinstance(source, str) else tuple(source))
+
+
+def parse_source(source: str | Sequence[str] | Source) -> list[str]:
+    """The URLs/paths in `source` (see :class:`Source`, which refuses what no download could use)."""
+    return list(as_source(source).urls)
 
 
 def describe_source(urls: Sequence[str]) -> str:
@@ -83,7 +106,9 @@ def _refuse_malformed(url: str) -> None:
         ) from e
 
 
-def check_source(source: str | Sequence[str], *, sha256: str = "", shards: int = 1, drivers: bool = True) -> list[str]:
+def check_source(
+    source: str | Sequence[str] | Source, *, sha256: str = "", shards: int = 1, drivers: bool = True
+) -> list[str]:
     """A download's inputs checked as far as they can be without reading or fetching anything; its URLs.
 
     `kubetrain run` (and `--dry-run`) checks a download step's inputs with this before any step
@@ -94,8 +119,8 @@ def check_source(source: str | Sequence[str], *, sha256: str = "", shards: int =
     """
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise DataError(f"shards: got {shards!r}; expected an integer >= 1")
-    urls = parse_source(source)
-    label = describe_source(urls)
+    parsed = as_source(source)
+    urls, label = list(parsed.urls), parsed.label
     if sha256 or any("#sha256=" in url for url in urls):
         from kubetrain.data.fetch import normalize_sha256, split_checksum
 

@@ -14,11 +14,12 @@ import json
 import logging
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_dataset_info
-from kubetrain.data.sources import check_source, describe_source, parse_source
+from kubetrain.data.sources import Source, check_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
 from kubetrain.kfp_runtime.exits import step
@@ -29,30 +30,59 @@ log = logging.getLogger(__name__)
 DATASETS_DIR = "datasets"
 
 
-def dataset_dir_name(source: str, *, sha256: str, shards: int) -> str:
-    """A directory name that is readable and unique per (source, checksum, shards)."""
-    first = parse_source(source)[0].split("#", 1)[0]
-    if "://" in first:
-        first = first.split("?", 1)[0]  # a presigned URL's query holds its signature: never in a path
-    stem = first.split(":", 1)[1] if first.startswith("builtin:") else first.rstrip("/").rsplit("/", 1)[-1]
-    stem = re.sub(r"\.(gz|tgz|zip|tar|npz|bz2|xz)$", "", stem)
-    stem = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:40] or "data"
-    digest = hashlib.sha256(f"{source}\x00{sha256}\x00{shards}".encode()).hexdigest()[:8]
-    return f"{stem}-{digest}"
+@dataclass(frozen=True, kw_only=True)
+class DownloadRequest:
+    """The download step's inputs, by the component's names, checked once on construction.
 
+    `source` is parsed once (`parsed`), after `shards` is checked and before anything else: the
+    order `kubetrain run` checks them in (check_source), so the same inputs fail the same way there
+    and here, before the workspace is opened.
+    """
 
-def _reusable(directory: Path, source: str, shards: int) -> DatasetInfo | None:
-    """The dataset already in `directory` when it came from the same source with the same shards."""
-    if not (directory / DATASET_JSON).is_file():
-        return None
-    try:
-        info = read_dataset_info(directory)
-    except DataError as e:
-        log.warning("%s: ignoring an unreadable earlier download (%s)", directory, e)
-        return None
-    if info.source != describe_source(parse_source(source)) or len(info.shards("train")) != shards:
-        return None
-    return info
+    source: str
+    sha256: str
+    shards: int
+    workspace_pvc: str
+    refresh: bool
+    parsed: Source = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
+            raise InvalidInputError(f"shards: got {self.shards!r}; expected an integer >= 1")
+        object.__setattr__(self, "parsed", Source(self.source))
+        check_source(self.parsed, sha256=self.sha256, shards=self.shards)
+
+    @property
+    def directory_name(self) -> str:
+        """The data set's directory on the claim: readable, and unique per (source, checksum, shards)."""
+        first = self.parsed.urls[0].split("#", 1)[0]
+        if "://" in first:
+            first = first.split("?", 1)[0]  # a presigned URL's query holds its signature: never in a path
+        stem = first.split(":", 1)[1] if first.startswith("builtin:") else first.rstrip("/").rsplit("/", 1)[-1]
+        stem = re.sub(r"\.(gz|tgz|zip|tar|npz|bz2|xz)$", "", stem)
+        stem = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")[:40] or "data"
+        # The source as given, not as parsed: the names earlier runs left on the claim stay the same.
+        digest = hashlib.sha256(f"{self.source}\x00{self.sha256}\x00{self.shards}".encode()).hexdigest()[:8]
+        return f"{stem}-{digest}"
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the source always means the same bytes: builtin data, or a checksum for every file."""
+        urls = self.parsed.urls
+        return all(u.startswith("builtin:") for u in urls) or bool(self.sha256) or all("#sha256=" in u for u in urls)
+
+    def reusable(self, directory: Path) -> DatasetInfo | None:
+        """The data set already in `directory` when it came from this source with these shards."""
+        if not (directory / DATASET_JSON).is_file():
+            return None
+        try:
+            info = read_dataset_info(directory)
+        except DataError as e:
+            log.warning("%s: ignoring an unreadable earlier download (%s)", directory, e)
+            return None
+        if info.source != self.parsed.label or len(info.shards("train")) != self.shards:
+            return None
+        return info
 
 
 UNPINNED_WARNING = (
@@ -60,12 +90,6 @@ UNPINNED_WARNING = (
     "until one passes refresh=True (in a pipeline of your own, with a new cache_key); "
     "pin it with sha256 (or #sha256=HEX on each file) to be sure of the bytes"
 )
-
-
-def is_pinned(source: str, sha256: str) -> bool:
-    """Whether `source` always means the same bytes: builtin data, or a checksum for every file."""
-    urls = parse_source(source)
-    return all(u.startswith("builtin:") for u in urls) or bool(sha256) or all("#sha256=" in u for u in urls)
 
 
 def dataset_metadata(info: DatasetInfo, *, claim: str, pod_path: str, source: str, reused: bool) -> dict[str, Any]:
@@ -100,31 +124,29 @@ def download_dataset_step(
     instead of being served a cached copy); the step itself has no use for it.
     """
     del cache_key
-    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise InvalidInputError(f"shards: got {shards!r}; expected an integer >= 1")
-    # The checks `kubetrain run` makes before any step starts: the same inputs fail the same way here.
-    check_source(source, sha256=sha256, shards=shards)
-    workspace = open_workspace(workspace_pvc, kind=backend_kind())
-    name = dataset_dir_name(source, sha256=sha256, shards=shards)
-    pod_path = workspace.pod(DATASETS_DIR, name)
+    request = DownloadRequest(source=source, sha256=sha256, shards=shards, workspace_pvc=workspace_pvc, refresh=refresh)
+    workspace = open_workspace(request.workspace_pvc, kind=backend_kind())
+    pod_path = workspace.pod(DATASETS_DIR, request.directory_name)
     local_dir = workspace.local(pod_path)
     local_dir.parent.mkdir(parents=True, exist_ok=True)
-    info = None if refresh else _reusable(local_dir, source, shards)
+    info = None if request.refresh else request.reusable(local_dir)
     reused = info is not None
     if info is None:
         # Only a download needs the fetchers and numpy: a reused data set starts the step without them.
         from kubetrain.data.download import download
 
-        info = download(source, local_dir, sha256=sha256 or None, shards=shards)
-        if not is_pinned(source, sha256):
-            print(UNPINNED_WARNING.format(source=describe_source(parse_source(source))), file=sys.stderr, flush=True)
+        info = download(request.parsed, local_dir, sha256=request.sha256 or None, shards=request.shards)
+        if not request.pinned:
+            print(UNPINNED_WARNING.format(source=request.parsed.label), file=sys.stderr, flush=True)
     print(
-        f"dataset {info.name}: {'reused' if reused else 'downloaded'} at {pod_path} on claim {workspace_pvc}; "
+        f"dataset {info.name}: {'reused' if reused else 'downloaded'} at {pod_path} on claim {request.workspace_pvc}; "
         + ", ".join(f"{split} {info.num_records(split)} records" for split in info.splits),
         flush=True,
     )
-    shown = describe_source(parse_source(source))  # the metadata is readable in the KFP UI: no secrets
-    metadata = dataset_metadata(info, claim=workspace_pvc, pod_path=pod_path, source=shown, reused=reused)
+    # The metadata is readable in the KFP UI: the label, with no secrets.
+    metadata = dataset_metadata(
+        info, claim=request.workspace_pvc, pod_path=pod_path, source=request.parsed.label, reused=reused
+    )
     write_text(dataset, json.dumps(info.to_json(), indent=2) + "\n")
     dataset.metadata.update(metadata)
     return metadata

@@ -76,24 +76,6 @@ class _ChainerSteps:
         optimizer.setup(self.model)
         self.optimizer = optimizer
 
-    @property
-    def rank(self) -> int:
-        """This process's rank."""
-        return self.group.rank
-
-    @property
-    def world_size(self) -> int:
-        """How many processes train together."""
-        return self.group.world_size
-
-    def allreduce_sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum over all ranks."""
-        return self.group.allreduce_sum(values)
-
-    def broadcast_int(self, value: int) -> int:
-        """Rank 0's `value` on every rank."""
-        return int(self.group.bcast_obj(value))
-
     def distribute(self) -> None:
         """Give every rank rank 0's parameters (so: after resuming)."""
         if self.group.communicator is not None:

@@ -32,6 +32,7 @@ from kubetrain.train.common import TrainConfig, Watchdog, final_metrics, log, wr
 
 __all__ = [
     "WATCHDOG_GRACE_SECONDS",
+    "Collectives",
     "Framework",
     "LoadedCheckpoint",
     "Outcome",
@@ -58,11 +59,8 @@ class LoadedCheckpoint:
     restore: Callable[[], Progress]
 
 
-class Framework(Protocol[BatchT]):
-    """What the loop needs from one framework's program (one per process).
-
-    `BatchT` is what one batch of record indices is in that framework (a tensor, a numpy array).
-    """
+class Collectives(Protocol):
+    """What the loop needs from a framework's process group: who this process is, two small collectives."""
 
     @property
     def rank(self) -> int:
@@ -74,6 +72,26 @@ class Framework(Protocol[BatchT]):
         """How many processes train together."""
         ...
 
+    def allreduce_sum(self, values: list[float]) -> list[float]:
+        """Element-wise sum over all ranks."""
+        ...
+
+    def broadcast_int(self, value: int) -> int:
+        """Rank 0's `value` on every rank."""
+        ...
+
+
+class Framework(Protocol[BatchT]):
+    """What the loop needs from one framework's program (one per process).
+
+    `BatchT` is what one batch of record indices is in that framework (a tensor, a numpy array).
+    """
+
+    @property
+    def group(self) -> Collectives:
+        """This process's group: its rank, the world size and the collectives the loop uses."""
+        ...
+
     @property
     def collectives_time_out(self) -> bool:
         """Whether a collective fails by itself after --timeout-seconds (torch.distributed does;
@@ -83,14 +101,6 @@ class Framework(Protocol[BatchT]):
     @property
     def model_file(self) -> str:
         """The model's file name in the output directory."""
-        ...
-
-    def allreduce_sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum over all ranks."""
-        ...
-
-    def broadcast_int(self, value: int) -> int:
-        """Rank 0's `value` on every rank."""
         ...
 
     def epoch_batches(self, epoch: int, batch_size: int) -> Sequence[BatchT]:
@@ -143,9 +153,9 @@ def resume(state: RunState, fw: Framework[Any]) -> None:
     """Load the newest complete checkpoint on every rank, as chosen by rank 0 (nothing without a checkpoint dir)."""
     if state.ckdir is None:
         return
-    rank = fw.rank
+    rank = fw.group.rank
     chosen = choose_resume_step(
-        state.ckdir, rank=rank, broadcast=fw.broadcast_int, load=fw.load_checkpoint, warn=lambda m: log(rank, m)
+        state.ckdir, rank=rank, broadcast=fw.group.broadcast_int, load=fw.load_checkpoint, warn=lambda m: log(rank, m)
     )
     if chosen < 0:
         return
@@ -174,8 +184,8 @@ def _checkpoint(state: RunState, fw: Framework[Any]) -> None:
     if state.ckdir is None:
         return
     p = state.progress
-    gather_epoch_loss(p, rank=fw.rank, allreduce_sum=fw.allreduce_sum)
-    if fw.rank == 0:
+    gather_epoch_loss(p, rank=fw.group.rank, allreduce_sum=fw.group.allreduce_sum)
+    if fw.group.rank == 0:
         fw.save_checkpoint(state.ckdir, progress=p, signature=state.signature)
 
 
@@ -192,10 +202,11 @@ def _epochs(state: RunState, fw: Framework[BatchT], watchdog: Watchdog) -> tuple
     def flush() -> None:
         if not pending:
             return
-        sums = fw.allreduce_sum([value for _, _, value in pending])
+        sums = fw.group.allreduce_sum([value for _, _, value in pending])
         for (step, epoch, _), total in zip(pending, sums, strict=True):
-            check_finite("the training loss (averaged over the ranks)", total / fw.world_size, step=step, epoch=epoch)
-            p.history.append({"step": step, "epoch": epoch, "loss": total / fw.world_size, "kind": "step"})
+            loss = total / fw.group.world_size
+            check_finite("the training loss (averaged over the ranks)", loss, step=step, epoch=epoch)
+            p.history.append({"step": step, "epoch": epoch, "loss": loss, "kind": "step"})
         pending.clear()
 
     while p.epoch < cfg.epochs and not stop:
@@ -222,14 +233,14 @@ def _epochs(state: RunState, fw: Framework[BatchT], watchdog: Watchdog) -> tuple
         flush()
         if p.batch_in_epoch < len(batches):
             break  # --max-steps stopped the run mid-epoch
-        total, count = fw.allreduce_sum([p.epoch_loss_sum, p.epoch_loss_count])
+        total, count = fw.group.allreduce_sum([p.epoch_loss_sum, p.epoch_loss_count])
         loss = total / max(count, 1.0)
         entry: dict[str, Any] = {"step": p.global_step, "epoch": p.epoch, "loss": loss, "kind": "epoch"}
         if (p.epoch + 1) % cfg.eval_every == 0 or p.epoch + 1 == cfg.epochs:
             acc, test_loss = _evaluate(fw, step=p.global_step, epoch=p.epoch)
             entry.update(test_accuracy=acc, test_loss=test_loss)
-            if fw.rank == 0:
-                log(fw.rank, f"epoch {p.epoch}: loss {loss:.4f} test accuracy {acc:.4f}")
+            if fw.group.rank == 0:
+                log(fw.group.rank, f"epoch {p.epoch}: loss {loss:.4f} test accuracy {acc:.4f}")
         p.history.append(entry)
         p.epoch, p.batch_in_epoch, p.epoch_loss_sum, p.epoch_loss_count = p.epoch + 1, 0, 0.0, 0
         _checkpoint(state, fw)
@@ -248,12 +259,12 @@ def _evaluate(fw: Framework[Any], *, step: int, epoch: int) -> tuple[float, floa
 def train(state: RunState, fw: Framework[Any]) -> Outcome:
     """Train the remaining epochs and evaluate, under a watchdog; every rank calls this."""
     grace = WATCHDOG_GRACE_SECONDS if fw.collectives_time_out else 0.0
-    watchdog = Watchdog(limit_seconds=state.cfg.timeout_seconds + grace, rank=fw.rank, what="training").start()
+    watchdog = Watchdog(limit_seconds=state.cfg.timeout_seconds + grace, rank=fw.group.rank, what="training").start()
     try:
         train_seconds, samples = _epochs(state, fw, watchdog)
         p = state.progress
         acc, test_loss = _evaluate(fw, step=p.global_step, epoch=p.epoch - 1 if p.batch_in_epoch == 0 else p.epoch)
-        samples_total = fw.allreduce_sum([samples])[0]
+        samples_total = fw.group.allreduce_sum([samples])[0]
         watchdog.beat()
     finally:
         watchdog.stop()
@@ -273,7 +284,7 @@ def write_outputs(
         test_loss=outcome.test_loss,
         train_loss=last_train_loss(p.history),
         samples_per_second=outcome.samples_total / seconds if seconds > 0 else 0.0,
-        world_size=fw.world_size,
+        world_size=fw.group.world_size,
         wall_seconds=time.monotonic() - started,
         epochs=p.epoch,
         global_step=p.global_step,
@@ -287,4 +298,4 @@ def write_outputs(
         },
     )
     write_metrics(cfg.output, metrics)
-    log(fw.rank, f"done: test accuracy {outcome.test_accuracy:.4f}, wrote {cfg.output}")
+    log(fw.group.rank, f"done: test accuracy {outcome.test_accuracy:.4f}, wrote {cfg.output}")

@@ -39,6 +39,10 @@ class Group(Protocol):
         """Rank 0's `obj` on every rank."""
         ...
 
+    def broadcast_int(self, value: int) -> int:
+        """Rank 0's `value` on every rank."""
+        ...
+
     def scatter(
         self,
         arrays: Arrays | None,
@@ -71,6 +75,10 @@ class SingleGroup:
     def bcast_obj(self, obj: Any) -> Any:
         """The object itself."""
         return obj
+
+    def broadcast_int(self, value: int) -> int:
+        """The value itself."""
+        return int(value)
 
     def scatter(
         self,
@@ -109,6 +117,10 @@ class MpiGroup:
     def bcast_obj(self, obj: Any) -> Any:
         """Rank 0's `obj` on every rank (ChainerMN requires None as the other ranks' argument)."""
         return self.communicator.bcast_obj(obj if self.rank == 0 else None, root=0)
+
+    def broadcast_int(self, value: int) -> int:
+        """Rank 0's `value` on every rank."""
+        return int(self.bcast_obj(value))
 
     def scatter(
         self,

@@ -59,24 +59,6 @@ class _TorchSteps:
             range(len(self._x)), num_replicas=group.world_size, rank=group.rank, shuffle=True, seed=cfg.seed
         )
 
-    @property
-    def rank(self) -> int:
-        """This process's rank."""
-        return self.group.rank
-
-    @property
-    def world_size(self) -> int:
-        """How many processes train together."""
-        return self.group.world_size
-
-    def allreduce_sum(self, values: list[float]) -> list[float]:
-        """Element-wise sum over all ranks."""
-        return self.group.allreduce_sum(values)
-
-    def broadcast_int(self, value: int) -> int:
-        """Rank 0's `value` on every rank."""
-        return self.group.broadcast_int(value)
-
     def distribute(self) -> None:
         """Wrap the model in DDP, which broadcasts rank 0's parameters (so: after resuming)."""
         if self.group.topo.distributed:

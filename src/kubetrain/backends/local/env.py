@@ -44,7 +44,7 @@ MACHINE_ENV = frozenset(
     }
 )  # fmt: skip
 MACHINE_ENV_PREFIXES = ("LC_",)
-# The ENV of kubetrain's images (images/<name>/Dockerfile; tests/unit/test_local_env.py holds the two
+# The ENV of kubetrain's images (images/Dockerfile; tests/unit/test_local_env.py holds the two
 # together), which a pod of that image sees before its manifest's env. HOME is left out: locally it
 # stays this machine's. The names are the images' repository names, whatever the registry and tag.
 _COMMON_IMAGE_ENV = {"PYTHONUNBUFFERED": "1", "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}

@@ -1,21 +1,24 @@
-"""Command-line plumbing shared by the three PS entry points: env defaults, logging, signals."""
+"""Command-line plumbing shared by the three PS entry points: env defaults, logging, signals, main()."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from kubetrain.errors import KubetrainError
 from kubetrain.ps.common.errors import PSConfigError
 
 __all__ = [
     "BIND_ENV",
     "default_bind",
     "env_int",
+    "process_main",
     "setup_logging",
     "stop_on_signals",
     "worker_id_default",
@@ -77,3 +80,25 @@ def stop_on_signals(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def process_main(
+    role: str,
+    parser: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], int],
+    argv: list[str] | None,
+    *,
+    log: logging.Logger,
+) -> int:
+    """A PS process's `main()`: parse `argv`, log as `role`, run; returns `run`'s exit code.
+
+    A KubetrainError ends the process with its own exit code (2 for a flag that can never work),
+    logged on `log`, the process's logger, as its last line.
+    """
+    args = parser.parse_args(argv)
+    setup_logging(role, args.log_level)
+    try:
+        return run(args)
+    except KubetrainError as e:
+        log.error("%s", e)
+        return int(e.exit_code)

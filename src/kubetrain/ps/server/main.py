@@ -29,7 +29,7 @@ from kubetrain.ps.common.embedding import TableConfig
 from kubetrain.ps.common.errors import PSConfigError
 from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
-from kubetrain.ps.common.procs import default_bind, env_int, setup_logging, stop_on_signals
+from kubetrain.ps.common.procs import default_bind, env_int, process_main, stop_on_signals
 from kubetrain.ps.common.rpc import HealthReporter, bind, make_server
 from kubetrain.ps.common.tasks import MODES
 from kubetrain.ps.common.tensors import from_rows, from_tensor, to_rows, to_tensor
@@ -335,13 +335,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: exit code 0 on a clean stop, the error's exit code otherwise."""
-    args = build_parser().parse_args(argv)
-    setup_logging("ps", args.log_level)
-    try:
-        return serve(args)
-    except KubetrainError as e:
-        log.error("%s", e)
-        return int(e.exit_code)
+    return process_main("ps", build_parser(), serve, argv, log=log)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.model_names import user_module_of
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.outcome import state_dir_from, stop_if_ended
-from kubetrain.ps.common.procs import setup_logging, stop_on_signals, worker_id_default
+from kubetrain.ps.common.procs import process_main, stop_on_signals, worker_id_default
 from kubetrain.ps.common.rpc import call_with_retry, make_channel, parse_addr, parse_addrs
 from kubetrain.ps.common.tasks import EVAL, TRAIN, TaskRange
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
@@ -318,14 +318,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
-    args = build_parser().parse_args(argv)
-    setup_logging("worker", args.log_level)
-    try:
-        return run(args)
-    except KubetrainError as e:
-        log.error("%s", e)
-        return int(e.exit_code)
+    """Entry point: 0 when the master has no more work for it, the error's exit code otherwise."""
+    return process_main("worker", build_parser(), run, argv, log=log)
 
 
 if __name__ == "__main__":
