@@ -50,6 +50,10 @@ def apply_change(book: TaskBook, change: WorkerChange, now: float) -> int:
 def start_worker_watch(core: MasterCore, environ: Mapping[str, str] = os.environ) -> Callable[[], None]:
     """Start the watch on the job's worker pods in a thread; the callable that stops it."""
     name, namespace = environ.get(JOBSET_NAME_ENV, ""), environ.get(NAMESPACE_ENV, "")
+    if "KUBERNETES_SERVICE_HOST" not in environ:
+        # The local backend: no API server; its "pods" are processes whose heartbeats tell.
+        log.info("not in a Kubernetes pod: lost workers are found by their heartbeats")
+        return lambda: None
     if not name or not namespace or not os.path.exists(TOKEN_FILE):
         log.warning(
             "worker pod watch off (no %s, %s or service account token); a lost worker's tasks go back on "

@@ -5,7 +5,9 @@ single-pod Job each, so shard i has the stable host name `<js>-ps-<i>-0.<js>`), 
 of W workers. Master and servers carry gRPC readiness probes (grpc.health.v1), so "Ready" means
 "serving" and workers never start against a server that is still loading its checkpoint.
 The set succeeds when the master completes; workers may restart inside their Job's backoffLimit
-without failing the set, and a failed child Job restarts the whole set up to `max_restarts`, which
+without failing the set (a worker pod preempted or evicted does not count: its Job's
+podFailurePolicy ignores a DisruptionTarget, and its replacement waits Pending for room), and a
+failed child Job restarts the whole set up to `max_restarts`, which
 the master's durable state and the servers' checkpoints turn into a resume, not a fresh start.
 The master's Job is final: a failed master fails the set, and the master's own podFailurePolicy
 ends a failure that would repeat at its first exit (`MASTER_POD_FAILURE_POLICY`). Beside the set,
@@ -57,6 +59,24 @@ MASTER_POD_FAILURE_POLICY: Manifest = {
 }
 
 
+# The workers' Job (pods restartPolicy Never): a worker pod preempted, evicted or drained away
+# (DisruptionTarget) does not count against backoffLimit; its tasks go back on the queue (the
+# master hears of it from its pod watch) and the Job's replacement pod waits Pending for room.
+WORKER_POD_FAILURE_POLICY: Manifest = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+}
+
+# What the master's pod tells it about itself through the downward API, for its watch on the set's
+# worker pods (kubetrain.elastic.master).
+MASTER_ENV: tuple[Manifest, ...] = (
+    {
+        "name": "KUBETRAIN_JOBSET_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}},
+    },
+    {"name": "KUBETRAIN_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+)
+
+
 def _grpc_probe(port: int) -> Manifest:
     return {"grpc": {"port": port}, "periodSeconds": 2, "failureThreshold": 3, "timeoutSeconds": 2}
 
@@ -73,8 +93,10 @@ def _replicated_job(
     depends_on: str | None,
     pod_restart_policy: str = POD_RESTART_POLICY,
     pod_failure_policy: Manifest | None = None,
+    role_env: tuple[Manifest, ...] = (),
 ) -> Manifest:
     env: list[Manifest] = [
+        *role_env,
         {"name": "KUBETRAIN_PS_MODE", "value": spec.mode},
         {"name": "KUBETRAIN_PS_MASTER", "value": master_address(name=spec.meta.name, port=spec.master_port)},
         {
@@ -134,6 +156,7 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
             depends_on=None,
             pod_restart_policy="Never",
             pod_failure_policy=MASTER_POD_FAILURE_POLICY,
+            role_env=MASTER_ENV,
         ),
         _replicated_job(
             spec,
@@ -154,6 +177,8 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
             backoff_limit=spec.worker_backoff_limit,
             port=None,
             depends_on="ps",
+            pod_restart_policy="Never",
+            pod_failure_policy=WORKER_POD_FAILURE_POLICY,
         ),
     ]
     # The master's state is on the claim: a recreated set would resume its recorded failure (a

@@ -22,6 +22,10 @@ from kubetrain.specs.limits import check_learning_rate
 
 WORKSPACE_MOUNT = "/workspace"
 PS_MASTER_PORT = 50051
+# The PS master's own identity (deploy/rbac.yaml: it may list and watch its namespace's pods) and
+# the class its master and servers run at, above the workers (deploy/priority-classes.yaml).
+PS_MASTER_SERVICE_ACCOUNT = "kubetrain-ps-master"
+PS_CONTROL_PRIORITY_CLASS = "kubetrain-ps-control"
 PS_SERVER_PORT = 50052
 TORCH_PROGRAM = ("python", "-m", "kubetrain.train.torch_ddp")
 CHAINERMN_PROGRAM = ("python", "-m", "kubetrain.train.chainermn_mpi")
