@@ -52,6 +52,7 @@ def test_every_component_has_its_folder_and_nothing_else_does() -> None:
     for name in FOLDERS:
         held = {p.relative_to(HUB / name).as_posix() for p in (HUB / name).rglob("*") if p.is_file()}
         assert held >= FOLDER_FILES, f"components/{name}/ lacks {sorted(FOLDER_FILES - held)}"
+        assert any(p.startswith("tests/test_") for p in held), f"components/{name}/ has no tests/ of its own"
 
 
 @pytest.mark.parametrize("name", FOLDERS)
