@@ -26,8 +26,7 @@ from typing import Any
 from kfp import compiler, dsl, kubernetes
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from kubetrain.components.compare_summary import compare_summary
-from kubetrain.components.download_dataset import download_dataset
+from kubetrain.components import compare_summary, download_dataset
 from kubetrain.pipelines._workspace import launcher_task
 from kubetrain.presets import CHAINERMN_IMAGE, PS_IMAGE, PYTORCH_IMAGE, WORKSPACE_MOUNT
 

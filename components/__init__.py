@@ -1,10 +1,13 @@
-"""kubetrain's KFP components (importable as `kubetrain.components`), each compiled to YAML beside its source.
+"""kubetrain's KFP components (importable as `kubetrain.components`), one folder each, in the Kubeflow hub's layout.
 
 - `download_dataset`: fetch a data set onto the workspace volume → Dataset artifact.
 - `pytorch_train`, `chainermn_train`, `ps_train`: launch a PyTorchJob / MPIJob / parameter-server
   JobSet, follow it to its end → Model, Metrics, HTML report, job name and final status.
 - `compare_summary`: a table comparing the three frameworks' runs → Markdown and HTML.
 
+A folder `<name>/` holds `component.py`, its compiled `component.yaml` (and the copy for KFP
+before 2.15 in `kfp-pre-2.15/`), `metadata.yaml`, the generated `README.md`, `OWNERS`,
+`example_pipelines.py` and the component's own `tests/`; `_shared.py` is what they declare alike.
 Every component is a lightweight Python component on the launcher image whose body imports
 kubetrain and calls one function of :mod:`kubetrain.kfp_runtime`. The YAML files load anywhere
 with `kfp.components.load_component_from_file` / `load_component_from_url`; kfp ≤ 2.17 drops
@@ -12,9 +15,9 @@ the training components' TaskConfig passthroughs on the way, which
 `kubetrain.components.load_component(path_or_url)` keeps.
 
 Import a component by name (``from kubetrain.components import pytorch_train``), as every KFP
-component library does; the module form (``from kubetrain.components.pytorch_train import
+component library does; the folder form (``from kubetrain.components.pytorch_train import
 pytorch_train``) works too. The package attribute of each name is the component, which hides the
-submodule of the same name from attribute access: reach a module through ``sys.modules`` or a
+folder's package of the same name from attribute access: reach it through ``sys.modules`` or a
 ``from kubetrain.components.<name> import ...`` statement, never as ``kubetrain.components.<name>``.
 """
 
@@ -38,6 +41,7 @@ __all__ = [
 ]
 
 PRE_2_15 = "kfp-pre-2.15"
+COMPILED = "component.yaml"  # beside component.py, as every compiled YAML lies beside its source
 
 
 def compiled_yaml(*, kfp_pre_2_15: bool = False) -> dict[str, Path]:
@@ -46,8 +50,9 @@ def compiled_yaml(*, kfp_pre_2_15: bool = False) -> dict[str, Path]:
     `kfp_pre_2_15` gives the copies for Kubeflow Pipelines backends before 2.15 (no TaskConfig).
     Upload them, vendor them into your repository, or load them with :func:`load_component`.
     """
-    folder = Path(__file__).parent / (PRE_2_15 if kfp_pre_2_15 else "")
-    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
+    compiled = Path(PRE_2_15, COMPILED) if kfp_pre_2_15 else Path(COMPILED)
+    folders = sorted(Path(__file__).parent.iterdir())
+    return {folder.name: folder / compiled for folder in folders if (folder / compiled).is_file()}
 
 
 def load_component(source: str) -> Any:

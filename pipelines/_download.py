@@ -16,8 +16,8 @@ from typing import Any
 
 from kfp import dsl
 
-from kubetrain.components._shared import LAUNCHER_IMAGE
-from kubetrain.components.download_dataset import download_dataset
+from kubetrain.components import download_dataset
+from kubetrain.images import LAUNCHER_IMAGE
 from kubetrain.pipelines._workspace import launcher_request, launcher_task
 
 

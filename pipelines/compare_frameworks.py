@@ -2,10 +2,7 @@
 
 from kfp import dsl
 
-from kubetrain.components.chainermn_train import chainermn_train
-from kubetrain.components.compare_summary import compare_summary
-from kubetrain.components.ps_train import ps_train
-from kubetrain.components.pytorch_train import pytorch_train
+from kubetrain.components import chainermn_train, compare_summary, ps_train, pytorch_train
 from kubetrain.pipelines._download import download_task
 from kubetrain.pipelines._workspace import launcher_request, launcher_task
 

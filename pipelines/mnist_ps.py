@@ -2,7 +2,7 @@
 
 from kfp import dsl
 
-from kubetrain.components.ps_train import ps_train
+from kubetrain.components import ps_train
 from kubetrain.pipelines._download import download_task
 from kubetrain.pipelines._workspace import launcher_task
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from kfp import compiler
 
+from kubetrain.components import compiled_yaml
 from kubetrain.names import LABEL_RUN_ID
-from tests.cluster import kfp_runs
 from tests.cluster.kfp_runs import KfpBackend
 from tools.cluster.controlplane import STATE
 
-COMPONENTS = kfp_runs.REPO_ROOT / "components"
+COMPONENTS = compiled_yaml()
 # The reaper sweeps every 2 s and waits out its 30 s grace (tools/cluster/kfp/backend.py); KFP and
 # Argo take some seconds to end the step. Far longer than either, far shorter than the job's own training (epochs=400).
 GONE_WITHIN_SECONDS = 120
@@ -63,8 +63,8 @@ def _compile(source: Path, package: Path) -> None:
 def users_pipeline(tmp_path: Path, name: str, body: str) -> Path:
     """Write a user's pipeline file (the prelude, then `body` defining `pipeline`), compile it; the YAML."""
     source = tmp_path / f"{name}.py"
-    prelude = USER_PRELUDE.format(download=str(COMPONENTS / "download_dataset.yaml"),
-                                   train=str(COMPONENTS / "pytorch_train.yaml"))  # fmt: skip
+    prelude = USER_PRELUDE.format(download=str(COMPONENTS["download_dataset"]),
+                                   train=str(COMPONENTS["pytorch_train"]))  # fmt: skip
     source.write_text(prelude + textwrap.dedent(body))
     package = tmp_path / f"{name}.yaml"
     _compile(source, package)

@@ -133,8 +133,15 @@ def compiled_pipelines() -> list[Path]:
 
 
 def compiled_components() -> list[Path]:
-    """Every committed component YAML."""
-    return sorted((REPO_ROOT / "components").glob("*.yaml"))
+    """Every committed component YAML (kfp ≥ 2.15 forms)."""
+    from kubetrain.components import compiled_yaml
+
+    return sorted(compiled_yaml().values())
+
+
+def package_name(package: Path) -> str:
+    """What a committed YAML is named by: its component's folder (components/<name>/component.yaml), or its file."""
+    return package.parent.name if package.name == "component.yaml" else package.stem
 
 
 def pipeline_name(package: Path) -> str:

@@ -36,7 +36,6 @@ from tests.cluster.kfp_runs import Artifact, KfpBackend
 from tools.cluster.controlplane import Cluster
 from tools.cluster.node_config import NODE_NAME
 
-COMPONENTS = kfp_runs.REPO_ROOT / "components"
 pytestmark = pytest.mark.timeout(2400)
 
 
@@ -60,10 +59,10 @@ def _by_type(artifacts: list[Artifact], kind: str) -> list[Artifact]:
 
 
 @pytest.mark.parametrize("package", kfp_runs.compiled_pipelines() + kfp_runs.compiled_components(),
-                         ids=lambda p: p.name)  # fmt: skip
+                         ids=kfp_runs.package_name)  # fmt: skip
 def test_every_compiled_pipeline_and_component_uploads(kfp_backend: KfpBackend, package: Path) -> None:
     # The call the UI's upload makes; a refused YAML raises with the server's own message.
-    name = f"{package.stem}-{uuid.uuid4().hex[:8]}"
+    name = f"{kfp_runs.package_name(package)}-{uuid.uuid4().hex[:8]}"
     uploaded = kfp_backend.client.upload_pipeline(str(package), pipeline_name=name)
     versions = kfp_backend.client.list_pipeline_versions(uploaded.pipeline_id).pipeline_versions
     assert [v.display_name for v in versions] == [name]

@@ -2,7 +2,7 @@
 
 Every run a scenario starts (`KfpBackend.start`) is noted against that scenario with the
 components its pipeline runs. At the end of the session, a component is verified when at least
-one scenario that ran it passed and none failed; its `components/hub/<name>/metadata.yaml` then
+one scenario that ran it passed and none failed; its `components/<name>/metadata.yaml` then
 gets that time as `lastVerified` (the hub's convention), ready to be committed with the change.
 """
 

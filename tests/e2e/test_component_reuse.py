@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from kfp import components, dsl
 
+from kubetrain.components import compiled_yaml
 from kubetrain.kfp_runtime.reuse import load_component
 from kubetrain.tooling.local_run import run_pipeline_locally
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
-COMPONENTS = REPO / "components"
+COMPONENTS = compiled_yaml()
 
 
 @pytest.fixture(autouse=True)
@@ -27,8 +28,8 @@ def _single_threaded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_loaded_components_train_in_a_new_pipeline(tmp_path: Path) -> None:
-    download = components.load_component_from_file(str(COMPONENTS / "download_dataset.yaml"))
-    train = components.load_component_from_file(str(COMPONENTS / "pytorch_train.yaml"))
+    download = components.load_component_from_file(str(COMPONENTS["download_dataset"]))
+    train = components.load_component_from_file(str(COMPONENTS["pytorch_train"]))
 
     @dsl.pipeline(name="my-own-pipeline")
     def my_pipeline(data_source: str = "builtin:digits", claim: str = "my-claim") -> None:
@@ -57,8 +58,8 @@ def test_loaded_components_train_in_a_new_pipeline(tmp_path: Path) -> None:
 
 
 def test_a_failing_job_fails_its_step_and_stays_for_debugging(tmp_path: Path) -> None:
-    download = load_component(str(COMPONENTS / "download_dataset.yaml"))
-    train = load_component(str(COMPONENTS / "pytorch_train.yaml"))
+    download = load_component(str(COMPONENTS["download_dataset"]))
+    train = load_component(str(COMPONENTS["pytorch_train"]))
     assert {p.field.name for p in train.component_spec.task_config_passthroughs} >= {"RESOURCES", "ENV"}
 
     @dsl.pipeline(name="failing")

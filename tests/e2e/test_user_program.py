@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from kfp import compiler, dsl
 
+from kubetrain.components import compiled_yaml
 from kubetrain.kfp_runtime.reuse import load_component
 from kubetrain.tooling.local_run import run_pipeline_locally
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-COMPONENTS = Path(__file__).resolve().parents[2] / "components"
+COMPONENTS = compiled_yaml()
 
 # A user's DDP script: the rendezvous from the operator's env (MASTER_ADDR, RANK, WORLD_SIZE), the
 # workspace from KUBETRAIN_*; rank 0 leaves a file, a metrics.json with a history, a checkpoint dir.
@@ -58,9 +59,9 @@ def test_a_third_party_pipeline_with_the_users_own_programs(tmp_path: Path) -> N
     torch_script, mpi_script = tmp_path / "train.py", tmp_path / "mpi_train.py"
     torch_script.write_text(TORCH_SCRIPT)
     mpi_script.write_text(MPI_SCRIPT)
-    download = load_component(str(COMPONENTS / "download_dataset.yaml"))
-    pytorch_train = load_component(str(COMPONENTS / "pytorch_train.yaml"))
-    chainermn_train = load_component(str(COMPONENTS / "chainermn_train.yaml"))
+    download = load_component(str(COMPONENTS["download_dataset"]))
+    pytorch_train = load_component(str(COMPONENTS["pytorch_train"]))
+    chainermn_train = load_component(str(COMPONENTS["chainermn_train"]))
 
     @dsl.pipeline(name="third-party")
     def third_party(claim: str = "team-claim") -> None:
@@ -136,8 +137,8 @@ def test_two_parallel_for_iterations_of_an_env_program_run_side_by_side(tmp_path
     script = tmp_path / "train.py"
     script.write_text(ENV_LOOP_SCRIPT)
     marks = tmp_path / "marks"
-    download = load_component(str(COMPONENTS / "download_dataset.yaml"))
-    pytorch_train = load_component(str(COMPONENTS / "pytorch_train.yaml"))
+    download = load_component(str(COMPONENTS["download_dataset"]))
+    pytorch_train = load_component(str(COMPONENTS["pytorch_train"]))
 
     @dsl.pipeline(name="env-loop")
     def env_loop() -> None:

@@ -68,11 +68,12 @@ from kubetrain.components import (
     chainermn_train, compare_summary, compiled_yaml, download_dataset, load_component, ps_train, pytorch_train,
 )
 from kubetrain.components.pytorch_train import pytorch_train as by_module
+from kubetrain.components.pytorch_train.component import pytorch_train as by_file
 from kubetrain.pipelines import compiled_yaml as pipeline_yaml
 from kubetrain.pipelines.compare_frameworks import compare_frameworks
 from kubetrain.pipelines.mnist_pytorch import mnist_pytorch
 
-assert by_module is pytorch_train
+assert by_module is by_file is pytorch_train
 components = compiled_yaml()
 loaded = load_component(str(components["pytorch_train"]))
 print(json.dumps({
@@ -123,9 +124,13 @@ def _fresh_venv(where: Path, wheel: Path) -> Path:
 def test_the_wheel_installed_alone_provides_components_yaml_pipelines_run_and_submit(tmp_path: Path) -> None:
     wheel, sdist = _built(tmp_path / "dist")
     names = zipfile.ZipFile(wheel).namelist()
-    for member in ("kubetrain/components/pytorch_train.yaml", "kubetrain/components/kfp-pre-2.15/ps_train.yaml",
+    for member in ("kubetrain/components/pytorch_train/component.yaml",
+                   "kubetrain/components/ps_train/kfp-pre-2.15/component.yaml",
+                   "kubetrain/components/ps_train/__init__.py", "kubetrain/components/ps_train/component.py",
                    "kubetrain/pipelines/mnist_pytorch.yaml", "kubetrain/pipelines/compare_frameworks.py"):  # fmt: skip
         assert member in names, member
+    # A component's own tests (components/<name>/tests/) import the checkout's tests package: not shipped.
+    assert not [n for n in names if "/tests/" in n], [n for n in names if "/tests/" in n]
     assert sdist.stat().st_size > 0
     bin_dir = _fresh_venv(tmp_path / "venv", wheel)
     user = tmp_path / "my-project"

@@ -51,8 +51,8 @@ def test_a_fresh_compile_for_another_registry_names_it_everywhere(tmp_path: Path
     assert done.returncode == 0, done.stderr
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.yaml"))
     assert written == [
-        "components/kfp-pre-2.15/pytorch_train.yaml",
-        "components/pytorch_train.yaml",
+        "components/pytorch_train/component.yaml",
+        "components/pytorch_train/kfp-pre-2.15/component.yaml",
         "pipelines/kfp-pre-2.15/mnist_pytorch.yaml",
         "pipelines/mnist_pytorch.yaml",
     ]
@@ -66,7 +66,7 @@ def test_a_fresh_compile_for_another_registry_names_it_everywhere(tmp_path: Path
             if "train" in label:  # the launcher pod picks the training images from it
                 assert env == {REGISTRY_ENV: REGISTRY}, (name, label, env)
     # The committed YAML is left as it is.
-    committed = _executors(REPO / "components" / "pytorch_train.yaml")
+    committed = _executors(REPO / "components" / "pytorch_train" / "component.yaml")
     assert all(e["container"]["image"].startswith(f"{DEFAULT_REGISTRY}/") for e in committed.values())
     assert all("env" not in e["container"] for e in committed.values())
 

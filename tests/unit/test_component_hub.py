@@ -1,8 +1,10 @@
-"""The Kubeflow hub's conventions per component (components/hub/<name>/), kept true by these checks.
+"""The Kubeflow hub's conventions, kept true by these checks on each component's folder (components/<name>/).
 
-metadata.yaml follows the hub's fields, with versions equal to the pins the e2e tier builds; the
-README is what a regeneration gives (hand-written text below the marker kept); every example
-pipeline compiles; the component modules import only the standard library and kfp at top level.
+Every folder holds the hub's files; OWNERS names an approver; metadata.yaml follows the hub's
+fields, with versions equal to the pins the e2e tier builds; the README is what a regeneration
+gives (hand-written text below the marker kept); every example pipeline compiles; the component
+modules import only the standard library and kfp at top level. The folders are found on disk, so
+a new one is checked before the catalog knows it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from kubetrain.tooling import hub
 from kubetrain.tooling.catalog import COMPONENTS, Entry
 
 REPO = Path(__file__).resolve().parents[2]
-HUB = REPO / "components" / "hub"
+HUB = REPO / "components"
+# Each folder that holds a component.py: what the hub would check.
+FOLDERS = sorted(p.name for p in HUB.iterdir() if (p / "component.py").is_file())
+# What every folder holds (the hub's layout, with kubetrain's compiled YAML and its pre-2.15 copy).
+FOLDER_FILES = {
+    "__init__.py", "component.py", "component.yaml", "kfp-pre-2.15/component.yaml", "OWNERS", "metadata.yaml",
+    "README.md", "example_pipelines.py",
+}  # fmt: skip
 
 
 def _meta(name: str) -> dict[str, Any]:
@@ -30,18 +39,29 @@ def _meta(name: str) -> dict[str, Any]:
     return loaded
 
 
-def test_the_generated_files_are_current() -> None:
-    stale = hub.stale_hub(list(COMPONENTS), REPO)
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_generated_files_are_current(name: str) -> None:
+    stale = hub.stale_hub([name], REPO)
     assert not stale, f"{[str(p) for p in stale]}: run `kubetrain compile` (make golden) and commit"
 
 
 def test_every_component_has_its_folder_and_nothing_else_does() -> None:
-    assert sorted(p.name for p in HUB.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(COMPONENTS)
-    for name in COMPONENTS:
-        assert {"metadata.yaml", "README.md", "example_pipelines.py"} <= {p.name for p in (HUB / name).iterdir()}
+    assert sorted(COMPONENTS) == FOLDERS
+    top = {p.name for p in HUB.iterdir() if p.name != "__pycache__"}
+    assert top == {"__init__.py", "_shared.py", *COMPONENTS}, "components/: the package, _shared.py and the folders"
+    for name in FOLDERS:
+        held = {p.relative_to(HUB / name).as_posix() for p in (HUB / name).rglob("*") if p.is_file()}
+        assert held >= FOLDER_FILES, f"components/{name}/ lacks {sorted(FOLDER_FILES - held)}"
+        assert any(p.startswith("tests/test_") for p in held), f"components/{name}/ has no tests/ of its own"
 
 
-@pytest.mark.parametrize("name", COMPONENTS)
+@pytest.mark.parametrize("name", FOLDERS)
+def test_owners_names_an_approver(name: str) -> None:
+    owners = yaml.safe_load((HUB / name / "OWNERS").read_text())
+    assert owners["approvers"] and all(isinstance(a, str) and a for a in owners["approvers"]), owners
+
+
+@pytest.mark.parametrize("name", FOLDERS)
 def test_metadata_has_the_hubs_fields(name: str) -> None:
     meta = _meta(name)
     assert meta["name"] == name and re.fullmatch(r"[a-z][a-z0-9_]*", name)
@@ -53,7 +73,7 @@ def test_metadata_has_the_hubs_fields(name: str) -> None:
     for dep in kubeflow + meta["dependencies"]["external_services"]:
         assert set(dep) == {"name", "version"} and dep["version"], dep
     assert meta["tags"] and all(isinstance(t, str) for t in meta["tags"])
-    assert meta["links"]["documentation"].endswith(f"components/hub/{name}/README.md")
+    assert meta["links"]["documentation"].endswith(f"components/{name}/README.md")
 
 
 def test_versions_are_the_pins_not_typed_again() -> None:
@@ -70,11 +90,10 @@ def test_versions_are_the_pins_not_typed_again() -> None:
 
 
 def test_a_regeneration_keeps_last_verified_and_the_hand_written_readme_part(tmp_path: Path) -> None:
-    (tmp_path / "components" / "hub").mkdir(parents=True)
     for part in ("tools", "pyproject.toml"):
         (tmp_path / part).symlink_to(REPO / part)
-    folder = tmp_path / "components" / "hub" / "pytorch_train"
-    folder.mkdir()
+    folder = tmp_path / "components" / "pytorch_train"
+    folder.mkdir(parents=True)
     (folder / "example_pipelines.py").write_text((HUB / "pytorch_train" / "example_pipelines.py").read_text())
     (folder / "metadata.yaml").write_text("name: pytorch_train\nlastVerified: 2026-11-20T10:00:00Z\n")
     (folder / "README.md").write_text(f"old generated text\n{hub.CUSTOM_MARKER}\nNotes from the team.\n")
@@ -92,7 +111,7 @@ def _last_verified(path: Path) -> object:
     return raw.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(raw, "strftime") else raw
 
 
-@pytest.mark.parametrize("name", COMPONENTS)
+@pytest.mark.parametrize("name", FOLDERS)
 def test_the_readme_lists_every_input_and_output(name: str) -> None:
     readme = (HUB / name / "README.md").read_text()
     spec = Entry("component", name).load().component_spec
@@ -101,7 +120,7 @@ def test_the_readme_lists_every_input_and_output(name: str) -> None:
     assert (HUB / name / "example_pipelines.py").read_text().rstrip() in readme
 
 
-@pytest.mark.parametrize("name", COMPONENTS)
+@pytest.mark.parametrize("name", FOLDERS)
 def test_the_example_pipelines_compile(name: str, tmp_path: Path) -> None:
     from kfp.dsl.graph_component import GraphComponent
 
@@ -116,10 +135,12 @@ def test_the_example_pipelines_compile(name: str, tmp_path: Path) -> None:
 
 
 # The hub's import guard: top-level imports of component modules are the standard library and kfp;
-# the sibling _shared (what they declare alike) adds kubetrain.images, itself standard library only.
+# the sibling _shared (what they declare alike) adds kubetrain.images, itself standard library only;
+# a folder's __init__.py exports its component.
 ALLOWED = {
     "components/_shared.py": {"kubetrain.images"},
     "src/kubetrain/images.py": {"kubetrain", "kubetrain.errors"},
+    **{f"components/{n}/__init__.py": {f"kubetrain.components.{n}.component"} for n in FOLDERS},
 }
 
 
@@ -133,7 +154,7 @@ def _top_level_imports(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("module", [*(f"components/{n}.py" for n in COMPONENTS), *ALLOWED])
+@pytest.mark.parametrize("module", [*(f"components/{n}/component.py" for n in FOLDERS), *ALLOWED])
 def test_component_modules_import_only_the_standard_library_and_kfp(module: str) -> None:
     allowed = ALLOWED.get(module, {"kubetrain.components._shared"})
     for name in _top_level_imports(REPO / module):
@@ -163,7 +184,7 @@ def test_the_e2e_tier_records_last_verified_only_for_components_no_failing_scena
     # download_dataset ran in a failing scenario too: not verified until every run of it passes.
     assert verified.verified() == {"pytorch_train"}
 
-    folder = tmp_path / "components" / "hub" / "pytorch_train"
+    folder = tmp_path / "components" / "pytorch_train"
     folder.mkdir(parents=True)
     (folder / "example_pipelines.py").write_text((HUB / "pytorch_train" / "example_pipelines.py").read_text())
     for part in ("tools", "pyproject.toml"):

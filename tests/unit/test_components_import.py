@@ -2,8 +2,9 @@
 
 `from kubetrain.components import pytorch_train` gave the module once, and the first call failed
 with ``TypeError: 'module' object is not callable``. The package now exports each component under
-its module's name, which hides the submodule from attribute access; both import statements must
-still give the same component, and the module stays reachable through `sys.modules`.
+its folder's name, which hides the folder's package from attribute access; every import statement
+(by name, the folder, the folder's component.py) must give the same component, and the folder
+stays reachable through `sys.modules`.
 """
 
 # No `from __future__ import annotations`: kfp reads the pipeline's annotations as types.
@@ -33,11 +34,13 @@ def test_the_package_exports_the_component_not_the_module(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", COMPONENTS)
-def test_the_module_form_gives_the_same_component(name: str) -> None:
-    module = importlib.import_module(f"kubetrain.components.{name}")
-    assert module is sys.modules[f"kubetrain.components.{name}"]
-    assert getattr(module, name) is getattr(kubetrain.components, name)
+def test_the_folder_and_module_forms_give_the_same_component(name: str) -> None:
+    folder = importlib.import_module(f"kubetrain.components.{name}")
+    assert folder is sys.modules[f"kubetrain.components.{name}"]
+    module = importlib.import_module(f"kubetrain.components.{name}.component")
+    assert getattr(folder, name) is getattr(module, name) is getattr(kubetrain.components, name)
     assert Entry("component", name).source == Path(str(module.__file__)).resolve()
+    assert Path(str(folder.__file__)).resolve().parent == Entry("component", name).source.parent
 
 
 def test_both_import_statements_in_a_fresh_interpreter() -> None:
@@ -50,7 +53,8 @@ def test_both_import_statements_in_a_fresh_interpreter() -> None:
         for c in (download_dataset, pytorch_train, chainermn_train, ps_train, compare_summary):
             assert hasattr(c, "component_spec"), c
         from kubetrain.components.download_dataset import download_dataset as again
-        assert again is download_dataset
+        from kubetrain.components.ps_train.component import ps_train as by_file
+        assert again is download_dataset and by_file is ps_train
         print("ok")
         """
     )

@@ -13,14 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+import kubetrain.components
+import kubetrain.pipelines
 from tools.cluster.kfp import compiler
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# Every compiled YAML, the pre-2.15 copies too; not components/hub/*/metadata.yaml (the hub's metadata).
+# Every compiled YAML, the pre-2.15 copies too (not the components' metadata.yaml).
 PACKAGES = sorted(
-    p
-    for p in [*(REPO_ROOT / "pipelines").rglob("*.yaml"), *(REPO_ROOT / "components").rglob("*.yaml")]
-    if "hub" not in p.relative_to(REPO_ROOT).parts
+    path
+    for package in (kubetrain.components, kubetrain.pipelines)
+    for old in (False, True)
+    for path in package.compiled_yaml(kfp_pre_2_15=old).values()
 )
 
 

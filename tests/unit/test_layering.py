@@ -87,8 +87,12 @@ def _sources() -> list[Source]:
                 if parts != ("__init__",):  # kubetrain/__init__.py holds the version and nothing else
                     found.append(Source(path, parts[:-1] if parts[-1] == "__init__" else parts))
     for linked in ("components", "pipelines"):
-        for path in sorted((ROOT / linked).resolve().glob("*.py")):
-            found.append(Source(path, (linked,) if path.name == "__init__.py" else (linked, path.stem)))
+        top = (ROOT / linked).resolve()
+        for path in sorted(top.rglob("*.py")):
+            parts = path.relative_to(top).with_suffix("").parts
+            if "tests" in parts or "__pycache__" in parts:
+                continue  # a component's own tests (components/<name>/tests/): the checkout's, not the package's
+            found.append(Source(path, (linked, *parts[:-1]) if parts[-1] == "__init__" else (linked, *parts)))
     return sorted(found, key=str)
 
 
@@ -179,6 +183,52 @@ def test_no_import_detours(source: Source) -> None:
             )
         if isinstance(node, ast.Name) and node.id == "__import__":
             pytest.fail(f"{source.path}:{node.lineno}: __import__ hides imports from the layering check")
+
+
+def _components_imported(source: Source, tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, dotted name) of every module of kubetrain.components the source names in an import."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = source.package[: len(source.package) - node.level + 1]
+            names = [".".join(("kubetrain", *base, *(node.module.split(".") if node.module else ())))]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [
+            (node.lineno, n) for n in names if n == "kubetrain.components" or n.startswith("kubetrain.components.")
+        ]
+    return found
+
+
+def _component_imports_allowed(module: Module) -> tuple[str, ...]:
+    """What kubetrain.components a module may name in an import: a prefix each, or an exact name."""
+    package = "kubetrain.components"
+    if module == ("components",):  # the package: each folder's package, which exports its component
+        return tuple(f"{package}.{p.name}" for p in (ROOT / "components").iterdir() if (p / "component.py").is_file())
+    if module == ("components", "_shared"):
+        return ()
+    if module[0] == "components":  # a folder: itself and what they declare alike; its examples, the package
+        folder = f"{package}.{module[1]}"
+        return (folder, f"{folder}.", f"{package}._shared") + ((package,) if module[-1] == "example_pipelines" else ())
+    return (package,)  # everything else takes a component by name, as a user does
+
+
+@pytest.mark.parametrize("source", _sources(), ids=str)
+def test_components_are_taken_by_name_and_their_folders_stand_alone(source: Source) -> None:
+    """One folder per component (the hub's layout): a folder imports no other folder, and everything outside
+    the components (the shipped pipelines above all) imports a component by name, never its module."""
+    allowed = _component_imports_allowed(source.module)
+    tree = ast.parse(source.path.read_text(encoding="utf-8"))
+    for line, name in _components_imported(source, tree):
+        ok = any(name == a or (a.endswith(".") and name.startswith(a)) for a in allowed)
+        assert ok, (
+            f"{source.path}:{line} imports {name}; outside a component's folder, import a component by name "
+            "(from kubetrain.components import pytorch_train), and a folder imports only itself and _shared"
+        )
 
 
 def test_the_layers_cover_every_package() -> None:

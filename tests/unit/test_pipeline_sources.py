@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kubetrain.cli import main
+from kubetrain.components import compiled_yaml
 from kubetrain.errors import ExitCode, InvalidInputError
 from kubetrain.tooling.sources import load_pipeline
 
@@ -115,7 +116,7 @@ def test_compiled_yaml_is_taken_as_it_is(tmp_path: Path, repo_root: Path) -> Non
     assert loaded.name == "digits"
     assert loaded.compile_text() == compiled.read_text()
     with pytest.raises(InvalidInputError, match="is a compiled component, not a pipeline"):
-        load_pipeline(str(repo_root / "components" / "download_dataset.yaml"))
+        load_pipeline(str(compiled_yaml()["download_dataset"]))
 
 
 def test_missing_file_and_pipeline_func_for_a_name(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ def test_every_entry_has_its_yaml_beside_its_source() -> None:
     for entry in entries():
         assert entry.yaml_path.parent == entry.source.parent
         assert entry.yaml_path.is_file(), f"{entry.yaml_path} missing; run `kubetrain compile`"
-        assert entry.source.parent.name == ("components" if entry.kind == "component" else "pipelines")
+        if entry.kind == "component":  # a folder of its own, in the hub's layout
+            assert (entry.source.name, entry.source.parent.name) == ("component.py", entry.name)
+        assert entry.home.name == f"{entry.kind}s"
 
 
 def test_check_ignores_the_sdk_version_but_nothing_else(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

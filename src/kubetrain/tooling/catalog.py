@@ -28,14 +28,20 @@ class Entry:
 
     @property
     def module(self) -> str:
-        """The module that defines it (a function of the same name)."""
-        package = "kubetrain.components" if self.kind == "component" else "kubetrain.pipelines"
-        return f"{package}.{self.name}"
+        """The module that defines it (a function of the same name): a component's component.py in its folder."""
+        if self.kind == "component":
+            return f"kubetrain.components.{self.name}.component"
+        return f"kubetrain.pipelines.{self.name}"
 
     @property
     def source(self) -> Path:
-        """The module's source file, with symlinks resolved (the file in components/ or pipelines/)."""
+        """The module's source file, with symlinks resolved (components/<name>/component.py or pipelines/<name>.py)."""
         return Path(str(_modules()[self.module].__file__)).resolve()
+
+    @property
+    def home(self) -> Path:
+        """components/ or pipelines/, where it lies (a component in a folder of its own there)."""
+        return self.source.parents[1] if self.kind == "component" else self.source.parent
 
     @property
     def yaml_path(self) -> Path:
@@ -51,8 +57,8 @@ def _modules() -> dict[str, ModuleType]:
     """Every component and pipeline module by its dotted name.
 
     Read from `sys.modules` after importing them: the package `kubetrain.components` exports each
-    component under its module's name, so the attribute `kubetrain.components.pytorch_train` is
-    the component, not the module.
+    component under its folder's name, so the attribute `kubetrain.components.pytorch_train` is
+    the component, not the folder's package.
     """
     import kubetrain.components
     import kubetrain.pipelines.compare_frameworks
@@ -60,7 +66,7 @@ def _modules() -> dict[str, ModuleType]:
     import kubetrain.pipelines.mnist_ps
     import kubetrain.pipelines.mnist_pytorch  # noqa: F401 (imported for sys.modules)
 
-    names = [f"kubetrain.components.{n}" for n in COMPONENTS] + [f"kubetrain.pipelines.{n}" for n in PIPELINES]
+    names = [Entry("component", n).module for n in COMPONENTS] + [Entry("pipeline", n).module for n in PIPELINES]
     return {name: sys.modules[name] for name in names}
 
 

@@ -50,10 +50,10 @@ class Stale:
 
 
 def output_path(entry: Entry, out: Path | None) -> Path:
-    """Where an entry's YAML goes: beside its source, or under `out` in components/ or pipelines/."""
+    """Where an entry's YAML goes: beside its source, or under `out` as it lies in components/ or pipelines/."""
     if out is None:
         return entry.yaml_path
-    return out / f"{entry.kind}s" / entry.yaml_path.name
+    return out / f"{entry.kind}s" / entry.yaml_path.relative_to(entry.home)
 
 
 def compile_all(selected: list[Entry] | None = None, *, out: Path | None = None) -> list[Path]:
