@@ -24,6 +24,9 @@ def ps_train(
     workspace_pvc: str = "kubetrain-workspace",
     ps_replicas: int = 2,
     workers: int = 3,
+    min_workers: int = 0,
+    max_workers: int = 0,
+    straggler_factor: float = 3.0,
     mode: str = "async",
     records_per_task: int = 64,
     optimizer: str = "adam",
@@ -67,7 +70,15 @@ def ps_train(
         workspace_pvc: ReadWriteMany PersistentVolumeClaim holding data, checkpoints and models;
             mount it on this task at /workspace (the kubetrain pipelines do).
         ps_replicas: Parameter servers (parameter shards).
-        workers: Worker pods.
+        workers: Worker pods of a fixed-size job; it trains with those that are there.
+        min_workers: With max_workers: an elastic job that trains while at least this many workers
+            are there (below it, training pauses until workers join). 0 for a fixed-size job.
+        max_workers: Upper bound of an elastic job: this many worker pods are asked for; those no
+            node has room for wait Pending and join as room appears, a preempted one gives its tasks
+            back at once and its replacement waits Pending. 0 for a fixed-size job (then `workers`).
+        straggler_factor: A training task held longer than this many times the median task time
+            (at least 10 s, after 5 tasks) goes out again to an idle worker; the first result
+            counts, once. 0 never re-issues a task.
         mode: async (apply each gradient as it comes) or sync (one version per round of gradients).
         records_per_task: Records per task the master hands out.
         optimizer: Optimizer on the parameter servers: sgd or adam.
@@ -130,7 +141,8 @@ def ps_train(
     return train_ps(
         dataset=dataset, model=model, metrics=metrics, report=report, task_config=task_config,
         run_id=run_id, task_id=task_id, task_name=task_name, workspace_pvc=workspace_pvc, ps_replicas=ps_replicas,
-        workers=workers, mode=mode, records_per_task=records_per_task, optimizer=optimizer, epochs=epochs,
+        workers=workers, min_workers=min_workers, max_workers=max_workers, straggler_factor=straggler_factor,
+        mode=mode, records_per_task=records_per_task, optimizer=optimizer, epochs=epochs,
         batch_size=batch_size, learning_rate=learning_rate, architecture=architecture, model_module=model_module,
         seed=seed, image=image, cpu=cpu, memory=memory, gpus=gpus, timeout_seconds=timeout_seconds,
         start_timeout_seconds=start_timeout_seconds,

@@ -39,6 +39,12 @@ LOGGED_METRICS = (
     ("wall_seconds", "duration_seconds"),
     ("world_size", "world_size"),
     ("epochs", "epochs"),
+    # The parameter-server job's elastic story (ps.master): what it lost and how big it grew.
+    ("preemptions", "preemptions"),
+    ("tasks_requeued", "tasks_requeued"),
+    ("tasks_reissued", "tasks_reissued"),
+    ("max_workers_seen", "max_workers_seen"),
+    ("worker_seconds", "worker_seconds"),
 )
 
 

@@ -226,11 +226,16 @@ class PSRequest(TrainingRequest):
     count_inputs: ClassVar[Mapping[str, Count]] = {
         "ps_replicas": replica_count(1, "parameter servers holding the model's shards"),
         "workers": replica_count(1, "workers pulling tasks from the master"),
+        "min_workers": replica_count(0, "the fewest workers an elastic job trains with; 0: a fixed-size job"),
+        "max_workers": replica_count(0, "the most workers an elastic job asks for; 0: a fixed-size job"),
         "records_per_task": limits.RECORDS_PER_TASK,
     }
 
     ps_replicas: int = 2
     workers: int = 3
+    min_workers: int = 0
+    max_workers: int = 0
+    straggler_factor: float = 3.0
     mode: str = "async"
     records_per_task: int = 64
     optimizer: str = "adam"
@@ -283,6 +288,9 @@ class PSRequest(TrainingRequest):
             self.job_settings(plan),
             ps_replicas=self.ps_replicas,
             workers=self.workers,
+            min_workers=self.min_workers,
+            max_workers=self.max_workers,
+            straggler_factor=self.straggler_factor,
             mode=cast(Literal["async", "sync"], self.mode),
             records_per_task=self.records_per_task,
             optimizer=cast(Literal["sgd", "adam"], self.optimizer),
@@ -294,9 +302,10 @@ class PSRequest(TrainingRequest):
 def train_ps(
     *, dataset: ArtifactLike, model: ArtifactLike, metrics: MetricsLike, report: ArtifactLike, task_config: object,
     run_id: str = "", task_id: str = "", task_name: str = "", workspace_pvc: str = "kubetrain-workspace",
-    ps_replicas: int = 2, workers: int = 3, mode: str = "async", records_per_task: int = 64, optimizer: str = "adam",
-    epochs: int = 10, batch_size: int = 32, learning_rate: float = 0.002, architecture: str = "mlp",
-    model_module: str = "", seed: int = 0, image: str = "", cpu: str = "", memory: str = "", gpus: int = 0,
+    ps_replicas: int = 2, workers: int = 3, min_workers: int = 0, max_workers: int = 0, straggler_factor: float = 3.0,
+    mode: str = "async", records_per_task: int = 64, optimizer: str = "adam", epochs: int = 10, batch_size: int = 32,
+    learning_rate: float = 0.002, architecture: str = "mlp", model_module: str = "", seed: int = 0, image: str = "",
+    cpu: str = "", memory: str = "", gpus: int = 0,
     timeout_seconds: float = 86400, start_timeout_seconds: float = 600, delete_after: str = "success",
     backoff_limit: int = 3, namespace: str = "", service_account: str = "", image_pull_secrets: list[str] | None = None,
     labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None, priority_class: str = "",
