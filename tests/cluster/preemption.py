@@ -1,0 +1,72 @@
+"""Preemption on the real node, made deterministic: slots the scheduler counts, and an "online" pod.
+
+The real node runs other scenarios' pods beside a preemption scenario's (the KFP half of the tier
+shares it), so a preemptor sized in CPU could take any low-priority pod. Instead the node advertises
+an extended resource, `kubetrain.io/e2e-slot` (a node status patch, as Kubernetes documents for
+extended resources), only the scenario's training pods request it, and the "online" pod asks for
+one slot more than is free at a higher priority: the kube-scheduler's own preemption must then
+evict exactly one pod that holds a slot, and no other pod of the node is a candidate.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from tests.cluster import jobs
+from tests.cluster.real_pods import RESTRICTED_CONTAINER, RealNode
+from tools.cluster.node_config import NODE_NAME
+
+SLOT = "kubetrain.io/e2e-slot"
+ONLINE_CLASS = "kubetrain-e2e-online"
+ONLINE_PRIORITY = 100000
+
+
+def advertise_slots(node: RealNode, count: int) -> None:
+    """The real node's capacity of SLOT set to `count` (its allocatable follows)."""
+    patch = [{"op": "add", "path": f"/status/capacity/{SLOT.replace('/', '~1')}", "value": str(count)}]
+    node.cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+
+    def advertised() -> bool:
+        status = json.loads(node.cluster.kubectl("get", "node", NODE_NAME, "-o", "json"))["status"]
+        return str(status.get("allocatable", {}).get(SLOT)) == str(count)
+
+    jobs.until(f"the node advertising {count} {SLOT}", advertised, 60)
+
+
+def hold_slots(manifest: dict[str, Any], replicated_job: str) -> None:
+    """Each pod of the JobSet's `replicated_job` requests one SLOT (requests and limits, as the API requires)."""
+    for rjob in manifest["spec"]["replicatedJobs"]:
+        if rjob["name"] == replicated_job:
+            for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+                resources = container.setdefault("resources", {})
+                resources.setdefault("requests", {})[SLOT] = "1"
+                resources.setdefault("limits", {})[SLOT] = "1"
+
+
+def online_pod(node: RealNode, name: str, *, slots: int = 1, image: str) -> None:
+    """An "online" pod at a priority above every training pod, asking for `slots` SLOT: the scheduler
+    preempts lower-priority slot holders to place it (once the PriorityClass exists)."""
+    priority_class = {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": ONLINE_CLASS},
+        "value": ONLINE_PRIORITY, "preemptionPolicy": "PreemptLowerPriority",
+        "description": "kubetrain e2e: online work that preempts training",
+    }  # fmt: skip
+    node.cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(priority_class))
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "online"}},
+        "spec": {
+            "priorityClassName": ONLINE_CLASS, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "online", "image": image, "securityContext": RESTRICTED_CONTAINER,
+                "command": ["python", "-c", "import time; time.sleep(3600)"],
+                "resources": {"requests": {"cpu": "10m", "memory": "32Mi", SLOT: str(slots)},
+                              "limits": {"memory": "64Mi", SLOT: str(slots)}},
+            }],
+        },
+    }  # fmt: skip
+    node.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod))

@@ -1,0 +1,91 @@
+"""Elastic scheduling in real pods: a higher-priority pod preempts a parameter-server worker.
+
+The kube-scheduler's own preemption, on the real node: the scenario's workers hold the node's
+`kubetrain.io/e2e-slot`s (tests/cluster/preemption.py), and an "online" pod at a higher priority
+asks for one. The scheduler must evict one worker; the master must hear it from its pod watch and
+put that worker's tasks back at once; the worker's Job must not count it against backoffLimit;
+the replacement pod must wait Pending until the online pod goes, then join; and the run must end
+with every record trained once and the preemption in the step's log and metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubetrain.presets import image_ref
+from tests.cluster import jobs, preemption, real_pods
+from tests.cluster.real_pods import RealNode
+from tools.cluster import node
+from tools.cluster.controlplane import STATE, Cluster
+
+pytestmark = pytest.mark.timeout(1800)
+TARGET = 0.95
+JOB = "ps-preempt"
+WORKERS = f"jobset.sigs.k8s.io/jobset-name={JOB},jobset.sigs.k8s.io/replicatedjob-name=worker"
+
+
+@pytest.fixture(scope="module")
+def real_ps(cluster: Cluster) -> RealNode:
+    """The real node with the launcher and parameter-server images and the digits on its claim."""
+    if not node.running(STATE):
+        pytest.skip("no real node in this cluster (KUBETRAIN_REAL_NODE=0)")
+    return real_pods.prepare(cluster, ["launcher", "ps"])
+
+
+def _workers(real: RealNode) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = json.loads(real.kubectl("get", "pods", "-l", WORKERS, "-o", "json"))["items"]
+    return pods
+
+
+def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_lost(
+    real_ps: RealNode, tmp_path: Path
+) -> None:
+    real_ps.fresh_run(JOB)
+    real_ps.kubectl("delete", "pod", "online-preemptor", "--ignore-not-found", "--wait=true")
+    preemption.advertise_slots(real_ps, 3)
+    manifest = real_pods.render("psjob", JOB, "--min-workers", "1", "--max-workers", "3", "--ps-replicas", "2",
+                                "--epochs", "12", "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
+    preemption.hold_slots(manifest, "worker")
+    proc = jobs.launch(real_ps.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1500",
+                       "--delete-after", "never")  # fmt: skip
+    progress = real_ps.workspace / "runs" / JOB / "output" / "ps-state"
+
+    def three_training() -> bool:
+        running = [p for p in _workers(real_ps) if p["status"].get("phase") == "Running"]
+        return len(running) == 3 and progress.exists()
+
+    jobs.until("three workers training", three_training, 600)
+    preemption.online_pod(real_ps, "online-preemptor", image=image_ref("launcher"))
+    real_ps.wait_pod("online-preemptor", "Running", 120)
+
+    def replacement_pending() -> dict[str, Any] | None:
+        for pod in _workers(real_ps):
+            conditions = {c["type"]: c for c in pod["status"].get("conditions", [])}
+            scheduled = conditions.get("PodScheduled", {})
+            if pod["status"].get("phase") == "Pending" and scheduled.get("reason") == "Unschedulable":
+                return pod
+        return None
+
+    waiting = jobs.until("the preempted worker's replacement Pending, Unschedulable", replacement_pending, 120)
+    assert preemption.SLOT in json.dumps(waiting["status"]["conditions"]), waiting["status"]
+    # Room again: the online work is done; the replacement is placed and joins.
+    real_ps.kubectl("delete", "pod", "online-preemptor", "--wait=false")
+    code, result, err = jobs.finish(proc, timeout=1600)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    written = real_pods.metrics(real_ps, JOB)
+    assert written["records_untrained"] == 0, written  # the master's audit: every record trained
+    assert written["preemptions"] == 1, written
+    assert written["max_workers_seen"] == 3, written
+    assert written["test_accuracy"] >= TARGET, written
+    said = [line for line in err.splitlines() if " preempted (by " in line]
+    assert said and "re-queued" in said[0], err[-4000:]
+    assert any("joined" in line for line in err.splitlines()), err[-4000:]
+    # The preemption did not use up the workers' Job's retries (podFailurePolicy: Ignore).
+    worker_job = json.loads(real_ps.kubectl("get", "job", f"{JOB}-worker-0", "-o", "json"))
+    assert not worker_job["status"].get("failed"), worker_job["status"]
+    real_ps.kubectl("delete", "jobset", JOB, "--wait=true")
