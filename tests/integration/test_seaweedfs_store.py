@@ -9,6 +9,7 @@ with that reason otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -75,16 +76,16 @@ def _status(url: str) -> int:
         return 0
 
 
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    run = tmp_path_factory.mktemp("seaweedfs")
+@contextlib.contextmanager
+def _serving(run: Path, *extra: str) -> Iterator[str]:
+    """One `weed` with object_store's argv (and `extra` flags) on free loopback ports; its S3 URL."""
     assert WEED is not None
     ports = _free_ports()
     argv = object_store.prepare_seaweedfs(run, WEED, ip="127.0.0.1", ports=ports,
                                           access_key=manifests.S3_ACCESS_KEY, secret_key=manifests.S3_SECRET_KEY)  # fmt: skip
     log = run / "weed.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=run, start_new_session=True)
+        proc = subprocess.Popen([*argv, *extra], stdout=out, stderr=subprocess.STDOUT, cwd=run, start_new_session=True)
     try:
         ready = object_store.wait_ready_url("127.0.0.1", ports)
         deadline = time.monotonic() + READY_S
@@ -102,10 +103,16 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             proc.wait()
 
 
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _serving(tmp_path_factory.mktemp("seaweedfs")) as url:
+        yield url
+
+
 def _check(endpoint: str, scenario: str) -> None:
     assert PYTHON is not None
-    env = {**services_venv.environment(), "S3_ENDPOINT": endpoint, "S3_ACCESS_KEY": manifests.S3_ACCESS_KEY,
-           "S3_SECRET_KEY": manifests.S3_SECRET_KEY}  # fmt: skip
+    env = {**services_venv.environment(), "S3_ENDPOINT": endpoint, "S3_IAM_ENDPOINT": endpoint,
+           "S3_ACCESS_KEY": manifests.S3_ACCESS_KEY, "S3_SECRET_KEY": manifests.S3_SECRET_KEY}  # fmt: skip
     done = subprocess.run([PYTHON, str(CHECK), scenario], capture_output=True, text=True, env=env, timeout=180,
                           check=False)  # fmt: skip
     assert done.returncode == 0 and f"ok {scenario}" in done.stdout, done.stdout + done.stderr[-4000:]
@@ -125,6 +132,21 @@ def test_a_pod_addressing_the_store_by_its_service_name_is_served_path_style(end
 
 def test_wrong_or_missing_credentials_are_refused(endpoint: str) -> None:
     _check(endpoint, "credentials")
+
+
+def test_the_ui_lists_an_artifact_directory_page_by_page(endpoint: str) -> None:
+    _check(endpoint, "paging")
+
+
+def test_a_presigned_url_serves_without_credentials_and_a_forged_one_is_refused(endpoint: str) -> None:
+    _check(endpoint, "presigned")
+
+
+def test_the_iam_api_mints_a_namespaces_keys_scoped_to_its_prefix(tmp_path: Path) -> None:
+    # What KFP's multi-user sync hook needs (issue 47): the IAM API on the S3 port, writable, with
+    # the identities the gateway already has. The trimmed build keeps it (tools/seaweedfs/main.go).
+    with _serving(tmp_path, "-s3.iam.readOnly=false") as url:
+        _check(url, "iam")
 
 
 def test_cluster_down_leaves_no_store_process_and_frees_its_ports(tmp_path: Path) -> None:

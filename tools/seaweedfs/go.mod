@@ -2,7 +2,7 @@ module kubetrain.local/seaweedfs
 
 go 1.26.6
 
-tool github.com/seaweedfs/seaweedfs/weed
+require github.com/seaweedfs/seaweedfs v0.0.0-20261109003541-7506e5f91cd6
 
 require (
 	cel.dev/expr v0.25.3 // indirect
@@ -137,7 +137,6 @@ require (
 	github.com/gabriel-vasile/mimetype v1.4.13 // indirect
 	github.com/geoarrow/geoarrow-go v0.0.0-20260403143023-f54751c3e3a1 // indirect
 	github.com/geoffgarside/ber v1.2.0 // indirect
-	github.com/getsentry/sentry-go v0.50.0 // indirect
 	github.com/go-asn1-ber/asn1-ber v1.5.8 // indirect
 	github.com/go-chi/chi/v5 v5.4.0 // indirect
 	github.com/go-darwin/apfs v0.0.0-20211011131704-f84b94dbf348 // indirect
@@ -305,7 +304,6 @@ require (
 	github.com/seaweedfs/go-fuse/v2 v2.9.4 // indirect
 	github.com/seaweedfs/goexif v1.0.3 // indirect
 	github.com/seaweedfs/raft v1.2.4 // indirect
-	github.com/seaweedfs/seaweedfs v0.0.0-20261109003541-7506e5f91cd6 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.7 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/skratchdot/open-golang v0.0.0-20200116055534-eef842397966 // indirect
