@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from kubetrain.presets import image_ref
+from kubetrain.ps.master.state import OWNER_FILE
 from tests.cluster import jobs, preemption, real_pods
 from tests.cluster.real_pods import RealNode
 from tools.cluster import node
@@ -89,3 +90,45 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     worker_job = json.loads(real_ps.kubectl("get", "job", f"{JOB}-worker-0", "-o", "json"))
     assert not worker_job["status"].get("failed"), worker_job["status"]
     real_ps.kubectl("delete", "jobset", JOB, "--wait=true")
+
+
+def test_a_master_pod_deleted_mid_training_comes_back_from_its_state_and_nothing_is_lost(
+    real_ps: RealNode, tmp_path: Path
+) -> None:
+    job = "ps-master-gone"
+    real_ps.fresh_run(job)
+    manifest = real_pods.render("psjob", job, "--workers", "3", "--ps-replicas", "2", "--epochs", "12",
+                                "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
+    proc = jobs.launch(real_ps.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1500",
+                       "--delete-after", "never")  # fmt: skip
+    label = f"jobset.sigs.k8s.io/jobset-name={job},jobset.sigs.k8s.io/replicatedjob-name=master"
+    state = real_ps.workspace / "runs" / job / "output" / "ps-state" / "master_state.json"
+
+    def tasks_done() -> int:
+        try:
+            return int(json.loads(state.read_text())["book"]["counters"].get("tasks_done", 0))
+        except (OSError, ValueError, KeyError):
+            return 0  # not written yet, or caught mid-replace
+
+    def master_mid_training() -> str | None:
+        pods = json.loads(real_ps.kubectl("get", "pods", "-l", label, "-o", "json"))["items"]
+        running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
+        # Tasks done are on the claim: the master is past its start, with work still ahead.
+        return running[0] if running and tasks_done() >= 10 else None
+
+    first = jobs.until("the master training", master_mid_training, 600)
+    real_ps.kubectl("delete", "pod", first, "--wait=false")
+    code, result, err = jobs.finish(proc, timeout=1600)
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    masters = json.loads(real_ps.kubectl("get", "pods", "-l", label, "-o", "json"))["items"]
+    assert [p["metadata"]["name"] for p in masters] != [first], "a new master pod ran the job to its end"
+    written = real_pods.metrics(real_ps, job)
+    # The same end as a run where nothing was deleted (test_real_pods' PS scenario): every record
+    # trained, counted once, and the accuracy bar.
+    assert written["records_untrained"] == 0, written
+    assert written["test_accuracy"] >= TARGET, written
+    # The second master claimed the first one's state (its fencing generation), not a fresh start.
+    owner = json.loads((state.parent / OWNER_FILE).read_text())
+    assert owner["generation"] >= 2, owner
+    real_ps.kubectl("delete", "jobset", job, "--wait=true")
