@@ -2,10 +2,10 @@
 
 The real node runs other scenarios' pods beside a preemption scenario's (the KFP half of the tier
 shares it), so a preemptor sized in CPU could take any low-priority pod. Instead the node advertises
-an extended resource, `kubetrain.io/e2e-slot` (a node status patch, as Kubernetes documents for
-extended resources), only the scenario's training pods request it, and the "online" pod asks for
-one slot more than is free at a higher priority: the kube-scheduler's own preemption must then
-evict exactly one pod that holds a slot, and no other pod of the node is a candidate.
+an extended resource (a node status patch, as Kubernetes documents for extended resources), only
+the scenario's training pods request it, and the "online" pod asks for one more than is free at a
+higher priority: the kube-scheduler's own preemption must then evict exactly one pod that holds
+it, and no other pod of the node is a candidate.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import yaml
 
 from tests.cluster import jobs
 from tests.cluster.real_pods import RESTRICTED_CONTAINER, RealNode
+from tools.cluster.controlplane import Cluster
 from tools.cluster.node_config import NODE_NAME
 
 SLOT = "kubetrain.io/e2e-slot"
@@ -24,16 +25,17 @@ ONLINE_CLASS = "kubetrain-e2e-online"
 ONLINE_PRIORITY = 100000
 
 
-def advertise_slots(node: RealNode, count: int) -> None:
-    """The real node's capacity of SLOT set to `count` (its allocatable follows)."""
-    patch = [{"op": "add", "path": f"/status/capacity/{SLOT.replace('/', '~1')}", "value": str(count)}]
+def advertise_slots(node: RealNode, count: int, resource: str = SLOT) -> None:
+    """The real node's capacity and allocatable of `resource` set to `count`."""
+    path = "/status/{}/" + resource.replace("/", "~1")
+    patch = [{"op": "add", "path": path.format(field), "value": str(count)} for field in ("capacity", "allocatable")]
     node.cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(patch))
 
     def advertised() -> bool:
         status = json.loads(node.cluster.kubectl("get", "node", NODE_NAME, "-o", "json"))["status"]
-        return str(status.get("allocatable", {}).get(SLOT)) == str(count)
+        return str(status.get("allocatable", {}).get(resource)) == str(count)
 
-    jobs.until(f"the node advertising {count} {SLOT}", advertised, 60)
+    jobs.until(f"the node advertising {count} {resource}", advertised, 60)
 
 
 def hold_slots(manifest: dict[str, Any], replicated_job: str) -> None:
@@ -46,16 +48,19 @@ def hold_slots(manifest: dict[str, Any], replicated_job: str) -> None:
                 resources.setdefault("limits", {})[SLOT] = "1"
 
 
-def online_pod(node: RealNode, name: str, *, slots: int = 1, image: str) -> None:
-    """An "online" pod at a priority above every training pod, asking for `slots` SLOT: the scheduler
-    preempts lower-priority slot holders to place it (once the PriorityClass exists)."""
+def ensure_online_class(cluster: Cluster) -> None:
+    """The PriorityClass of the "online" pods: above every training pod, preempting lower ones."""
     priority_class = {
         "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": ONLINE_CLASS},
         "value": ONLINE_PRIORITY, "preemptionPolicy": "PreemptLowerPriority",
         "description": "kubetrain e2e: online work that preempts training",
     }  # fmt: skip
-    node.cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(priority_class))
-    pod = {
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(priority_class))
+
+
+def online_pod_manifest(name: str, *, image: str, resource: str = SLOT, count: int = 1) -> dict[str, Any]:
+    """An "online" pod at ONLINE_CLASS asking for `count` of `resource` (restricted, idle)."""
+    return {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "online"}},
         "spec": {
             "priorityClassName": ONLINE_CLASS, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
@@ -64,9 +69,15 @@ def online_pod(node: RealNode, name: str, *, slots: int = 1, image: str) -> None
             "containers": [{
                 "name": "online", "image": image, "securityContext": RESTRICTED_CONTAINER,
                 "command": ["python", "-c", "import time; time.sleep(3600)"],
-                "resources": {"requests": {"cpu": "10m", "memory": "32Mi", SLOT: str(slots)},
-                              "limits": {"memory": "64Mi", SLOT: str(slots)}},
+                "resources": {"requests": {"cpu": "10m", "memory": "32Mi", resource: str(count)},
+                              "limits": {"memory": "64Mi", resource: str(count)}},
             }],
         },
     }  # fmt: skip
-    node.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod))
+
+
+def online_pod(node: RealNode, name: str, *, slots: int = 1, image: str) -> None:
+    """An "online" pod asking for `slots` SLOT in the real namespace: the scheduler preempts lower-priority
+    slot holders to place it."""
+    ensure_online_class(node.cluster)
+    node.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(online_pod_manifest(name, image=image, count=slots)))

@@ -24,16 +24,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.cluster import kfp_runs
+from kubetrain.presets import image_ref
+from tests.cluster import kfp_runs, preemption
 from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import (
     by_name_pipeline,
     run_jobs,
     users_pipeline,
+    wait_for,
 )
 from tests.cluster.kfp_runs import Artifact, KfpBackend
-from tools.cluster.controlplane import Cluster
+from tools.cluster.controlplane import STATE, Cluster
 from tools.cluster.node_config import NODE_NAME
 
 pytestmark = pytest.mark.timeout(2400)
@@ -162,13 +165,9 @@ GPU = "nvidia.com/gpu"
 
 
 @contextlib.contextmanager
-def _advertised_gpus(cluster: Cluster, count: int) -> Iterator[None]:
-    """The real node advertises `count` GPUs (an extended resource, as a device plugin would) meanwhile.
-
-    It has none: pods that ask for one are scheduled there, get no device, and train on the CPU
-    (the programs' `--backend auto` is gloo without CUDA). What is checked is where the request lands.
-    """
-    path = "/status/{}/" + GPU.replace("/", "~1")
+def _advertised(cluster: Cluster, resource: str, count: int) -> Iterator[None]:
+    """The real node advertises `count` of an extended `resource` (as a device plugin would) meanwhile."""
+    path = "/status/{}/" + resource.replace("/", "~1")
     ops = [{"op": "add", "path": path.format(field), "value": str(count)} for field in ("capacity", "allocatable")]
     cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(ops))
     try:
@@ -176,6 +175,15 @@ def _advertised_gpus(cluster: Cluster, count: int) -> Iterator[None]:
     finally:
         ops = [{"op": "remove", "path": path.format(field)} for field in ("capacity", "allocatable")]
         cluster.kubectl("patch", "node", NODE_NAME, "--subresource=status", "--type=json", "-p", json.dumps(ops))
+
+
+def _advertised_gpus(cluster: Cluster, count: int) -> contextlib.AbstractContextManager[None]:
+    """The real node advertises `count` GPUs meanwhile.
+
+    It has none: pods that ask for one are scheduled there, get no device, and train on the CPU
+    (the programs' `--backend auto` is gloo without CUDA). What is checked is where the request lands.
+    """
+    return _advertised(cluster, GPU, count)
 
 
 def _accelerator_and_placement(kfp_backend: KfpBackend, tmp_path: Path) -> None:
@@ -225,12 +233,69 @@ def _accelerator_and_placement(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     kfp_backend.kubectl("delete", "pytorchjob", job, "--wait=true")
 
 
+GROW_SLOT = "kubetrain.io/e2e-grow-slot"
+
+
+def _elastic_ps_train_grows(kfp_backend: KfpBackend, tmp_path: Path) -> None:
+    # The node has 3 of a resource only this run's workers ask for (one each, as the task's
+    # accelerator: ps_train gives it to the workers only), and a higher-priority pod holds 2: one
+    # worker is placed, two wait Pending. Once the first trains, the blocker goes; the two are
+    # placed, join, and their work counts.
+    package = by_name_pipeline(
+        tmp_path,
+        "elastic",
+        f"""
+        from kubetrain.components import ps_train
+
+        @dsl.pipeline(name="elastic-ps")
+        def pipeline() -> None:
+            data = claim(download_dataset(source="builtin:digits"))
+            task = claim(ps_train(dataset=data.outputs["dataset"], min_workers=1, max_workers=3, epochs=12,
+                                  delete_after="never"))
+            task.set_accelerator_type("{GROW_SLOT}").set_accelerator_limit(1)
+    """,
+    )
+    with _advertised(kfp_backend.cluster, GROW_SLOT, 3):
+        blocker = preemption.online_pod_manifest("grow-blocker", image=image_ref("launcher"), resource=GROW_SLOT,
+                                                 count=2)  # fmt: skip
+        preemption.ensure_online_class(kfp_backend.cluster)
+        kfp_backend.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(blocker))
+        run_id = kfp_backend.start(package, {}, f"elastic-{uuid.uuid4().hex[:6]}")
+
+        def one_placed_two_waiting() -> bool:
+            jobsets = run_jobs(kfp_backend, run_id)
+            if not jobsets:
+                return False
+            name = jobsets[0].split("/")[-1]
+            label = f"jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/replicatedjob-name=worker"
+            pods = json.loads(kfp_backend.kubectl("get", "pods", "-l", label, "-o", "json"))["items"]
+            phases = sorted(p["status"].get("phase", "") for p in pods)
+            state = STATE / "node" / "workspace-kubeflow" / "runs" / name / "output" / "ps-state" / "master_state.json"
+            try:
+                done = json.loads(state.read_text())["book"]["counters"].get("tasks_done", 0)
+            except (OSError, ValueError, KeyError):
+                done = 0
+            return phases == ["Pending", "Pending", "Running"] and done >= 5
+
+        wait_for("one worker training, two Pending", one_placed_two_waiting, 900)
+        kfp_backend.kubectl("delete", "pod", "grow-blocker", "--wait=false")
+        run = kfp_backend.wait(run_id)
+    assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
+    (metrics,) = _by_type(kfp_backend.artifacts(run_id), "system.Metrics")
+    assert metrics.properties["max_workers_seen"] == 3, metrics.properties
+    log = "\n".join(kfp_backend.step_logs(run_id, "ps_train"))
+    assert "grew to 3 workers" in log, log[-3000:]
+    for job in run_jobs(kfp_backend, run_id):
+        kfp_backend.kubectl("delete", "jobset", job.split("/")[-1], "--wait=true")
+
+
 SCENARIOS = {
     "by-name": _placeholder_free_pipeline_by_name,
     "parallel-for": _parallel_for_over_pytorch_train,
     "failed-job": _failed_training_job,
     "submit": _kubetrain_submit,
     "placement": _accelerator_and_placement,
+    "elastic-grow": _elastic_ps_train_grows,
 }
 
 
@@ -256,3 +321,7 @@ def test_a_tasks_accelerator_node_selector_tolerations_and_resources_reach_the_t
     started: Scenarios,
 ) -> None:
     started.result("placement")
+
+
+def test_an_elastic_ps_train_step_grows_from_one_to_three_workers_when_room_appears(started: Scenarios) -> None:
+    started.result("elastic-grow")
