@@ -48,7 +48,9 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     real_ps.fresh_run(JOB)
     real_ps.kubectl("delete", "pod", "online-preemptor", "--ignore-not-found", "--wait=true")
     preemption.advertise_slots(real_ps, 3)
-    manifest = real_pods.render("psjob", JOB, "--min-workers", "1", "--max-workers", "3", "--ps-replicas", "2",
+    # min_workers = max_workers: training pauses while a worker is missing, so the job cannot end
+    # before its preempted worker's replacement has waited for room and joined (no race with it).
+    manifest = real_pods.render("psjob", JOB, "--min-workers", "3", "--max-workers", "3", "--ps-replicas", "2",
                                 "--epochs", "12", "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
     preemption.hold_slots(manifest, "worker")
     proc = jobs.launch(real_ps.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1500",
@@ -83,9 +85,11 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     assert written["preemptions"] == 1, written
     assert written["max_workers_seen"] == 3, written
     assert written["test_accuracy"] >= TARGET, written
-    said = [line for line in err.splitlines() if " preempted (by " in line]
+    lines = err.splitlines()
+    said = [line for line in lines if " preempted (by " in line]
     assert said and "re-queued" in said[0], err[-4000:]
-    assert any("joined" in line for line in err.splitlines()), err[-4000:]
+    assert any("waiting for workers: 2 of at least 3 here" in line for line in lines), err[-4000:]
+    assert any("grew to 3 workers" in line and "joined" in line for line in lines), err[-4000:]
     # The preemption did not use up the workers' Job's retries (podFailurePolicy: Ignore).
     worker_job = json.loads(real_ps.kubectl("get", "job", f"{JOB}-worker-0", "-o", "json"))
     assert not worker_job["status"].get("failed"), worker_job["status"]
