@@ -9,6 +9,7 @@ one line naming the quota, the request and the room, not wait out its start time
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,13 +43,17 @@ def test_a_job_larger_than_the_quota_fails_the_step_within_seconds(
 ) -> None:
     kind = KINDS[case]
     kind = dataclasses.replace(kind, render=(*kind.render, "--cpu", "4"))
-    manifest = simulate(render(kind, f"quota-{case}"))
+    name = f"quota-{case}"
+    cluster.kubectl("delete", kind.plural, name, "-n", NAMESPACE, "--ignore-not-found", "--wait=true")
+    manifest = simulate(render(kind, name))
     started = time.monotonic()
     code, result, err = finish(launch(cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "900"), 300)
     took = time.monotonic() - started
     assert code == ExitCode.JOB_FAILED, err[-4000:]
-    line = f"pods refused by ResourceQuota {QUOTA} in {NAMESPACE}: requested requests.cpu=4, used 0 of 2"
-    assert line in err, err[-4000:]
+    # "used" is what the namespace's other pods hold meanwhile (the quota counts every pod in it).
+    line = rf"pods refused by ResourceQuota {QUOTA} in {NAMESPACE}: requested requests.cpu=4, used \d+m? of 2\."
+    assert re.search(line, err), err[-4000:]
     assert result.get("phase") == "Failed", result
     # Not the start timeout: the launcher's first looks at the events (5 s, then 10 s, ...) find it.
     assert took < 300, f"{took:.0f} s"
+    cluster.kubectl("delete", kind.plural, name, "-n", NAMESPACE, "--wait=true")  # kept for debugging: it failed
