@@ -250,7 +250,7 @@ def _elastic_ps_train_grows(kfp_backend: KfpBackend, tmp_path: Path) -> None:
         @dsl.pipeline(name="elastic-ps")
         def pipeline() -> None:
             data = claim(download_dataset(source="builtin:digits"))
-            task = claim(ps_train(dataset=data.outputs["dataset"], min_workers=1, max_workers=3, epochs=12,
+            task = claim(ps_train(dataset=data.outputs["dataset"], min_workers=1, max_workers=3, epochs=30,
                                   delete_after="never"))
             task.set_accelerator_type("{GROW_SLOT}").set_accelerator_limit(1)
     """,

@@ -50,8 +50,9 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     preemption.advertise_slots(real_ps, 3)
     # min_workers = max_workers: training pauses while a worker is missing, so the job cannot end
     # before its preempted worker's replacement has waited for room and joined (no race with it).
+    # 60 epochs (12 take about 20 s here): the online pod is placed well before the job could end.
     manifest = real_pods.render("psjob", JOB, "--min-workers", "3", "--max-workers", "3", "--ps-replicas", "2",
-                                "--epochs", "12", "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
+                                "--epochs", "60", "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
     preemption.hold_slots(manifest, "worker")
     proc = jobs.launch(real_ps.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1500",
                        "--delete-after", "never")  # fmt: skip
@@ -101,7 +102,7 @@ def test_a_master_pod_deleted_mid_training_comes_back_from_its_state_and_nothing
 ) -> None:
     job = "ps-master-gone"
     real_ps.fresh_run(job)
-    manifest = real_pods.render("psjob", job, "--workers", "3", "--ps-replicas", "2", "--epochs", "12",
+    manifest = real_pods.render("psjob", job, "--workers", "3", "--ps-replicas", "2", "--epochs", "40",
                                 "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
     proc = jobs.launch(real_ps.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1500",
                        "--delete-after", "never")  # fmt: skip
