@@ -1,6 +1,6 @@
 """Benchmark: the DDP program run as a PyTorchJob by kubetrain's local backend vs under `torchrun`, 3 processes.
 
-    .venv/bin/python bench/ddp_vs_torchrun.py [--rounds 15] [--epochs 30] [--model mlp] [--json]
+    .venv/bin/python bench/ddp_vs_torchrun.py [--rounds 15] [--epochs 30] [--model mlp] [--workers 2] [--json]
 
 kubetrain side: `kubetrain.presets.pytorch_job_spec` (Master + 2 Workers running
 `python -m kubetrain.train.torch_ddp`), rendered with `kubetrain.manifests.build_manifest` and
@@ -35,7 +35,7 @@ from kubetrain.presets import JobSettings, PodOptions, TrainingParams, pytorch_j
 from kubetrain.specs import EnvVar, PyTorchJobSpec, RunPolicy
 
 PROGRAM = "kubetrain.train.torch_ddp"
-WORKERS = 2  # + the master: 3 processes, as torchrun --nproc_per_node 3
+WORKERS = 2  # + the master: 3 processes, as torchrun --nproc_per_node 3 (--workers changes it)
 TIMEOUT = 600.0
 
 
@@ -66,7 +66,7 @@ def job_spec(*, name: str, data: Path, out: Path, ns: argparse.Namespace) -> PyT
             # A failed rank fails the run instead of being restarted into the timing.
             run_policy=RunPolicy(backoff_limit=0),
         ),
-        workers=WORKERS,
+        workers=ns.workers,
         backend="gloo",
     )
     # A free port rather than the operator's default 23456: rank 0's TCPStore listens on the
@@ -84,8 +84,13 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=32, help="per process")
     p.add_argument("--lr", type=float, default=0.002, help="Adam learning rate (the program's default)")
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    # The smoke test (tests/integration/test_train_bench.py) runs one worker: 2 ranks a side
+    # still make both launchers rendezvous, at two fewer torch processes.
+    p.add_argument("--workers", type=int, default=WORKERS, help="PyTorchJob workers beside the master")
     p.add_argument("--json", action="store_true")
     ns = p.parse_args()
+    if ns.workers < 1:
+        p.error(f"--workers: got {ns.workers}; expected an integer >= 1 (a distributed job on both sides)")
     load_at_start = os.getloadavg()[0]
     names = (f"bench-ddp-{i}" for i in itertools.count(1))
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
@@ -101,10 +106,10 @@ def main() -> int:
             master = job_spec(name="flags", data=data, out=out, ns=ns).master
             if master is None:  # a non-elastic job always has one; this guards the type
                 raise RuntimeError("the PyTorchJob preset made no master replica")
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORKERS + 1)]
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ns.workers + 1)]
             cmd += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port()), "-m", PROGRAM]
             cmd += list(master.args)
-            label = f"torchrun --nproc_per_node {WORKERS + 1}"
+            label = f"torchrun --nproc_per_node {ns.workers + 1}"
             return run_processes(cmd, label=label, env=base_env(), log=out / "torchrun.log", timeout=TIMEOUT)
 
         kt, tr = Side("kubetrain", kubetrain), Side("torchrun", torchrun)
@@ -119,7 +124,7 @@ def main() -> int:
         command=cmd,
         workload=(
             f"builtin digits, {ns.model}, {ns.epochs} epochs, batch {ns.batch_size}/rank, lr {ns.lr}, "
-            "3 ranks, gloo, CPU, OMP_NUM_THREADS=1"
+            f"{ns.workers + 1} ranks, gloo, CPU, OMP_NUM_THREADS=1"
         ),
         load_at_start=load_at_start,
     )

@@ -83,9 +83,21 @@ def check_clean(result: dict[str, Any]) -> None:
     assert not processes_mentioning(result["run_dir"]), "processes of the run outlived it"
 
 
-@pytest.mark.parametrize("pipeline", ["mnist_pytorch", "mnist_chainermn", "mnist_ps"])
-def test_single_framework_pipeline(tmp_path: Path, pipeline: str) -> None:
-    proc, result = kubetrain(tmp_path, "run", pipeline)
+# The demo below runs the three trainers at their default sizes (PyTorch master + 1 worker,
+# ChainerMN 2 workers, PS 2 servers + 3 workers) and holds each to 0.95. Here each pipeline of its
+# own runs at the smallest size that shows its wiring: a non-default size passed as a run
+# parameter, which the job's world size must show (the unit tier's CPU, docs/testing.md).
+@pytest.mark.parametrize(
+    ("pipeline", "params", "world_size"),
+    [
+        ("mnist_pytorch", ["workers=0"], 1),  # a master-only PyTorchJob: one process
+        ("mnist_chainermn", [], 2),  # the defaults: one launcher, two ranks (the cheapest of the three)
+        ("mnist_ps", ["ps_replicas=1", "workers=2"], 2),  # still asynchronous updates from two workers
+    ],
+    ids=["mnist_pytorch", "mnist_chainermn", "mnist_ps"],
+)
+def test_single_framework_pipeline(tmp_path: Path, pipeline: str, params: list[str], world_size: int) -> None:
+    proc, result = kubetrain(tmp_path, "run", pipeline, *(arg for p in params for arg in ("--param", p)))
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert result["pipeline"] == pipeline
     assert result["state"] == "SUCCEEDED"
@@ -95,13 +107,16 @@ def test_single_framework_pipeline(tmp_path: Path, pipeline: str) -> None:
     assert dataset["state"] == "SUCCEEDED"
     assert Path(dataset["artifacts"]["dataset"]).is_file()
     check_trainer(result, trainer)
+    assert result["tasks"][trainer]["metrics"]["world_size"] == world_size
     check_clean(result)
 
 
 def test_a_diverging_ps_run_fails_at_once_with_one_line_naming_the_non_finite_loss(tmp_path: Path) -> None:
     # issue 33: learning_rate=1e38 used to end SUCCEEDED with an all-NaN model, then failed only after
     # every worker had crash-looped through the JobSet's restarts, with a generic line.
-    proc, result = kubetrain(tmp_path, "run", "mnist_ps", "--param", "learning_rate=1e38")
+    # One server and one worker for one epoch: the first pushed gradient already diverges.
+    small = ("--param", "ps_replicas=1", "--param", "workers=1", "--param", "epochs=1")
+    proc, result = kubetrain(tmp_path, "run", "mnist_ps", "--param", "learning_rate=1e38", *small)
     assert proc.returncode == ExitCode.JOB_FAILED, proc.stderr[-4000:]
     task = result["tasks"]["ps-train"]
     assert (result["state"], task["state"], task["exit_code"]) == ("FAILED", "FAILED", ExitCode.JOB_FAILED)

@@ -97,7 +97,10 @@ def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def _built(out: Path) -> tuple[Path, Path]:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The wheel and the sdist, built once for both tests (neither changes them; each installs a copy)."""
+    out = tmp_path_factory.mktemp("built") / "dist"
     done = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)], cwd=out.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (wheel,) = out.glob("kubetrain-*.whl")
@@ -121,8 +124,10 @@ def _fresh_venv(where: Path, wheel: Path) -> Path:
     return where / "bin"
 
 
-def test_the_wheel_installed_alone_provides_components_yaml_pipelines_run_and_submit(tmp_path: Path) -> None:
-    wheel, sdist = _built(tmp_path / "dist")
+def test_the_wheel_installed_alone_provides_components_yaml_pipelines_run_and_submit(
+    tmp_path: Path, built: tuple[Path, Path]
+) -> None:
+    wheel, sdist = built
     names = zipfile.ZipFile(wheel).namelist()
     for member in ("kubetrain/components/pytorch_train/component.yaml",
                    "kubetrain/components/ps_train/kfp-pre-2.15/component.yaml",
@@ -185,8 +190,10 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-def test_the_wheel_with_every_extra_installs_with_plain_pip_as_documented(tmp_path: Path) -> None:
-    wheel, _ = _built(tmp_path / "dist")
+def test_the_wheel_with_every_extra_installs_with_plain_pip_as_documented(
+    tmp_path: Path, built: tuple[Path, Path]
+) -> None:
+    wheel, _ = built
     venv = tmp_path / "venv"
     done = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)  # with pip: a user's fresh venv
     assert done.returncode == 0, done.stderr

@@ -265,7 +265,9 @@ def test_rank0_failure_mid_training_fails_the_group(digits: Path, launcher: Laun
     (ckpt / "ckpt-0000000020.pt").mkdir(parents=True)  # rank 0 cannot write step 20
     args = ["--data", str(digits), "--output", str(tmp_path / "out"), "--epochs", "3"]
     args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--timeout-seconds", "20"]
-    procs = launcher.group(3, args, port=_free_port(), name="fail")
+    # Two ranks: the worker, healthy itself, must still fail with its master (a third rank added a
+    # torch process to the unit tier, not a case; issue 44).
+    procs = launcher.group(2, args, port=_free_port(), name="fail")
     codes = _wait_all(procs, timeout=120)
     assert all(c != 0 for c in codes), codes
     assert "cannot write checkpoint" in procs[0].tail()
