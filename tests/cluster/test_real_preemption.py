@@ -56,11 +56,17 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     preemption.hold_slots(manifest, "worker")
     proc = jobs.launch(real_ps.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1500",
                        "--delete-after", "never")  # fmt: skip
-    progress = real_ps.workspace / "runs" / JOB / "output" / "ps-state"
+    state = real_ps.workspace / "runs" / JOB / "output" / "ps-state" / "master_state.json"
 
     def three_training() -> bool:
-        running = [p for p in _workers(real_ps) if p["status"].get("phase") == "Running"]
-        return len(running) == 3 and progress.exists()
+        # Every worker registered and training under way (not only their pods Running: a worker
+        # preempted before it asked for work is a case of its own, test_elastic_worker_pods).
+        try:
+            book = json.loads(state.read_text())["book"]
+        except (OSError, ValueError, KeyError):
+            return False  # not written yet, or caught mid-replace
+        alive = [w for w in book["workers"].values() if w[2]]
+        return len(alive) == 3 and int(book["counters"].get("tasks_done", 0)) >= 5
 
     jobs.until("three workers training", three_training, 600)
     preemption.online_pod(real_ps, "online-preemptor", image=image_ref("launcher"))

@@ -14,7 +14,7 @@ from kubetrain.backends.kubernetes.objects import pod_info
 from kubetrain.elastic.master import apply_change
 from kubetrain.elastic.worker_pods import Change, WorkerChange, worker_changes
 from kubetrain.manifests.kinds import JOBSET
-from kubetrain.ps.common.tasks import BookConfig
+from kubetrain.ps.common.tasks import BookConfig, Directive
 from kubetrain.ps.master.taskbook import TaskBook
 
 JS = "ps-job"
@@ -157,3 +157,22 @@ def test_an_evicted_or_deleted_worker_gives_its_tasks_back_and_a_failed_one_is_l
         "worker w-1 deleted",
     ]
     assert book.counters["preemptions"] == 0
+
+
+def test_a_pod_preempted_before_its_worker_registered_is_refused_and_its_replacement_welcome() -> None:
+    # Seen on the real node: the scheduler preempted a worker pod one second after it started,
+    # before its process had asked for work; the process, alive through its grace period, then
+    # registered under the worker id its replacement shares, and trained as if nothing happened.
+    book = _book()
+    uid = "0b5e-old"
+    [change] = worker_changes(by_name(pod(1)), [pod(1, "Running", {**PREEMPTED, "metadata": {
+        **PREEMPTED["metadata"], "uid": uid}})])  # fmt: skip
+    assert change.pod_uid == uid
+    assert apply_change(book, change, 1.0) == 0  # it held nothing yet
+    worker = f"{JS}-worker-0-1"
+    assert book.get_task(worker, f"{uid}/process-a", 2.0) == (Directive.WAIT, None)
+    assert book.roster.alive() == 0, "the preempted pod's process is not counted as a worker"
+    directive, lease = book.get_task(worker, "0b5e-new/process-b", 3.0)
+    assert directive == Directive.RUN_TASK and lease is not None, "the replacement pod trains"
+    # A report of the old pod's process, had it got a lease, would be dropped too.
+    assert book.roster.is_gone(worker, f"{uid}/process-a")

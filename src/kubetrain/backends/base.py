@@ -63,6 +63,7 @@ class PodInfo:
     disruption_message: str = ""
     deleting: bool = False  # deletionTimestamp set: the pod is on its way out
     host_name: str = ""  # spec.hostname: what an Indexed Job's pod calls itself (its $HOSTNAME)
+    uid: str = ""  # metadata.uid: this pod, not its replacement of the same name or host name
 
 
 class JobWatch(abc.ABC):

@@ -40,10 +40,12 @@ def apply_change(book: TaskBook, change: WorkerChange, now: float) -> int:
     once (a preemption counted as one); a failed pod's process is left to the heartbeats and the
     task-failure count (a crash may be the task's fault); a placed one registers when it asks."""
     if change.change is Change.PREEMPTED:
-        return book.worker_left(change.worker_id, now, preempted_by=change.message or change.reason)
+        return book.worker_left(
+            change.worker_id, now, preempted_by=change.message or change.reason, pod_uid=change.pod_uid
+        )
     if change.change in (Change.DISRUPTED, Change.DELETED):
         how = f"{change.change.value} ({change.reason})" if change.reason != "deleted" else "deleted"
-        return book.worker_left(change.worker_id, now, how=how)
+        return book.worker_left(change.worker_id, now, how=how, pod_uid=change.pod_uid)
     return 0
 
 

@@ -40,6 +40,7 @@ class WorkerChange:
     change: Change
     reason: str = ""
     message: str = ""
+    pod_uid: str = ""
 
     def line(self) -> str:
         """The change as one log line, e.g. `worker ps-w-2 preempted (PreemptionByScheduler: ...)`."""
@@ -61,12 +62,12 @@ def worker_id(pod: PodInfo) -> str:
 def _leaving(pod: PodInfo) -> WorkerChange | None:
     if pod.disruption:
         change = Change.PREEMPTED if pod.disruption == PREEMPTION else Change.DISRUPTED
-        return WorkerChange(worker_id(pod), pod.name, change, pod.disruption, pod.disruption_message)
+        return WorkerChange(worker_id(pod), pod.name, change, pod.disruption, pod.disruption_message, pod.uid)
     if pod.deleting:
-        return WorkerChange(worker_id(pod), pod.name, Change.DELETED, "deleted")
+        return WorkerChange(worker_id(pod), pod.name, Change.DELETED, "deleted", pod_uid=pod.uid)
     if pod.phase == "Failed":
         why = pod.reason or (f"exit code {pod.exit_code}" if pod.exit_code is not None else "")
-        return WorkerChange(worker_id(pod), pod.name, Change.FAILED, why, pod.message)
+        return WorkerChange(worker_id(pod), pod.name, Change.FAILED, why, pod.message, pod.uid)
     return None
 
 
@@ -87,8 +88,8 @@ def worker_changes(before: Mapping[str, PodInfo], after: Iterable[PodInfo]) -> l
             if old is None or _leaving(old) is None:
                 changes.append(leaving)
         elif pod.phase == "Running" and (old is None or old.phase == "Pending"):
-            changes.append(WorkerChange(worker_id(pod), pod.name, Change.PLACED))
+            changes.append(WorkerChange(worker_id(pod), pod.name, Change.PLACED, pod_uid=pod.uid))
     for name, old in before.items():
         if name not in now and _leaving(old) is None:
-            changes.append(WorkerChange(worker_id(old), name, Change.DELETED, "deleted"))
+            changes.append(WorkerChange(worker_id(old), name, Change.DELETED, "deleted", pod_uid=old.uid))
     return changes

@@ -77,6 +77,14 @@ MASTER_ENV: tuple[Manifest, ...] = (
 )
 
 
+# A worker's pod UID goes into its incarnation (ps.common.procs.incarnation_default): the master
+# refuses every process of a pod its watch saw preempted, while the replacement (same host name,
+# another UID) is welcome.
+WORKER_ENV: tuple[Manifest, ...] = (
+    {"name": "KUBETRAIN_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+)
+
+
 def _grpc_probe(port: int) -> Manifest:
     return {"grpc": {"port": port}, "periodSeconds": 2, "failureThreshold": 3, "timeoutSeconds": 2}
 
@@ -179,6 +187,7 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
             depends_on="ps",
             pod_restart_policy="Never",
             pod_failure_policy=WORKER_POD_FAILURE_POLICY,
+            role_env=WORKER_ENV,
         ),
     ]
     # The master's state is on the claim: a recreated set would resume its recorded failure (a

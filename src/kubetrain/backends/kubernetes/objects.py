@@ -126,6 +126,7 @@ def pod_info(kind: JobKind, pod: Mapping[str, Any]) -> PodInfo:
         disruption_message=str(disruption.get("message") or "").strip(),
         deleting=bool(meta.get("deletionTimestamp")),
         host_name=str((pod.get("spec") or {}).get("hostname") or ""),
+        uid=str(meta.get("uid") or ""),
     )
 
 

@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 
 from kubetrain.errors import KubetrainError
@@ -18,6 +19,7 @@ __all__ = [
     "BIND_ENV",
     "default_bind",
     "env_int",
+    "incarnation_default",
     "process_main",
     "setup_logging",
     "stop_on_signals",
@@ -45,6 +47,15 @@ def env_int(names: Sequence[str]) -> int | None:
         except ValueError:
             raise PSConfigError(f"${name}: got {raw!r}; expected an integer") from None
     return None
+
+
+def incarnation_default() -> str:
+    """A new process's incarnation: `<pod uid>/<random>` where the pod tells its UID
+    ($KUBETRAIN_POD_UID), so the master can refuse every process of a pod it knows was preempted;
+    else random."""
+    fresh = uuid.uuid4().hex
+    pod = os.environ.get("KUBETRAIN_POD_UID", "")
+    return f"{pod}/{fresh}" if pod else fresh
 
 
 def worker_id_default() -> str:

@@ -60,6 +60,7 @@ def book_to_json(book: TaskBook) -> dict[str, Any]:
         "model_version": book.results.model_version,
         "workers": {k: [w.incarnation, w.slot, w.alive, w.records_trained] for k, w in book.workers.items()},
         "gone": book.roster.gone,
+        "gone_pods": sorted(book.roster.gone_pods),
         "worker_seconds": book.roster.worker_seconds,
         "max_workers_seen": book.roster.max_alive,
         "task_times": list(book.task_times.recent),
@@ -116,6 +117,7 @@ def book_from_json(config: BookConfig, raw: Mapping[str, Any], now: float) -> Ta
     }
     # Absent in a state written before elastic scheduling.
     book.roster.gone = {str(k): str(v) for k, v in raw.get("gone", {}).items()}
+    book.roster.gone_pods = {str(uid) for uid in raw.get("gone_pods", ())}
     book.roster.worker_seconds = float(raw.get("worker_seconds", 0.0))
     book.roster.max_alive = int(raw.get("max_workers_seen", 0))
     book.task_times.recent.extend(float(x) for x in raw.get("task_times", ()))

@@ -204,7 +204,7 @@ class TaskBook:
         return events
 
     def worker_left(
-        self, worker_id: str, now: float, *, preempted_by: str | None = None, how: str | None = None
+        self, worker_id: str, now: float, *, preempted_by: str | None = None, how: str | None = None, pod_uid: str = ""
     ) -> int:
         """The pod watch saw a worker's pod preempted (`preempted_by`: the pod that took its place,
         "" if unknown) or removed by a shrink, an eviction or a deletion (None; `how` says which,
@@ -213,7 +213,7 @@ class TaskBook:
         that process still sends is dropped. Returns how many leases were re-queued; the watch
         telling the same twice (the pod's DisruptionTarget, then its deletion) changes nothing."""
         self.roster.account_time(now)
-        if not self.roster.leave(worker_id):
+        if not self.roster.leave(worker_id, pod_uid):
             return 0
         n = sum(1 for x in self.doing.values() if x.worker_id == worker_id)
         self._release_worker(worker_id, failure=False, reason="worker left")

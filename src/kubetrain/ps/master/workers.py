@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 from kubetrain.ps.common.tasks import WorkerInfo
 
-__all__ = ["Roster"]
+__all__ = ["Roster", "pod_of"]
+
+
+def pod_of(incarnation: str) -> str:
+    """The pod UID an incarnation names (`<pod uid>/<random>`), "" for one that names none."""
+    pod, sep, _ = incarnation.partition("/")
+    return pod if sep else ""
 
 
 @dataclass
@@ -23,13 +29,17 @@ class Roster:
 
     known: dict[str, WorkerInfo] = field(default_factory=dict)
     gone: dict[str, str] = field(default_factory=dict)
+    # The pods reported preempted or removed, by UID: every process of such a pod is gone, even one
+    # that registers only after the report (a pod's process talks on through its grace period, and
+    # under its worker id, which its replacement shares). A worker's incarnation is `<pod uid>/<random>`.
+    gone_pods: set[str] = field(default_factory=set)
     worker_seconds: float = 0.0
     max_alive: int = 0
     _clock: float | None = field(default=None, init=False)
 
     def is_gone(self, worker_id: str, incarnation: str) -> bool:
         """Whether this process of the worker has been reported preempted or removed."""
-        return self.gone.get(worker_id) == incarnation
+        return self.gone.get(worker_id) == incarnation or pod_of(incarnation) in self.gone_pods
 
     def touch(self, worker_id: str, incarnation: str, now: float) -> tuple[WorkerInfo, bool]:
         """The worker, marked alive and seen at `now`; and whether it is a new process of a known id."""
@@ -58,13 +68,20 @@ class Roster:
             self.known[k].alive = False
         return lost
 
-    def leave(self, worker_id: str) -> bool:
-        """The worker's pod was preempted or removed: its current process is gone (a pod that never
-        registered: "" stands for its process). False if the watch had said so already."""
+    def leave(self, worker_id: str, pod_uid: str = "") -> bool:
+        """The worker's pod (`pod_uid`, when the watch knows it) was preempted or removed: its current
+        process is gone, and so is any process of that pod (a pod that never registered: "" stands
+        for its process). False if the watch had said so already."""
         w = self.known.get(worker_id)
         incarnation = w.incarnation if w is not None else ""
-        if self.gone.get(worker_id) == incarnation:
+        if pod_uid and w is not None and pod_of(incarnation) not in ("", pod_uid):
+            # The worker id's current process is another pod's (the replacement): it stays.
+            self.gone_pods.add(pod_uid)
             return False
+        if self.gone.get(worker_id) == incarnation and (not pod_uid or pod_uid in self.gone_pods):
+            return False
+        if pod_uid:
+            self.gone_pods.add(pod_uid)
         self.gone[worker_id] = incarnation
         if w is not None:
             w.alive = False

@@ -21,7 +21,6 @@ import logging
 import math
 import sys
 import threading
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TypeVar
@@ -40,7 +39,7 @@ from kubetrain.ps.common.jobtoken import ensure_token
 from kubetrain.ps.common.model_names import user_module_of
 from kubetrain.ps.common.optimizers import OPTIMIZERS, OptimizerSpec
 from kubetrain.ps.common.outcome import state_dir_from, stop_if_ended
-from kubetrain.ps.common.procs import process_main, stop_on_signals, worker_id_default
+from kubetrain.ps.common.procs import incarnation_default, process_main, stop_on_signals, worker_id_default
 from kubetrain.ps.common.rpc import call_with_retry, make_channel, parse_addr, parse_addrs
 from kubetrain.ps.common.tasks import EVAL, TRAIN, TaskRange
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
@@ -173,7 +172,7 @@ class Worker:
         if args.slowdown < 1:
             raise PSConfigError(f"--slowdown: got {args.slowdown}; expected >= 1")
         self.worker_id = args.worker_id or worker_id_default()
-        self.ref = pb.WorkerRef(worker_id=self.worker_id, incarnation=uuid.uuid4().hex)
+        self.ref = pb.WorkerRef(worker_id=self.worker_id, incarnation=incarnation_default())
         self._stop = stop
         self._deadline = float(args.retry_deadline)
         state_dir = state_dir_from(args.state_dir)
