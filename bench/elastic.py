@@ -130,7 +130,8 @@ def run_side(real: RealNode, side: str, ns: argparse.Namespace, tmp: Path) -> di
     procs, started = {}, time.monotonic()
     for name in names:
         manifest = _manifest(name, side, workers=ns.workers, epochs=ns.epochs, cpu=ns.pod_cpu)
-        procs[name] = jobs.launch(real.cluster, manifest, tmp, "--start-timeout", "0", "--timeout", "3600")
+        # The start timeout spans the peak: a static job's pods may wait that long for room.
+        procs[name] = jobs.launch(real.cluster, manifest, tmp, "--start-timeout", "3600", "--timeout", "3600")
     stop = threading.Event()
     pattern = [(ns.quiet, ns.peak_replicas), (ns.quiet + ns.peak, 0)]
     player = threading.Thread(target=play_pattern, args=(real, pattern, stop), daemon=True)
@@ -152,6 +153,10 @@ def run_side(real: RealNode, side: str, ns: argparse.Namespace, tmp: Path) -> di
     stop.set()
     player.join(10)
     real.kubectl("scale", "deployment", ONLINE, "--replicas=0")
+    for name, proc in procs.items():
+        if codes[name] != 0:
+            _, _, err = jobs.finish(proc)
+            sys.exit(f"bench/elastic.py: {name} ({side}) failed, exit {codes[name]}:\n{err[-3000:]}")
     written = [real_pods.metrics(real, name) for name in names]
     return {
         "side": side,
