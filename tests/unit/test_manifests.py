@@ -155,7 +155,13 @@ def test_ps_master_job_fails_at_once_on_a_final_exit_and_not_on_a_disruption() -
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
     assert master["template"]["spec"]["containers"][0]["name"] == "ps"
-    assert all("podFailurePolicy" not in job for job in others)
+    servers, workers = others
+    assert "podFailurePolicy" not in servers
+    # A worker preempted or evicted does not use up its Job's retries; any other failure does.
+    assert workers["template"]["spec"]["restartPolicy"] == "Never"
+    assert workers["podFailurePolicy"]["rules"] == [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
     assert strict_errors(manifest) == []  # JobSet v0.12's CRD embeds batch/v1's JobSpec
     validate_manifest(manifest)
 

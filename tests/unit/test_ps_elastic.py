@@ -314,3 +314,12 @@ def test_training_waits_below_min_workers_and_goes_on_when_a_worker_joins() -> N
 def test_min_workers_is_at_least_one() -> None:
     with pytest.raises(SpecError, match="min_workers"):
         _book(min_workers=0)
+
+
+def test_the_history_records_the_jobs_size_at_each_join_and_preemption_for_the_report() -> None:
+    book = _book()
+    _take(book, "w-0", 0.0)
+    _take(book, "w-1", 0.0)
+    book.worker_left("w-1", 1.0, preempted_by="")
+    sizes = [(h["workers"], h["event"]) for h in book.results.history if h["kind"] == "workers"]
+    assert sizes == [(1, "joined"), (2, "joined"), (1, "preempted")]

@@ -4,6 +4,7 @@ round ticks, escaped text, bars from 0, and something sensible for one point or 
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -178,3 +179,26 @@ def test_non_finite_values_are_left_out_and_said_not_a_traceback() -> None:
 def test_a_loss_on_its_way_to_diverging_still_draws() -> None:
     root = parse(line_chart([Series("loss", [(1.0, 0.5), (2.0, 1.75e308)])], title="t", x_label="x", y_label="y"))
     assert len(polyline_points(root)[0]) == 2
+
+
+def test_an_elastic_ps_jobs_report_draws_its_workers_over_its_steps_and_marks_each_preemption() -> None:
+    history = [
+        {"kind": "workers", "step": 0, "workers": 1, "event": "joined"},
+        {"kind": "workers", "step": 0, "workers": 2, "event": "joined"},
+        {"kind": "step", "step": 40, "epoch": 0, "loss": 0.9},
+        {"kind": "workers", "step": 55, "workers": 1, "event": "preempted"},
+        {"kind": "step", "step": 80, "epoch": 1, "loss": 0.4},
+        {"kind": "workers", "step": 90, "workers": 2, "event": "joined"},
+        {"kind": "eval", "step": 120, "epoch": 1, "test_accuracy": 0.96},
+    ]
+    assert report.workers_over_steps(history) == ([(0, 1), (0, 2), (55, 1), (90, 2)], [(55, 1)])
+    # The loss curve is the steps' alone: the size entries add no points to it.
+    assert report.curves(history)[0] == [(40.0, 0.9), (80.0, 0.4)]
+    page = report.training_report(title="t", metrics={"history": history}, details=[])
+    charts = [ET.fromstring(svg) for svg in re.findall(r"<svg.*?</svg>", page, flags=re.S)]
+    [workers] = [c for c in charts if "workers there" in texts(c)]
+    assert "1 preemption" in texts(workers)
+    red = [c for c in workers.iter(f"{SVG}circle") if c.attrib["fill"] == "#d62728"]
+    assert len(red) == 1, "one marker per preemption"
+    # A job without size entries (DDP, ChainerMN, a fixed PS job's history of old) gets no such chart.
+    assert "workers there" not in report.training_report(title="t", metrics={"history": history[2:3]}, details=[])

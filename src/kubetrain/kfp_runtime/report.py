@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubetrain.kfp_runtime.svg_chart import BLUE, GREEN, Series, line_chart
+from kubetrain.kfp_runtime.svg_chart import BLUE, GREEN, RED, Series, line_chart
 
 # Final metrics shown in the table, in this order, with their labels.
 METRIC_LABELS = (
@@ -85,6 +85,17 @@ def curves(history: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[float, floa
     return loss, accuracy
 
 
+def workers_over_steps(
+    history: Sequence[Mapping[str, Any]],
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """(step, workers there) after each change of an elastic PS job's size, and (step, workers) at
+    each preemption, from its history's `workers` entries; both empty for any other job."""
+    changes = [h for h in history if h.get("kind") == "workers" and "step" in h and "workers" in h]
+    size = [(_number(h["step"]), _number(h["workers"])) for h in changes]
+    preempted = [(_number(h["step"]), _number(h["workers"])) for h in changes if h.get("event") == "preempted"]
+    return size, preempted
+
+
 def _number(value: object) -> float:
     """A history value as a float; NaN for what is not a number (`null`, text), which the charts leave out and count."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -138,7 +149,20 @@ def curves_svg(history: Sequence[Mapping[str, Any]]) -> str | None:
         legend=False,
         note=note,
     )
-    return f'<figure class="charts" aria-label="{CURVES_LABEL}">\n{left}\n{right}\n</figure>'
+    size, preempted = workers_over_steps(history)
+    workers = ""
+    if size:
+        n = len(preempted)
+        workers = "\n" + line_chart(
+            [Series("workers", size, BLUE, markers=True), Series("preemption", preempted, RED, markers=True)],
+            title="workers",
+            x_label="step (model version)",
+            y_label="workers there",
+            x_integer=True,
+            y_range=(0.0, max(p[1] for p in size) + 1.0),
+            note=f"{n} preemption{'s' if n != 1 else ''}",
+        )
+    return f'<figure class="charts" aria-label="{CURVES_LABEL}">\n{left}\n{right}{workers}\n</figure>'
 
 
 def table_html(rows: Sequence[tuple[str, object]], *, header: tuple[str, str] | None = None) -> str:

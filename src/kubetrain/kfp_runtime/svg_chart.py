@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 # matplotlib's default cycle ("tab10"), so the charts keep the colours they had.
 TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-BLUE, GREEN = TAB10[0], TAB10[2]
+BLUE, GREEN, RED = TAB10[0], TAB10[2], TAB10[3]
 
 WIDTH, HEIGHT = 480, 300
 # Room for tick labels and axis labels around the plot area: left, right, top, bottom.

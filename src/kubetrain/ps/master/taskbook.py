@@ -163,6 +163,8 @@ class TaskBook:
         # New to the job, or the replacement of a worker whose pod was preempted or removed.
         joining = worker_id not in self.roster.known or worker_id in self.roster.gone
         w, restarted = self.roster.touch(worker_id, incarnation, now)
+        if joining:
+            self._note_workers("joined")
         if joining and len(self.ledger) > 0:
             # A worker joined once training had begun (a pod placed when room appeared).
             self.events.append(f"grew to {_count(self.roster.alive(), 'worker')} ({worker_id} joined)")
@@ -218,11 +220,18 @@ class TaskBook:
         n = sum(1 for x in self.doing.values() if x.worker_id == worker_id)
         self._release_worker(worker_id, failure=False, reason="worker left")
         self.counters["workers_left" if preempted_by is None else "preemptions"] += 1
+        self._note_workers("preempted" if preempted_by is not None else "left")
         by = f" (by {preempted_by})" if preempted_by else ""
         how = how or ("left (job shrank)" if preempted_by is None else f"preempted{by}")
         left = f"{_count(n, 'task')} re-queued; {_count(self.roster.alive(), 'worker')} left"
         self.events.append(f"worker {worker_id} {how}; {left}")
         return n
+
+    def _note_workers(self, event: str) -> None:
+        """A history entry of the workers there now and why it changed, at the current model
+        version: the report draws the job's size over its steps and marks the preemptions."""
+        entry = {"kind": "workers", "step": self.results.model_version, "workers": self.roster.alive(), "event": event}
+        self.results.history.append(entry)
 
     def drain_events(self) -> list[str]:
         """The one-line events since the last call (preemptions, re-issued tasks), oldest first."""
