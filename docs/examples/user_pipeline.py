@@ -9,7 +9,6 @@ framework that loads the trained model and scores it on the test split.
 """
 
 # No `from __future__ import annotations`: KFP reads component signatures as real types.
-from pathlib import Path
 from typing import Any
 
 from kfp import dsl, kubernetes
@@ -17,7 +16,7 @@ from kfp.dsl import Dataset, Input, Model
 
 import kubetrain.components
 
-COMPONENTS = Path(kubetrain.components.__file__).parent  # or the compiled YAML's URLs
+COMPONENTS = kubetrain.components.compiled_yaml()  # name -> the installed YAML; or the YAML's URLs
 # The user's steps need kfp, kubetrain and the framework they load; kubetrain's training images
 # plus kfp make such an image. Locally (kfp.local) the image is not used.
 STEP_IMAGE = "registry.example.com/team/steps:1"
@@ -116,10 +115,10 @@ def score_ps_model(model: Input[Model], dataset: Input[Dataset], model_module: s
 
 def make_pipeline(program_dir: str) -> Any:
     """The pipeline, its programs taken from `program_dir` (where they lie in the training pods)."""
-    download = kubetrain.components.load_component(str(COMPONENTS / "download_dataset.yaml"))
-    pytorch_train = kubetrain.components.load_component(str(COMPONENTS / "pytorch_train.yaml"))
-    chainermn_train = kubetrain.components.load_component(str(COMPONENTS / "chainermn_train.yaml"))
-    ps_train = kubetrain.components.load_component(str(COMPONENTS / "ps_train.yaml"))
+    download = kubetrain.components.load_component(str(COMPONENTS["download_dataset"]))
+    pytorch_train = kubetrain.components.load_component(str(COMPONENTS["pytorch_train"]))
+    chainermn_train = kubetrain.components.load_component(str(COMPONENTS["chainermn_train"]))
+    ps_train = kubetrain.components.load_component(str(COMPONENTS["ps_train"]))
 
     @dsl.pipeline(name="user-programs")
     def user_programs(claim: str = "kubetrain-workspace"):  # type: ignore[no-untyped-def]

@@ -130,10 +130,8 @@ DEEP_PIPELINE = """
 from pathlib import Path
 from kfp import dsl
 import kubetrain.components
-ps_train = kubetrain.components.load_component(str(Path(kubetrain.components.__file__).parent / "ps_train.yaml"))
-download = kubetrain.components.load_component(
-    str(Path(kubetrain.components.__file__).parent / "download_dataset.yaml")
-)
+ps_train = kubetrain.components.load_component(str(kubetrain.components.compiled_yaml()["ps_train"]))
+download = kubetrain.components.load_component(str(kubetrain.components.compiled_yaml()["download_dataset"]))
 
 @dsl.pipeline(name="deep-patch")
 def deep_patch(patch: dict = {}):

@@ -66,11 +66,12 @@ def test_a_dotted_key_does_not_hide_the_api_token() -> None:
 
 def test_a_dotted_key_in_a_jobset_template_does_not_hide_the_api_token() -> None:
     manifest = build_manifest(PSRequest(**IDS, workers=1).to_spec(PLAN))
-    pod = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    job = {"name": "master", "template": {"spec": {"template": {"spec": {"automountServiceAccountToken": True}}}},
+    # The workers' pods get no token (the master's gets its own account's, to watch its workers).
+    pod = manifest["spec"]["replicatedJobs"][2]["template"]["spec"]["template"]["spec"]
+    job = {"name": "worker", "template": {"spec": {"template": {"spec": {"automountServiceAccountToken": True}}}},
            "template.spec.template.spec": {"automountServiceAccountToken": pod["automountServiceAccountToken"]}}  # fmt: skip
     message = _refused(manifest, {"spec": {"replicatedJobs": [job]}})
-    expected = "manifest_patch: spec.replicatedJobs[master].template.spec.template.spec.automountServiceAccountToken"
+    expected = "manifest_patch: spec.replicatedJobs[worker].template.spec.template.spec.automountServiceAccountToken"
     assert message.startswith(expected), message
 
 

@@ -102,8 +102,11 @@ def test_by_default_nothing_new_is_emitted() -> None:
         )
         assert manifest["metadata"].get("annotations") == _OWN_JOB_ANNOTATIONS.get(manifest["kind"])
         assert "schedulingPolicy" not in manifest["spec"].get("runPolicy", {})
-        for template in pod_templates(manifest).values():
-            assert "priorityClassName" not in template["spec"] and "affinity" not in template["spec"]
+        for role, template in pod_templates(manifest).items():
+            # A PS job's master and servers run above its workers (deploy/priority-classes.yaml).
+            control = manifest["kind"] == "JobSet" and role in ("master", "ps")
+            assert template["spec"].get("priorityClassName") == ("kubetrain-ps-control" if control else None), role
+            assert "affinity" not in template["spec"]
             assert set(template["metadata"]["annotations"]) == {"sidecar.istio.io/inject"}
 
 
