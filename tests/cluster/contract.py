@@ -36,7 +36,9 @@ DIFFERENCES: dict[str, set[str]] = {
     "pytorch": _EVERYWHERE | {"KUBETRAIN_BIND_ADDRESS"},
     "pytorch-elastic": _EVERYWHERE | {"KUBETRAIN_BIND_ADDRESS"},
     "mpijob": _EVERYWHERE | {"KUBETRAIN_BIND_ADDRESS", "hostfile"} | _MPI_LOCAL,
-    "psjob": _EVERYWHERE,  # its manifest sets KUBETRAIN_BIND_ADDRESS from status.podIP on both sides
+    # Its manifest sets KUBETRAIN_BIND_ADDRESS from status.podIP on both sides; its workers'
+    # KUBETRAIN_POD_UID (metadata.uid) is each side's own pod's.
+    "psjob": _EVERYWHERE | {"KUBETRAIN_POD_UID"},
     "trainjob-torch": _EVERYWHERE | {"KUBETRAIN_BIND_ADDRESS"},
     "trainjob-mpi": _EVERYWHERE | {"KUBETRAIN_BIND_ADDRESS", "hostfile"} | _MPI_LOCAL,
 }
