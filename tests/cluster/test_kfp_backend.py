@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kubetrain.names import LABEL_RUN_ID
 from kubetrain.presets import image_ref
 from tests.cluster import kfp_runs, preemption
 from tests.cluster.concurrent import Scenarios, scenarios
@@ -262,11 +263,15 @@ def _elastic_ps_train_grows(kfp_backend: KfpBackend, tmp_path: Path) -> None:
         kfp_backend.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(blocker))
         run_id = kfp_backend.start(package, {}, f"elastic-{uuid.uuid4().hex[:6]}")
 
+        def run_jobset() -> str:
+            # The launcher labels every job with its run (run_jobs lists the PyTorchJobs only).
+            found = kfp_backend.kubectl("get", "jobsets", "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name").split()
+            return found[0].split("/")[-1] if found else ""
+
         def one_placed_two_waiting() -> bool:
-            jobsets = run_jobs(kfp_backend, run_id)
-            if not jobsets:
+            name = run_jobset()
+            if not name:
                 return False
-            name = jobsets[0].split("/")[-1]
             label = f"jobset.sigs.k8s.io/jobset-name={name},jobset.sigs.k8s.io/replicatedjob-name=worker"
             pods = json.loads(kfp_backend.kubectl("get", "pods", "-l", label, "-o", "json"))["items"]
             phases = sorted(p["status"].get("phase", "") for p in pods)
@@ -277,7 +282,8 @@ def _elastic_ps_train_grows(kfp_backend: KfpBackend, tmp_path: Path) -> None:
                 done = 0
             return phases == ["Pending", "Pending", "Running"] and done >= 5
 
-        wait_for("one worker training, two Pending", one_placed_two_waiting, 900)
+        wait_for("one worker training, two Pending", one_placed_two_waiting, 600)
+        name = run_jobset()
         kfp_backend.kubectl("delete", "pod", "grow-blocker", "--wait=false")
         run = kfp_backend.wait(run_id)
     assert run.state == "SUCCEEDED", f"{run.state} {run.error}\n{kfp_backend.workflow_tail(run_id)}"
@@ -285,8 +291,7 @@ def _elastic_ps_train_grows(kfp_backend: KfpBackend, tmp_path: Path) -> None:
     assert metrics.properties["max_workers_seen"] == 3, metrics.properties
     log = "\n".join(kfp_backend.step_logs(run_id, "ps_train"))
     assert "grew to 3 workers" in log, log[-3000:]
-    for job in run_jobs(kfp_backend, run_id):
-        kfp_backend.kubectl("delete", "jobset", job.split("/")[-1], "--wait=true")
+    kfp_backend.kubectl("delete", "jobset", name, "--wait=true")
 
 
 SCENARIOS = {
