@@ -48,15 +48,21 @@ class KfpBackend:
     cluster: Cluster
     client: kfp.Client
     build_seconds: float
+    profile: str | None = None  # multi-user: the profile namespace of the runs; None: standalone, `kubeflow`
+
+    @property
+    def namespace(self) -> str:
+        """Where the runs' workflows, pods and jobs are."""
+        return self.profile or NAMESPACE
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        """kubectl as the admin, in namespace kubeflow."""
-        return self.cluster.kubectl("-n", NAMESPACE, *args, stdin=stdin)
+        """kubectl as the admin, in the runs' namespace."""
+        return self.cluster.kubectl("-n", self.namespace, *args, stdin=stdin)
 
     def start(self, package: Path, arguments: dict[str, Any], name: str) -> str:
         """Create a run of a compiled pipeline (as `create_run_from_pipeline_package` does); its run id."""
         run = self.client.create_run_from_pipeline_package(
-            str(package), arguments=arguments, run_name=name, experiment_name=EXPERIMENT
+            str(package), arguments=arguments, run_name=name, experiment_name=EXPERIMENT, namespace=self.profile
         )
         verified.note_run(package)
         return str(run.run_id)

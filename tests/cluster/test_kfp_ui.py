@@ -49,7 +49,7 @@ from tests.cluster.kfp_pipelines import (
 from tests.cluster.kfp_runs import KfpBackend
 from tests.cluster.kfp_ui import KfpUI
 from tools.cluster.controlplane import STATE, Cluster
-from tools.cluster.kfp import backend, ui
+from tools.cluster.kfp import api_server, ui
 
 pytestmark = pytest.mark.timeout(2400)
 JOB_LINE = re.compile(r"(PyTorchJob|MPIJob|JobSet|TrainJob) kubeflow/(\S+): .*→ (\w+)")
@@ -192,7 +192,7 @@ def _pipeline_in_the_ui(page: KfpUI, kfp_backend: KfpBackend, case: Case, tmp_pa
             assert json.loads(model.objects["metrics.json"]["text"])["test_accuracy"] >= TARGET, model.properties
     page.open_run(run_id)
     page.expect_status("Succeeded")
-    page.expect_version(backend.kfp_version())  # which KFP it is, as the screenshots show it
+    page.expect_version(api_server.kfp_version())  # which KFP it is, as the screenshots show it
     ui_browser.screenshot(page.page, f"{shots}-run", tmp_path)
     models = {m.properties["job_name"] for m in kfp_backend.artifacts(run_id) if m.type == "system.Model"}
     page.open_run(run_id)

@@ -11,7 +11,7 @@ import yaml
 
 from tests.data_helpers import tar_member
 from tools.cluster import oci
-from tools.cluster.kfp import backend, manifests
+from tools.cluster.kfp import api_server, backend, manifests
 from tools.cluster.kfp.manifests import HostService, ServicePort
 
 
@@ -49,14 +49,14 @@ def test_the_persistence_agent_gets_its_token_where_its_binary_looks_and_runs_re
 def test_the_api_server_config_is_upstreams_without_the_mlflow_plugin(tmp_path: Path) -> None:
     upstream = tmp_path / "config.json"
     upstream.write_text(json.dumps({"DBDriverName": "mysql", "plugins": {"mlflow": {}}}))
-    assert json.loads(backend.api_server_config(upstream)) == {"DBDriverName": "mysql"}
+    assert json.loads(api_server.config(upstream)) == {"DBDriverName": "mysql"}
 
 
 def test_every_backend_port_is_distinct_and_named() -> None:
     # Six servers' ports, SeaweedFS's eight and the UI's two: none overwrote another in the merge.
-    ports = backend.ports()
+    ports = backend.ports(multi_user=False)
     assert len(ports) == 6 + 8 + 2 and all(ports.values())
-    assert len(backend.ports("moto", with_ui=False)) == 7
+    assert len(backend.ports("moto", with_ui=False, multi_user=False)) == 7
 
 
 def test_a_one_layer_image_holds_its_binary_and_a_sticky_tmp(tmp_path: Path) -> None:

@@ -23,11 +23,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +34,24 @@ import yaml
 
 from tools.cluster import manifests as cluster_manifests
 from tools.cluster import node_config, oci, operators, processes
-from tools.cluster.kfp import manifests, mariadb, object_store, services_venv, ui
+from tools.cluster.kfp import (
+    api_server,
+    http_probe,
+    manifests,
+    mariadb,
+    multiuser,
+    object_store,
+    profiles,
+    services_venv,
+    ui,
+)
 from tools.cluster.kfp.manifests import NAMESPACE, HostService, ServicePort
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "kfp" / "build.sh"
-API_GRPC_PORT = 18887
-API_HTTP_PORT = 18888
-API_WEBHOOK_PORT = 18443
+STANDALONE = api_server.ApiServerPorts(grpc=18887, http=18888, webhook=18443)
+API_GRPC_PORT = STANDALONE.grpc
+API_HTTP_PORT = STANDALONE.http
 MLMD_PORT = 18080
 S3_PORT = 19000
 # SeaweedFS's other listeners (each with its gRPC port 10000 above): none of the defaults is free here.
@@ -83,14 +90,15 @@ class Backend:
         return self.run_dir
 
 
-def ports(store: str = object_store.DEFAULT, *, with_ui: bool = True) -> dict[int, str]:
+def ports(store: str = object_store.DEFAULT, *, with_ui: bool = True, multi_user: bool = True) -> dict[int, str]:
     """Every host port the backend's processes bind, and which binds it."""
     bound = {
-        API_GRPC_PORT: "the KFP API server (gRPC)", API_HTTP_PORT: "the KFP API server (HTTP)",
-        API_WEBHOOK_PORT: "the KFP API server (webhook)", MLMD_PORT: "ML Metadata (gRPC)",
+        **STANDALONE.described("standalone"), MLMD_PORT: "ML Metadata (gRPC)",
         ARGO_HEALTH_PORT: "Argo's workflow-controller (health)", mariadb.PORT: "MariaDB",
     }  # fmt: skip
     bound.update(WEED_PORTS.described() if store == object_store.SEAWEEDFS else {S3_PORT: "the S3 store (moto)"})
+    if multi_user:
+        bound.update(multiuser.ports())
     if with_ui:
         bound.update({ui.UI_PORT: "the KFP UI server", ui.GRPC_WEB_PORT: "ML Metadata (gRPC-web, for the UI)"})
     return bound
@@ -124,14 +132,14 @@ def up(cluster: Control, state: Path) -> Backend:
     except (object_store.ObjectStoreError, ui.UIError) as e:
         raise BackendError(str(e)) from e
     venv = services_venv.ensure(run / "services-venv.log")
-    processes.require_free(ports(store, with_ui=with_ui))
+    processes.require_free(ports(store, with_ui=with_ui, multi_user=multiuser.enabled()))
     mariadb.start(run)
     gateway = node_config.GATEWAY
     env = services_venv.environment()
     _start_store(run, venv, weed, env)
     mlmd = mlmd_argv(services_venv.python(venv), run, with_ui=with_ui)
     processes.start(run, "mlmd", mlmd, env=env, log=run / "mlmd.log", cwd=run)
-    operators.wait_for("ML Metadata", lambda: _tcp_open(gateway, MLMD_PORT), 60, run / "mlmd.log")
+    operators.wait_for("ML Metadata", lambda: http_probe.tcp_open(gateway, MLMD_PORT), 60, run / "mlmd.log")
     _apply_objects(cluster, bins, state)
     _push_images(bins)
     _start_workflow_controller(cluster, bins, run)
@@ -139,9 +147,32 @@ def up(cluster: Control, state: Path) -> Backend:
     _start_reaper(cluster, run)
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.persistence_agent())
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, "deployment/ml-pipeline-persistenceagent", "--timeout=180s")
+    if multiuser.enabled():
+        _start_multi_user(cluster, bins, run, state)
     if app is not None:
         _start_ui(cluster, bins, run, app, state)
     return Backend(host=f"http://127.0.0.1:{API_HTTP_PORT}", run_dir=run)
+
+
+def _start_multi_user(cluster: Control, bins: Path, run: Path, state: Path) -> None:
+    """The multi-user tier (tools/cluster/kfp/multiuser.py): its profiles, server and agents."""
+
+    def apply(text: str) -> None:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
+
+    objects = []
+    for profile in multiuser.PROFILES:
+        workspace = multiuser.workspace_dir(state, profile.name)
+        workspace.mkdir(parents=True, exist_ok=True)
+        workspace.chmod(0o1777)  # as the kubeflow workspace: steps run as several uids
+        objects += [profiles.profile_objects(profile), *multiuser.kubetrain_objects(profile.name, workspace)]
+    kubeconfig = _service_account_kubeconfig(cluster, run, "ml-pipeline")
+    store = api_server.ObjectStore(node_config.GATEWAY, S3_PORT)
+    multiuser.up(apply, bins, run, kubeconfig=kubeconfig, store=store, host_ip=node_config.GATEWAY,
+                 profile_objects=objects, namespaces=[p.name for p in multiuser.PROFILES])  # fmt: skip
+    for profile in multiuser.PROFILES:
+        cluster.kubectl("apply", "--server-side", "-n", profile.name, "-f", "-", stdin=reaper_identity())
+        _start_reaper(cluster, run, profile.name)
 
 
 def mlmd_argv(python: Path, run: Path, *, with_ui: bool) -> list[str]:
@@ -163,14 +194,18 @@ def _start_store(run: Path, venv: Path, weed: Path | None, env: dict[str, str]) 
             run, "s3", argv, env=env, log=run / "s3.log", cwd=run, stop_grace_seconds=object_store.STOP_GRACE_S
         )
         ready = object_store.wait_ready_url(gateway, WEED_PORTS)
-        operators.wait_for("the S3 store (SeaweedFS)", lambda: _http_answers(ready, ok_only=True), 120, run / "s3.log")
+        operators.wait_for(
+            "the S3 store (SeaweedFS)", lambda: http_probe.answers(ready, ok_only=True), 120, run / "s3.log"
+        )
         return
     # Every client here addresses buckets by path; without this moto would read "seaweedfs" in
     # the Host header `seaweedfs.kubeflow.svc:9000` as a bucket name.
     moto_env = {**env, "S3_IGNORE_SUBDOMAIN_BUCKETNAME": "true"}
     processes.start(run, "s3", [str(services_venv.moto_server(venv)), "-H", gateway, "-p", str(S3_PORT)],
                     env=moto_env, log=run / "s3.log", cwd=run)  # fmt: skip
-    operators.wait_for("the S3 store (moto)", lambda: _http_answers(f"http://{gateway}:{S3_PORT}/"), 60, run / "s3.log")
+    operators.wait_for(
+        "the S3 store (moto)", lambda: http_probe.answers(f"http://{gateway}:{S3_PORT}/"), 60, run / "s3.log"
+    )
 
 
 def _start_ui(cluster: Control, bins: Path, run: Path, app: Path, state: Path) -> None:
@@ -199,6 +234,7 @@ def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
     for path in files:
         cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(path))
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.argo_cluster_rbac(src / "argo-workflows"))
     s3 = (ServicePort("s3", 9000, S3_PORT),)
     api = (ServicePort("grpc", 8887, API_GRPC_PORT), ServicePort("http", 8888, API_HTTP_PORT))
     services = [
@@ -262,11 +298,12 @@ def _push_images(bins: Path) -> None:
         oci.push_image(registry, repository, tag, spec)
 
 
-def _service_account_kubeconfig(cluster: Control, run: Path, account: str) -> Path:
+def _service_account_kubeconfig(cluster: Control, run: Path, account: str, namespace: str = NAMESPACE) -> Path:
     """A kubeconfig whose client certificate names the service account (its RBAC applies as is)."""
-    path = run / f"{account}.kubeconfig"
-    path.write_text(cluster.kwokctl("get", "kubeconfig", "--user", f"system:serviceaccount:{NAMESPACE}:{account}",
-                                    "--group", "system:serviceaccounts"))  # fmt: skip
+    path = run / (f"{account}.kubeconfig" if namespace == NAMESPACE else f"{account}-{namespace}.kubeconfig")
+    path.write_text(cluster.kwokctl("get", "kubeconfig", "--user", f"system:serviceaccount:{namespace}:{account}",
+                                    "--group", "system:serviceaccounts",
+                                    "--group", f"system:serviceaccounts:{namespace}"))  # fmt: skip
     return path
 
 
@@ -277,23 +314,25 @@ def reaper_identity() -> str:
     return yaml.safe_dump_all([d for d in docs if d["kind"] != "Deployment"])
 
 
-def _start_reaper(cluster: Control, run: Path) -> None:
-    """`python -m kubetrain.reaper` for namespace kubeflow, as the `kubetrain-reaper` ServiceAccount:
-    it deletes the job of every terminated run's step (tests/cluster/test_kfp_backend.py)."""
-    kubeconfig = _service_account_kubeconfig(cluster, run, "kubetrain-reaper")
-    log = run / "reaper.log"
-    argv = [sys.executable, "-m", "kubetrain.reaper", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+def _start_reaper(cluster: Control, run: Path, namespace: str = NAMESPACE) -> None:
+    """`python -m kubetrain.reaper` for `namespace`, as its `kubetrain-reaper` ServiceAccount (one per
+    namespace, as deploy/reaper.yaml deploys it): it deletes the job of every terminated run's step
+    (tests/cluster/test_kfp_backend.py)."""
+    kubeconfig = _service_account_kubeconfig(cluster, run, "kubetrain-reaper", namespace)
+    log = run / ("reaper.log" if namespace == NAMESPACE else f"reaper-{namespace}.log")
+    argv = [sys.executable, "-m", "kubetrain.reaper", "--kubeconfig", str(kubeconfig), "--namespace", namespace,
             "--interval", str(REAPER_INTERVAL_SECONDS)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"),
                                                                      os.environ.get("PYTHONPATH")]))}  # fmt: skip
-    record = processes.start(run, "kubetrain-reaper", argv, env=env, log=log, cwd=REPO_ROOT)
+    name = "kubetrain-reaper" if namespace == NAMESPACE else f"kubetrain-reaper-{namespace}"
+    record = processes.start(run, name, argv, env=env, log=log, cwd=REPO_ROOT)
 
     def sweeping() -> bool:
         if not processes.running(record):
             raise BackendError(f"the reaper exited; its log ({log}):\n{log.read_text()[-3000:]}")
         text = log.read_text() if log.exists() else ""
         if "sweep failed" in text:  # a 403 here: the Role is not enough for the real authorizer
-            raise BackendError(f"the reaper cannot sweep {NAMESPACE}; its log ({log}):\n{text[-3000:]}")
+            raise BackendError(f"the reaper cannot sweep {namespace}; its log ({log}):\n{text[-3000:]}")
         return "first sweep done" in text
 
     operators.wait_for("kubetrain's reaper", sweeping, 60, log)
@@ -302,12 +341,12 @@ def _start_reaper(cluster: Control, run: Path) -> None:
 def _start_workflow_controller(cluster: Control, bins: Path, run: Path, knobs: Mapping[str, str] | None = None) -> None:
     kubeconfig = _service_account_kubeconfig(cluster, run, "argo")
     argv = [str(bins / "workflow-controller"), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
-            "--namespaced", "--executor-image", manifests.EXECUTOR_IMAGE, "--executor-image-pull-policy",
+            "--executor-image", manifests.EXECUTOR_IMAGE, "--executor-image-pull-policy",
             "IfNotPresent", "--loglevel", "info"]  # fmt: skip
     env = {**os.environ, **(knobs or {}), "LEADER_ELECTION_DISABLE": "true"}
     processes.start(run, "workflow-controller", argv, env=env, log=run / "workflow-controller.log", cwd=run)
     health = f"http://127.0.0.1:{ARGO_HEALTH_PORT}/healthz"
-    operators.wait_for("Argo's workflow-controller", lambda: _http_answers(health, ok_only=True), 120,
+    operators.wait_for("Argo's workflow-controller", lambda: http_probe.answers(health, ok_only=True), 120,
                        run / "workflow-controller.log")  # fmt: skip
 
 
@@ -330,70 +369,7 @@ def set_argo_knobs(cluster: Control, state: Path, controller: Mapping[str, str],
     _start_workflow_controller(cluster, build(run / "build.log"), run, controller)
 
 
-def api_server_config(upstream: Path) -> str:
-    """KFP's config.json without its default mlflow plugin (no mlflow here: it warns on every run)."""
-    config = json.loads(upstream.read_text())
-    config.pop("plugins", None)
-    return json.dumps(config, indent=2)
-
-
-KFP_PINS = Path(__file__).resolve().parents[2] / "kfp" / "pins.env"
-
-
-def kfp_version() -> str:
-    """The KFP release the backend is built from (KFP_VERSION in tools/kfp/pins.env)."""
-    for line in KFP_PINS.read_text().splitlines():
-        if line.startswith("KFP_VERSION="):
-            return line.split("=", 1)[1].strip()
-    raise KeyError(f"KFP_VERSION in {KFP_PINS}")
-
-
 def _start_api_server(cluster: Control, bins: Path, run: Path) -> None:
     kubeconfig = _service_account_kubeconfig(cluster, run, "ml-pipeline")
-    config_dir = run / "apiserver-config"
-    config_dir.mkdir(exist_ok=True)
-    upstream = bins.parent / "src" / "pipelines" / "backend" / "src" / "apiserver" / "config" / "config.json"
-    (config_dir / "config.json").write_text(api_server_config(upstream))
-    env = {
-        **os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": NAMESPACE, "CLUSTER_DOMAIN": "cluster.local",
-        "DB_DRIVER_NAME": "mysql", "DBCONFIG_MYSQLCONFIG_HOST": "127.0.0.1",
-        "DBCONFIG_MYSQLCONFIG_PORT": str(mariadb.PORT), "DBCONFIG_MYSQLCONFIG_USER": mariadb.USER,
-        "DBCONFIG_MYSQLCONFIG_PASSWORD": mariadb.PASSWORD,
-        "OBJECTSTORECONFIG_HOST": node_config.GATEWAY, "OBJECTSTORECONFIG_PORT": str(S3_PORT),
-        "OBJECTSTORECONFIG_SECURE": "false", "OBJECTSTORECONFIG_BUCKETNAME": manifests.BUCKET,
-        "OBJECTSTORECONFIG_ACCESSKEY": manifests.S3_ACCESS_KEY,
-        "OBJECTSTORECONFIG_SECRETACCESSKEY": manifests.S3_SECRET_KEY,
-        "V2_DRIVER_IMAGE": manifests.DRIVER_IMAGE, "V2_LAUNCHER_IMAGE": manifests.LAUNCHER_IMAGE,
-        # Required at start although no visualization server is deployed (nothing here calls it).
-        "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_HOST": "ml-pipeline-visualizationserver",
-        "ML_PIPELINE_VISUALIZATIONSERVER_SERVICE_PORT": "8888",
-        "LOG_LEVEL": "info", "PIPELINE_LOG_LEVEL": "1", "PUBLISH_LOGS": "true", "INITCONNECTIONTIMEOUT": "60s",
-        # What /apis/v1beta1/healthz reports and the UI's sidebar shows as "Version" (upstream's
-        # image sets it at build time; unset, the sidebar reads "Version: unknown").
-        "TAG_NAME": kfp_version(),
-    }  # fmt: skip
-    # The HTTP gateway dials "localhost" + the gRPC flag, so the flags are ":PORT" (all interfaces).
-    argv = [str(bins / "apiserver"), f"--config={config_dir}", f"--rpcPortFlag=:{API_GRPC_PORT}",
-            f"--httpPortFlag=:{API_HTTP_PORT}", f"--webhookPortFlag=:{API_WEBHOOK_PORT}",
-            "--logtostderr=true"]  # fmt: skip
-    processes.start(run, "kfp-apiserver", argv, env=env, log=run / "apiserver.log", cwd=run)
-    healthz = f"http://127.0.0.1:{API_HTTP_PORT}/apis/v2beta1/healthz"
-    operators.wait_for("the KFP API server", lambda: _http_answers(healthz, ok_only=True), 180, run / "apiserver.log")
-
-
-def _http_answers(url: str, *, ok_only: bool = False) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as reply:
-            return bool(reply.status == 200) or not ok_only
-    except urllib.error.HTTPError:
-        return not ok_only
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _tcp_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
+    store = api_server.ObjectStore(node_config.GATEWAY, S3_PORT)
+    api_server.start(bins, run, kubeconfig, STANDALONE, name="kfp-apiserver", store=store)

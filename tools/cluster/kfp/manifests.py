@@ -40,12 +40,28 @@ KFP_FILES = tuple(
     )
 )  # fmt: skip
 KFP_CRDS = ("manifests/kustomize/base/pipeline/cluster-scoped/scheduled-workflow-crd.yaml",)
-ARGO_FILES = (
-    "manifests/base/workflow-controller/workflow-controller-sa.yaml",
-    "manifests/namespace-install/workflow-controller-rbac/workflow-controller-role.yaml",
-    "manifests/namespace-install/workflow-controller-rbac/workflow-controller-rolebinding.yaml",
-)
+ARGO_FILES = ("manifests/base/workflow-controller/workflow-controller-sa.yaml",)
+# The controller watches every namespace (the multi-user tier's profiles too): Argo's cluster
+# install. Its RBAC (`manifests/cluster-install-no-crds/`) is not in the release archive, so
+# argo_cluster_rbac() makes it from the namespace install's Role, whose rules are the same.
+ARGO_NAMESPACE_ROLE = "manifests/namespace-install/workflow-controller-rbac/workflow-controller-role.yaml"
 ARGO_CRD_DIR = "manifests/base/crds/minimal"
+
+
+def argo_cluster_rbac(argo_src: Path) -> str:
+    """ClusterRole `argo-cluster-role` (the namespace Role's rules, plus reading
+    ClusterWorkflowTemplates as upstream's cluster role does) and ClusterRoleBinding `argo-binding`
+    for the controller's `argo` ServiceAccount in `kubeflow`."""
+    role = yaml.safe_load((argo_src / ARGO_NAMESPACE_ROLE).read_text())
+    rules = [*role["rules"], {"apiGroups": ["argoproj.io"], "resources": ["clusterworkflowtemplates"],
+                              "verbs": ["get", "list", "watch"]}]  # fmt: skip
+    cluster_role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": "argo-cluster-role"}, "rules": rules}  # fmt: skip
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "argo-binding"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "argo-cluster-role"},
+               "subjects": [{"kind": "ServiceAccount", "name": "argo", "namespace": NAMESPACE}]}  # fmt: skip
+    return yaml.safe_dump_all([cluster_role, binding])
 
 
 @dataclass(frozen=True)
@@ -144,8 +160,10 @@ def workflow_controller_config(executor_env: dict[str, str] | None = None) -> st
                            "data": data})  # fmt: skip
 
 
-def persistence_agent(*, api_http_port: int = 8888, api_grpc_port: int = 8887) -> str:
-    """The persistence agent's Deployment as KFP's manifest has it (its token volume, its user)."""
+def persistence_agent(*, api_http_port: int = 8888, api_grpc_port: int = 8887, watch: str = NAMESPACE,
+                      api_service: str = "ml-pipeline", name: str = "ml-pipeline-persistenceagent") -> str:  # fmt: skip
+    """The persistence agent's Deployment as KFP's manifest has it (its token volume, its user),
+    reporting the workflows of namespace `watch` to the API server behind Service `api_service`."""
     restricted = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 0,
                   "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
     token = {"serviceAccountToken": {"path": "persistenceagent-sa-token", "expirationSeconds": 3600,
@@ -155,17 +173,17 @@ def persistence_agent(*, api_http_port: int = 8888, api_grpc_port: int = 8887) -
         "image": PERSISTENCE_AGENT_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/persistence_agent"],
-        "args": ["--logtostderr=true", f"--namespace={NAMESPACE}", "--ttlSecondsAfterWorkflowFinish=86400",
+        "args": ["--logtostderr=true", f"--namespace={watch}", f"--mlPipelineAPIServerName={api_service}", "--ttlSecondsAfterWorkflowFinish=86400",
                  "--numWorker=2", "--executionType=Workflow", "--logLevel=info",
                  f"--mlPipelineServiceHttpPort={api_http_port}", f"--mlPipelineServiceGRPCPort={api_grpc_port}"],
         "volumeMounts": [{"mountPath": "/var/run/secrets/kubeflow/tokens", "name": "persistenceagent-sa-token"}],
         "securityContext": restricted,
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
     }  # fmt: skip
-    labels = {"app": "ml-pipeline-persistenceagent"}
+    labels = {"app": name}
     return yaml.safe_dump({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "ml-pipeline-persistenceagent", "namespace": NAMESPACE, "labels": labels},
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
         "spec": {
             "replicas": 1, "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": {

@@ -26,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.backends.base import Backend, EventInfo, JobObject, JobRef, JobWatch, LogStream, PodInfo, PodWatch
+from kubetrain.backends.kubernetes.access import require_create_access
 from kubetrain.backends.kubernetes.companions import ensure_network_policy, wants_network_policy
 from kubetrain.backends.kubernetes.config import (
     Connection,
@@ -104,6 +105,7 @@ class KubernetesBackend(Backend):
     def submit(self, manifest: Mapping[str, Any]) -> JobRef:
         """Create the job (Strict field validation), adopting this task's existing job on 409."""
         kind, body = self._prepare(manifest)
+        require_create_access(self._api, self._retry, kind, body["metadata"]["namespace"], self._namespace)
         try:
             created = self._create(kind, body)
         except ApiException as e:

@@ -1,0 +1,201 @@
+"""Multi-user Kubeflow Pipelines: two profiles, KFP's own authorization, kubetrain as `default-editor`.
+
+The multi-user API server (tools/cluster/kfp/multiuser.py: `MULTIUSER=true`, a SubjectAccessReview
+on every call) beside the standalone one, and two profiles, `alice` and `bob`, made as Kubeflow's
+profile controller makes them (tools/cluster/kfp/profiles.py). Each scenario is what a user of a
+shared cluster relies on:
+
+- alice's runs of every shipped pipeline and of her own pipeline succeed through `kfp.Client`
+  with her token, their steps as `default-editor`, the jobs, pods and artifacts in her namespace;
+- bob cannot list, read, terminate or retry them (the API server's 403), by token or by header;
+- bob's identity cannot create, patch or delete a job in alice's namespace (the kube-apiserver's
+  RBAC), and bob's step that names alice's namespace is refused before anything is submitted.
+
+The tokens are what KFP documents for programmatic access in a profile: the profile's
+`default-editor` service account, audience `pipelines.kubeflow.org` (`kubectl create token`).
+The header cases talk to the server's host port, where only the trusted front may (pods cannot).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kfp
+import pytest
+from kfp_server_api.exceptions import ApiException
+
+from kubetrain.names import LABEL_RUN_ID
+from tests.cluster import kfp_runs
+from tests.cluster.concurrent import Scenarios, scenarios
+from tests.cluster.kfp_pipelines import by_name_pipeline, check_shipped_run
+from tests.cluster.kfp_runs import KfpBackend
+from tools.cluster import images
+from tools.cluster.controlplane import STATE, Cluster, ControlPlaneError
+from tools.cluster.kfp import multiuser
+from tools.cluster.node import paths as node_paths
+
+pytestmark = pytest.mark.timeout(2400)
+HOST = f"http://127.0.0.1:{multiuser.PORTS.http}"
+ALICE, BOB = "alice", "bob"
+OWNERS = {ALICE: "alice@example.com", BOB: "bob@example.com"}
+# The shipped pipelines at the UI scenarios' sizes (tests/cluster/test_kfp_ui.py).
+SHIPPED = {"mnist_pytorch": {"epochs": 6}, "mnist_chainermn": {"epochs": 6}, "mnist_ps": {"epochs": 12},
+           "compare_frameworks": {"pytorch_epochs": 6}}  # fmt: skip
+DEFAULT_EDITOR = "default-editor"
+
+
+def token(cluster: Cluster, profile: str) -> str:
+    """A token of the profile's `default-editor`, audience pipelines.kubeflow.org (what KFP documents)."""
+    return cluster.kubectl("create", "token", DEFAULT_EDITOR, "-n", profile, "--audience",
+                           multiuser.TOKEN_AUDIENCE, "--duration", "2h").strip()  # fmt: skip
+
+
+def client_of(cluster: Cluster, profile: str) -> kfp.Client:
+    """kfp.Client on the multi-user server, as the profile's `default-editor`."""
+    return kfp.Client(host=HOST, namespace=profile, existing_token=token(cluster, profile))
+
+
+@pytest.fixture(scope="module")
+def users(cluster: Cluster) -> dict[str, KfpBackend]:
+    """alice and bob, each with a kfp.Client of their own, every kubetrain image pushed."""
+    if not multiuser.running(STATE):
+        pytest.fail("the multi-user KFP tier is not running (KUBETRAIN_KFP_MULTIUSER=0?)")
+    built = images.ensure(["launcher", "pytorch", "chainermn", "ps"], STATE / "images.log",
+                          node=node_paths(STATE, cluster.bin_dir))  # fmt: skip
+    found = {}
+    for profile in (ALICE, BOB):
+        client = client_of(cluster, profile)
+        client.create_experiment(kfp_runs.EXPERIMENT, namespace=profile)
+        found[profile] = KfpBackend(cluster, client, built.seconds, profile=profile)
+    return found
+
+
+def _alices_runs(users: dict[str, KfpBackend], tmp_path: Path) -> dict[str, str]:
+    """alice's runs of the four shipped pipelines and her own, all succeeded; {pipeline: run id}."""
+    alice = users[ALICE]
+    packages = {name: kfp_runs.REPO_ROOT / "pipelines" / f"{name}.yaml" for name in SHIPPED}
+    packages["own"] = by_name_pipeline(tmp_path, "own", """
+        @dsl.pipeline(name="alices-own")
+        def pipeline() -> None:
+            data = claim(download_dataset(source="builtin:digits"))
+            claim(pytorch_train(dataset=data.outputs["dataset"], workers=1, epochs=5))
+    """)  # fmt: skip
+    runs = {name: alice.start(package, SHIPPED.get(name, {}), f"alice-{name}-{uuid.uuid4().hex[:6]}")
+            for name, package in packages.items()}  # fmt: skip
+    for name, run_id in runs.items():
+        run = alice.wait(run_id)
+        assert str(run.state) == "SUCCEEDED", (name, run.state, alice.workflow_tail(run_id))
+    return runs
+
+
+def _bob_is_refused_alices_runs(users: dict[str, KfpBackend], alices: Scenarios) -> list[str]:
+    """Every call bob makes on alice's runs is the API server's 403; what each said."""
+    run_id = next(iter(_wait_alices(alices).values()))
+    bob = users[BOB].client
+    refused = []
+    calls = {
+        "list": lambda: bob.list_runs(namespace=ALICE),
+        "get": lambda: bob.get_run(run_id),
+        "terminate": lambda: bob.terminate_run(run_id),
+        "retry": lambda: bob._run_api.run_service_retry_run(run_id),  # kfp.Client has no retry_run
+        "archive": lambda: bob.archive_run(run_id),
+    }
+    for verb, call in calls.items():
+        with pytest.raises(ApiException) as denied:
+            call()
+        assert denied.value.status == 403, (verb, denied.value.status, denied.value.body)
+        refused.append(f"{verb}: {json.loads(denied.value.body)['message'][:160]}")
+    # As a person through the trusted front: bob's email in the header, no token.
+    request = urllib.request.Request(f"{HOST}/apis/v2beta1/runs/{run_id}",
+                                     headers={multiuser.USERID_HEADER: OWNERS[BOB]})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as by_header:
+        urllib.request.urlopen(request, timeout=30)
+    assert by_header.value.code == 403
+    # alice still sees her run, by token and by header.
+    assert users[ALICE].client.get_run(run_id).run_id == run_id
+    own = urllib.request.Request(request.full_url, headers={multiuser.USERID_HEADER: OWNERS[ALICE]})
+    with urllib.request.urlopen(own, timeout=30) as reply:
+        assert json.loads(reply.read())["run_id"] == run_id
+    return refused
+
+
+def _wait_alices(alices: Scenarios) -> dict[str, str]:
+    found = alices.result("alice-runs")
+    assert isinstance(found, dict)
+    return found
+
+
+def _bob_cannot_touch_jobs_in_alice(users: dict[str, KfpBackend], tmp_path: Path) -> str:
+    """bob's identity gets the kube-apiserver's 403 on jobs in alice; bob's step naming alice is refused
+    before submission, and nothing appears in alice."""
+    cluster = users[BOB].cluster
+    bob = f"system:serviceaccount:{BOB}:{DEFAULT_EDITOR}"
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "bobs", "namespace": ALICE},
+           "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [
+               {"name": "pytorch", "image": "busybox"}]}}}}}}  # fmt: skip
+    for verb, args, stdin in (("create", ("create", "-f", "-"), json.dumps(job)),
+                              ("patch", ("patch", "pytorchjob", "any", "--type=merge", "-p", "{}"), None),
+                              ("delete", ("delete", "pytorchjob", "any"), None)):  # fmt: skip
+        with pytest.raises(ControlPlaneError, match="(?i)forbidden") as denied:
+            cluster.kubectl("--as", bob, "-n", ALICE, *args, stdin=stdin)
+        assert f'cannot {verb} resource "pytorchjobs"' in str(denied.value), str(denied.value)[-500:]
+    package = by_name_pipeline(tmp_path, "bobs_cross", f"""
+        @dsl.pipeline(name="bobs-cross-namespace")
+        def pipeline() -> None:
+            data = claim(download_dataset(source="builtin:digits"))
+            claim(pytorch_train(dataset=data.outputs["dataset"], workers=0, epochs=1, namespace="{ALICE}"))
+    """)  # fmt: skip
+    bobs = users[BOB]
+    run_id = bobs.start(package, {}, f"bob-cross-{uuid.uuid4().hex[:6]}")
+    run = bobs.wait(run_id)
+    assert str(run.state) == "FAILED", run.state
+    printed = "\n".join(bobs.step_logs(run_id, "pytorch_train"))
+    assert "may not create pytorchjobs.kubeflow.org there" in printed and "nothing was submitted" in printed, printed[-3000:]
+    assert not cluster.kubectl("-n", ALICE, "get", "pytorchjobs", "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name")
+    return next(line for line in printed.splitlines() if "may not create" in line)
+
+
+@pytest.fixture(scope="module")
+def started(users: dict[str, KfpBackend], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
+    """alice's runs first (the longest), then the isolation cases side by side."""
+    with scenarios() as running:
+        running.start("alice-runs", functools.partial(_alices_runs, users, tmp_path_factory.mktemp("alice")))
+        running.start("bob-jobs", functools.partial(_bob_cannot_touch_jobs_in_alice, users,
+                                                    tmp_path_factory.mktemp("bob")))  # fmt: skip
+        running.start("bob-runs", functools.partial(_bob_is_refused_alices_runs, users, running))
+        yield running
+
+
+def test_alices_runs_of_every_shipped_pipeline_and_her_own_succeed_as_default_editor_in_her_namespace(
+    started: Scenarios, users: dict[str, KfpBackend]
+) -> None:
+    runs = _wait_alices(started)
+    alice = users[ALICE]
+    for name, run_id in runs.items():
+        if name in SHIPPED:
+            check_shipped_run(alice, name, run_id)
+        pods: list[dict[str, Any]] = json.loads(alice.kubectl("get", "pods", "-l", f"pipeline/runid={run_id}",
+                                                              "-o", "json"))["items"]  # fmt: skip
+        assert pods and {p["spec"]["serviceAccountName"] for p in pods} == {DEFAULT_EDITOR}, name
+        jobs = alice.kubectl("get", "pytorchjobs,mpijobs,jobsets", "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name")
+        assert jobs.split(), f"{name}: no training job in {ALICE}"
+        for artifact in alice.artifacts(run_id):
+            assert artifact.uri.startswith(f"minio://mlpipeline/private-artifacts/{ALICE}/"), (name, artifact.uri)
+
+
+def test_bob_cannot_list_read_terminate_or_retry_alices_runs(started: Scenarios) -> None:
+    refused = started.result("bob-runs")
+    print("\n".join(str(line) for line in refused))  # type: ignore[union-attr]
+
+
+def test_bob_cannot_create_patch_or_delete_jobs_in_alices_namespace_and_his_step_naming_it_is_refused(
+    started: Scenarios,
+) -> None:
+    print(started.result("bob-jobs"))
