@@ -50,10 +50,12 @@ demo: setup
 	$(VENV)/bin/kubetrain demo
 
 # Each step prints one `phase NAME: start … end … N s` line (.ci/phase.sh), as CI reads them.
+# go-tests: the Go tests of our own Go programs (tools/hdrproxy; under a second warm).
 test: setup
 	@source .ci/phase.sh; \
 	phase lint $(PY) -m ruff check $(LINT_PATHS); \
 	phase types $(PY) -m mypy; \
+	phase go-tests bash tools/hdrproxy/build.sh --test; \
 	phase unit-and-integration-tests $(PY) -m pytest --ignore=tests/cluster $(PYTEST_XDIST) $(PYTEST_DURATIONS) $(PYTEST_ARGS)
 
 test-fast: setup

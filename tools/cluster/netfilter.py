@@ -6,27 +6,40 @@ records the ruleset as `nft -j` prints it; `restore` deletes every rule, chain a
 not in it, newest first, and leaves everything that was, so a host with its own rules keeps them
 untouched. Rule handles are unique within a table and never reused while it exists, which is what
 tells an added rule from a kept one.
+
+`drop_from_bridge` builds the one rule set of our own: the multi-user tier's drop of pod traffic to
+the host ports that must be reached only through the header-stripping proxy (tools/hdrproxy). It is
+loaded after `snapshot`, so `restore` removes it on `down` like the rest.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tools.cluster.node_config import BRIDGE
+
 Key = tuple[str, ...]
+# The table `drop_from_bridge` fills: ours alone, so loading it again replaces only what we made.
+POD_GUARD_TABLE = "kubetrain_pod_guard"
+# A Linux interface name (IFNAMSIZ: 15 characters), and the names nft takes for a table.
+_IFNAME = re.compile(r"[A-Za-z0-9_.-]{1,15}")
+_TABLE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 class NetfilterError(RuntimeError):
     """nft is missing or refused a command; the message says which."""
 
 
-def _nft(*args: str) -> str:
+def _nft(*args: str, stdin: str | None = None) -> str:
     nft = shutil.which("nft") or "/usr/sbin/nft"
     try:
-        done = subprocess.run([nft, *args], capture_output=True, text=True, check=False, timeout=60)
+        done = subprocess.run([nft, *args], input=stdin, capture_output=True, text=True, check=False, timeout=60)
     except OSError as e:
         raise NetfilterError(f"nft could not run ({e}); install Debian's nftables") from e
     if done.returncode != 0:
@@ -91,3 +104,39 @@ def restore(path: Path) -> list[str]:
         _nft("delete", "table", family, table)
         done.append(f"table {family} {table}")
     return done
+
+
+def drop_from_bridge(ports: Iterable[int], *, bridge: str = BRIDGE, table: str = POD_GUARD_TABLE) -> str:
+    """An `nft -f` script that drops TCP from pods (arriving on `bridge`) to these host ports.
+
+    The bridge CNI enforces no NetworkPolicy, and the API and UI servers bind every interface, so
+    without it a pod could dial them at the bridge's gateway and forge `kubeflow-userid`. Traffic
+    that pods send through the stripping proxy reaches its own port, which is not listed. The
+    script replaces `table` (inet: IPv4 and IPv6) whole, so loading it twice leaves one rule.
+    """
+    wanted = list(ports)
+    bad = [p for p in wanted if isinstance(p, bool) or not isinstance(p, int) or not 0 < p < 65536]
+    if not wanted or bad:
+        raise NetfilterError(f"drop_from_bridge ports={wanted!r}: expected one or more TCP ports 1-65535")
+    if not _IFNAME.fullmatch(bridge):
+        raise NetfilterError(f"drop_from_bridge bridge={bridge!r}: expected an interface name, e.g. {BRIDGE}")
+    if not _TABLE.fullmatch(table):
+        raise NetfilterError(f"drop_from_bridge table={table!r}: expected a letter then letters, digits or '_'")
+    listed = ", ".join(str(p) for p in sorted(set(wanted)))
+    # Declaring the table before deleting it makes the delete succeed when it does not exist yet;
+    # nft -f applies the file as one transaction, so no packet sees the table half made.
+    return (
+        f"table inet {table} {{}}\n"
+        f"delete table inet {table}\n"
+        f"table inet {table} {{\n"
+        f"\tchain input {{\n"
+        f"\t\ttype filter hook input priority filter; policy accept;\n"
+        f'\t\tiifname "{bridge}" tcp dport {{ {listed} }} drop\n'
+        f"\t}}\n"
+        f"}}\n"
+    )
+
+
+def load(script: str) -> None:
+    """Apply an `nft -f` script (such as `drop_from_bridge`'s) in one transaction."""
+    _nft("-f", "/dev/stdin", stdin=script)

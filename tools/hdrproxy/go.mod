@@ -1,0 +1,3 @@
+module kubetrain.local/hdrproxy
+
+go 1.26.6
