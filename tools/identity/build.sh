@@ -5,11 +5,12 @@
 # OIDC provider with a login form and users from a USERS_FILE (Dex, kubeflow/manifests' provider, is
 # not on the proxy at a usable version). tools/cluster/kfp/identity.py runs both as host processes.
 #
-# go.mod here is the pin: it requires oauth2-proxy v7.15.6 and zitadel/oidc v3.52.0 and names both
-# commands with `tool` directives, so they share one module graph (the libraries both use, go-jose
-# and x/oauth2 among them, compile once; MVS raises oauth2-proxy's go-jose v4.1.8 -> v4.1.9 and
-# x/oauth2 v0.37.0 -> v0.38.0, patch releases). go.sum checksums everything. The binaries land in
-# ~/.cache/kubetrain/identity/<hash of go.mod, go.sum, this script and the toolchain>/bin/{oauth2-proxy,
+# The pins are two wrapper modules, each requiring one release and naming its command with a `tool`
+# directive: oauth2-proxy/go.mod (oauth2-proxy v7.15.6) and oidc-provider/go.mod (zitadel/oidc
+# v3.52.0); go.sum checksums everything. A module each keeps oauth2-proxy on exactly the versions
+# its release pins: one graph for both would raise its go-jose and x/oauth2 to the provider's and
+# save 3 compile units of 285 (bench/go_compile_units.py). The binaries land in
+# ~/.cache/kubetrain/identity/<hash of both modules, this script and the toolchain>/bin/{oauth2-proxy,
 # oidc-provider}; the bin dir is printed last. Only what is missing is built.
 #
 # Usage: build.sh               builds if needed, prints the bin dir
@@ -22,7 +23,7 @@ export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -trimpath -buildvcs=false -gcfla
 export PATH="$PATH:/usr/local/go/bin"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/identity"
 toolchain="$(go version) $GOFLAGS CGO_ENABLED=$CGO_ENABLED"
-key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" <(echo "$toolchain") | sha256sum | cut -c1-16)
+key=$(cat "$here"/*/go.mod "$here"/*/go.sum "$here/build.sh" <(echo "$toolchain") | sha256sum | cut -c1-16)
 bin="$cache/$key/bin"
 jobs="${KUBETRAIN_GO_JOBS:-2}"
 proxy_module=github.com/oauth2-proxy/oauth2-proxy/v7
@@ -32,15 +33,15 @@ if [ "${1:-}" = --print-bin ]; then  # the one place the key is computed: caller
 fi
 mode=${1:-}
 
-build() {  # build OUTPUT PACKAGE [LDFLAGS]
+build() {  # build OUTPUT PACKAGE [LDFLAGS]: in the module named after OUTPUT
   local out=$1 pkg=$2 ldflags=${3:--s -w}
-  if [ "$mode" = --list ]; then printf '%s\t%s\t%s\n' "$here" "$out" "$pkg"; return; fi
+  if [ "$mode" = --list ]; then printf '%s\t%s\t%s\n' "$here/$out" "$out" "$pkg"; return; fi
   [ -x "$bin/$out" ] && return
   echo "identity: building $out ($pkg)" >&2
   mkdir -p "$bin"
   local t0=$SECONDS start; start=$(date -u +%T)
-  if ! (cd "$here" && go build -p "$jobs" -ldflags "$ldflags" -o "$bin/$out.tmp" "$pkg"); then
-    echo "identity: FAILED building $out ($pkg, module tools/identity)"
+  if ! (cd "$here/$out" && go build -p "$jobs" -ldflags "$ldflags" -o "$bin/$out.tmp" "$pkg"); then
+    echo "identity: FAILED building $out ($pkg, module tools/identity/$out)"
     exit 1
   fi
   mv "$bin/$out.tmp" "$bin/$out"
@@ -48,7 +49,7 @@ build() {  # build OUTPUT PACKAGE [LDFLAGS]
 }
 
 # oauth2-proxy's own release build stamps its version the same way (its Makefile's `build` target).
-proxy_version=$(cd "$here" && go list -m -f '{{.Version}}' "$proxy_module")
+proxy_version=$(cd "$here/oauth2-proxy" && go list -m -f '{{.Version}}' "$proxy_module")
 build oauth2-proxy "$proxy_module" "-s -w -X $proxy_module/pkg/version.VERSION=$proxy_version"
 build oidc-provider github.com/zitadel/oidc/v3/example/server
 [ "$mode" = --list ] || echo "$bin"
