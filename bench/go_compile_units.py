@@ -8,7 +8,7 @@ counts compile units: a unit is an import path together with its module version 
 imports, the same identity the build cache sees. Standard-library packages are left out (built
 once per toolchain and flags).
 
-    python bench/go_compile_units.py            # every piece of the control plane, node, KFP, SeaweedFS, hdrproxy
+    python bench/go_compile_units.py            # every piece: control plane, node, KFP, SeaweedFS, hdrproxy, identity
     python bench/go_compile_units.py --json     # the same, as one JSON object
 
 The counts are a static measure: they say how much compiling a cold machine does, whatever its
@@ -37,6 +37,7 @@ SCRIPTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("tools/kfp/build.sh", ("--list",), "-mod=mod"),
     ("tools/seaweedfs/build.sh", ("--list",), "-mod=readonly"),
     ("tools/hdrproxy/build.sh", ("--list",), "-mod=readonly"),
+    ("tools/identity/build.sh", ("--list",), "-mod=readonly"),
 )
 
 

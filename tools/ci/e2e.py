@@ -51,6 +51,7 @@ NEEDS_BUILT_PIECES = [
     "tests/unit/test_kfp_backend_compiler.py",  # the KFP backend's compiler
     "tests/integration/test_kfp_ui_smoke.py",  # the KFP UI
     "tests/integration/test_seaweedfs_store.py",  # SeaweedFS
+    "tests/integration/test_identity_front.py",  # oauth2-proxy and the OIDC provider
 ]
 
 
