@@ -62,11 +62,17 @@ class KfpUI:
         ids = [nodes.nth(i).get_attribute("data-testid") or "" for i in range(count)]
         return sorted(i.removeprefix("rf__node-task.") for i in ids)
 
-    def start_run(self, parameters: dict[str, str]) -> str:
-        """From a pipeline's page: Create run, change `parameters` in the form, Start; the new run's id."""
+    def start_run(self, parameters: dict[str, str], *, experiment_id: str | None = None) -> str:
+        """From a pipeline's page: Create run, change `parameters` in the form, Start; the new run's id.
+
+        `experiment_id` preselects the run's experiment (the form's `experimentId` parameter, which
+        the experiment page's own Create run sets): multi-user KFP refuses a run without one.
+        """
         p = self.page
         p.get_by_role("button", name="Create run").click()
         expect(p).to_have_url(re.compile(r"#/runs/new"), timeout=30_000)
+        if experiment_id is not None:
+            p.goto(f"{p.url}&experimentId={experiment_id}")
         start = p.locator("#startNewRunBtn")
         expect(start).to_be_enabled(timeout=60_000)  # once the pipeline's template has loaded
         for key, value in parameters.items():

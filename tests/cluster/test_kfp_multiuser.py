@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import urllib.error
 import urllib.request
 import uuid
@@ -31,12 +32,13 @@ import kfp
 import pytest
 from kfp_server_api.exceptions import ApiException
 
+from kubetrain.images import image_ref
 from kubetrain.names import LABEL_RUN_ID
 from tests.cluster import kfp_runs
 from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import by_name_pipeline, check_shipped_run
 from tests.cluster.kfp_runs import KfpBackend
-from tools.cluster import images
+from tools.cluster import images, node_config
 from tools.cluster.controlplane import STATE, Cluster, ControlPlaneError
 from tools.cluster.kfp import multiuser
 from tools.cluster.node import paths as node_paths
@@ -140,12 +142,18 @@ def _bob_cannot_touch_jobs_in_alice(users: dict[str, KfpBackend], tmp_path: Path
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "bobs", "namespace": ALICE},
            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {"containers": [
                {"name": "pytorch", "image": "busybox"}]}}}}}}  # fmt: skip
-    for verb, args, stdin in (("create", ("create", "-f", "-"), json.dumps(job)),
-                              ("patch", ("patch", "pytorchjob", "any", "--type=merge", "-p", "{}"), None),
-                              ("delete", ("delete", "pytorchjob", "any"), None)):  # fmt: skip
-        with pytest.raises(ControlPlaneError, match="(?i)forbidden") as denied:
+    attempts = {"create": (("create", "-f", "-"), json.dumps(job)),
+                "patch": (("patch", "pytorchjob", "any", "--type=merge", "-p", "{}"), None),
+                "delete": (("delete", "pytorchjob", "any"), None)}  # fmt: skip
+    for verb, (args, stdin) in attempts.items():
+        with pytest.raises(ControlPlaneError, match=r"(?i)forbidden"):
             cluster.kubectl("--as", bob, "-n", ALICE, *args, stdin=stdin)
-        assert f'cannot {verb} resource "pytorchjobs"' in str(denied.value), str(denied.value)[-500:]
+        # kubectl patch reads the object first (refused too): ask the authorizer about the verb itself.
+        with pytest.raises(ControlPlaneError):
+            cluster.kubectl("--as", bob, "-n", ALICE, "auth", "can-i", verb, "pytorchjobs.kubeflow.org")
+    assert (
+        cluster.kubectl("--as", bob, "-n", BOB, "auth", "can-i", "create", "pytorchjobs.kubeflow.org").strip() == "yes"
+    )
     package = by_name_pipeline(tmp_path, "bobs_cross", f"""
         @dsl.pipeline(name="bobs-cross-namespace")
         def pipeline() -> None:
@@ -157,9 +165,69 @@ def _bob_cannot_touch_jobs_in_alice(users: dict[str, KfpBackend], tmp_path: Path
     run = bobs.wait(run_id)
     assert str(run.state) == "FAILED", run.state
     printed = "\n".join(bobs.step_logs(run_id, "pytorch_train"))
-    assert "may not create pytorchjobs.kubeflow.org there" in printed and "nothing was submitted" in printed, printed[-3000:]
+    assert "may not create pytorchjobs.kubeflow.org there" in printed and "nothing was submitted" in printed, printed[
+        -3000:
+    ]
     assert not cluster.kubectl("-n", ALICE, "get", "pytorchjobs", "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name")
     return next(line for line in printed.splitlines() if "may not create" in line)
+
+
+# Run in a pod of bob's namespace as bob's default-editor, with the token KFP documents for pods
+# (projected, audience pipelines.kubeflow.org): each call's HTTP status, or what stopped it.
+IN_POD = """
+import json, socket, sys, urllib.error, urllib.request
+api, direct, token_path = sys.argv[1:4]
+def call(path, headers):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(api + path, headers=headers), timeout=20) as reply:
+            return reply.status
+    except urllib.error.HTTPError as e:
+        return e.code
+token = open(token_path).read().strip()
+forged = {"kubeflow-userid": "alice@example.com"}
+out = {
+    "forged_header": call("/apis/v2beta1/runs?namespace=alice", forged),
+    "forged_header_and_own_token": call("/apis/v2beta1/runs?namespace=alice", {**forged, "Authorization": "Bearer " + token}),
+    "own_token_own_namespace": call("/apis/v2beta1/runs?namespace=bob", {"Authorization": "Bearer " + token}),
+}
+host, port = direct.rsplit(":", 1)
+try:
+    socket.create_connection((host, int(port)), timeout=5).close()
+    out["direct_to_server"] = "connected"
+except OSError as e:
+    out["direct_to_server"] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def _a_pod_cannot_forge_the_user_header(users: dict[str, KfpBackend]) -> dict[str, object]:
+    """A pod sending alice's email as `kubeflow-userid` is no one (the pod-facing proxy deletes the
+    header); with its own token it is bob's default-editor and denied alice's runs; the server's own
+    port is unreachable from pods (dropped)."""
+    cluster = users[BOB].cluster
+    name = f"forger-{uuid.uuid4().hex[:6]}"
+    token = {"serviceAccountToken": {"path": "token", "audience": multiuser.TOKEN_AUDIENCE, "expirationSeconds": 3600}}
+    restricted = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+                  "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": BOB},
+           "spec": {"serviceAccountName": DEFAULT_EDITOR, "automountServiceAccountToken": False, "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": image_ref("launcher"), "imagePullPolicy": "IfNotPresent",
+                                    "command": ["python", "-c", IN_POD, f"http://{multiuser.PORTS.service}.kubeflow:8888",
+                                                f"{node_config.GATEWAY}:{multiuser.PORTS.http}", "/var/run/secrets/kfp/token"],
+                                    "securityContext": restricted,
+                                    "volumeMounts": [{"name": "kfp", "mountPath": "/var/run/secrets/kfp"}]}],
+                    "volumes": [{"name": "kfp", "projected": {"sources": [token]}}]}}  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    try:
+        cluster.kubectl("-n", BOB, "wait", f"pod/{name}", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=300s")
+        found: dict[str, object] = json.loads(cluster.kubectl("-n", BOB, "logs", name).strip().splitlines()[-1])
+    finally:
+        cluster.kubectl("-n", BOB, "delete", "pod", name, "--wait=false")
+    # No identity: KFP answers 401 (Unauthenticated) when neither a header nor a token names the caller.
+    assert found["forged_header"] == 401, found
+    assert found["forged_header_and_own_token"] == 403 and found["own_token_own_namespace"] == 200, found
+    assert found["direct_to_server"] in {"TimeoutError", "timeout"}, found
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +237,7 @@ def started(users: dict[str, KfpBackend], tmp_path_factory: pytest.TempPathFacto
         running.start("alice-runs", functools.partial(_alices_runs, users, tmp_path_factory.mktemp("alice")))
         running.start("bob-jobs", functools.partial(_bob_cannot_touch_jobs_in_alice, users,
                                                     tmp_path_factory.mktemp("bob")))  # fmt: skip
+        running.start("pod-forges-header", functools.partial(_a_pod_cannot_forge_the_user_header, users))
         running.start("bob-runs", functools.partial(_bob_is_refused_alices_runs, users, running))
         yield running
 
@@ -184,8 +253,12 @@ def test_alices_runs_of_every_shipped_pipeline_and_her_own_succeed_as_default_ed
         pods: list[dict[str, Any]] = json.loads(alice.kubectl("get", "pods", "-l", f"pipeline/runid={run_id}",
                                                               "-o", "json"))["items"]  # fmt: skip
         assert pods and {p["spec"]["serviceAccountName"] for p in pods} == {DEFAULT_EDITOR}, name
-        jobs = alice.kubectl("get", "pytorchjobs,mpijobs,jobsets", "-l", f"{LABEL_RUN_ID}={run_id}", "-o", "name")
-        assert jobs.split(), f"{name}: no training job in {ALICE}"
+        # Each training step names its job (deleted on success since): alice's namespace, always.
+        printed = "\n".join(
+            log for f in ("pytorch_train", "chainermn_train", "ps_train") for log in alice.step_logs(run_id, f)
+        )
+        jobs = re.findall(r"(?:PyTorchJob|MPIJob|JobSet|TrainJob) (\S+)/\S+ submitted", printed)
+        assert jobs and set(jobs) == {ALICE}, (name, jobs, printed[-2000:])
         for artifact in alice.artifacts(run_id):
             assert artifact.uri.startswith(f"minio://mlpipeline/private-artifacts/{ALICE}/"), (name, artifact.uri)
 
@@ -199,3 +272,7 @@ def test_bob_cannot_create_patch_or_delete_jobs_in_alices_namespace_and_his_step
     started: Scenarios,
 ) -> None:
     print(started.result("bob-jobs"))
+
+
+def test_a_pod_cannot_forge_the_user_header_nor_reach_the_server_past_its_proxy(started: Scenarios) -> None:
+    print(started.result("pod-forges-header"))

@@ -96,4 +96,8 @@ def test_the_e2e_cluster_applies_the_reapers_identity_but_runs_it_as_a_host_proc
     docs = list(yaml.safe_load_all(backend.reaper_identity()))
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
     shipped = [d for d in yaml.safe_load_all((backend.REPO_ROOT / "deploy" / "reaper.yaml").read_text()) if d]
-    assert docs == [d for d in shipped if d["kind"] != "Deployment"]
+    assert [d["metadata"]["name"] for d in docs] == [
+        d["metadata"]["name"] for d in shipped if d["kind"] != "Deployment"
+    ]
+    assert {d["metadata"]["namespace"] for d in docs} == {"kubeflow"}
+    assert {d["metadata"]["namespace"] for d in yaml.safe_load_all(backend.reaper_identity("alice"))} == {"alice"}

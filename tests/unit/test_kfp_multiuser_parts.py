@@ -26,7 +26,10 @@ def test_the_multi_user_server_runs_upstreams_multi_user_settings_on_a_database_
     standalone = api_server.environment(Path("/k"), store, backend.STANDALONE, {})
     # Two servers, one MariaDB: each its own database; each compiles its own Service into the steps.
     assert env["DBCONFIG_MYSQLCONFIG_DBNAME"] != standalone.get("DBCONFIG_MYSQLCONFIG_DBNAME", "mlpipeline")
-    assert (env["ML_PIPELINE_SERVICE_NAME"], standalone["ML_PIPELINE_SERVICE_NAME"]) == ("ml-pipeline-mu", "ml-pipeline")
+    assert (env["ML_PIPELINE_SERVICE_NAME"], standalone["ML_PIPELINE_SERVICE_NAME"]) == (
+        "ml-pipeline-mu",
+        "ml-pipeline",
+    )
     assert "MULTIUSER" not in standalone
     argv = api_server.argv(Path("/b/apiserver"), Path("/c"), multiuser.PORTS)
     assert {"--rpcPortFlag=:28887", "--httpPortFlag=:28888", "--webhookPortFlag=:28443"} <= set(argv)

@@ -24,27 +24,26 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import yaml
 
 from tools.cluster import manifests as cluster_manifests
 from tools.cluster import node_config, oci, operators, processes
 from tools.cluster.kfp import (
+    accounts,
     api_server,
     http_probe,
     manifests,
     mariadb,
     multiuser,
     object_store,
-    profiles,
     services_venv,
     ui,
 )
+from tools.cluster.kfp.accounts import Control, reaper_identity
 from tools.cluster.kfp.manifests import NAMESPACE, HostService, ServicePort
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -58,23 +57,10 @@ S3_PORT = 19000
 WEED_PORTS = object_store.WeedPorts(s3=S3_PORT, master=19333, volume=19080, filer=19888)
 ARGO_HEALTH_PORT = 6060  # hard-coded in workflow-controller v4.0.5
 WORKSPACE_CLAIM = "kubetrain-workspace"
-# How often the reaper sweeps: a terminated run's job is gone within about this (tests bound it).
-REAPER_INTERVAL_SECONDS = 2
 
 
 class BackendError(RuntimeError):
     """The KFP backend could not be built or started; the message says which piece and where its log is."""
-
-
-class Control(Protocol):
-    """What the backend needs of the control plane (tools.cluster.controlplane.Cluster)."""
-
-    @property
-    def bin_dir(self) -> Path: ...
-
-    def kubectl(self, *args: str, as_launcher: bool = False, stdin: str | None = None) -> str: ...
-
-    def kwokctl(self, *args: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -144,35 +130,14 @@ def up(cluster: Control, state: Path) -> Backend:
     _push_images(bins)
     _start_workflow_controller(cluster, bins, run)
     _start_api_server(cluster, bins, run)
-    _start_reaper(cluster, run)
+    accounts.start_reaper(cluster, run)
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.persistence_agent())
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, "deployment/ml-pipeline-persistenceagent", "--timeout=180s")
     if multiuser.enabled():
-        _start_multi_user(cluster, bins, run, state)
+        multiuser.up(cluster, bins, run, state, store=api_server.ObjectStore(node_config.GATEWAY, S3_PORT), app=app)
     if app is not None:
         _start_ui(cluster, bins, run, app, state)
     return Backend(host=f"http://127.0.0.1:{API_HTTP_PORT}", run_dir=run)
-
-
-def _start_multi_user(cluster: Control, bins: Path, run: Path, state: Path) -> None:
-    """The multi-user tier (tools/cluster/kfp/multiuser.py): its profiles, server and agents."""
-
-    def apply(text: str) -> None:
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
-
-    objects = []
-    for profile in multiuser.PROFILES:
-        workspace = multiuser.workspace_dir(state, profile.name)
-        workspace.mkdir(parents=True, exist_ok=True)
-        workspace.chmod(0o1777)  # as the kubeflow workspace: steps run as several uids
-        objects += [profiles.profile_objects(profile), *multiuser.kubetrain_objects(profile.name, workspace)]
-    kubeconfig = _service_account_kubeconfig(cluster, run, "ml-pipeline")
-    store = api_server.ObjectStore(node_config.GATEWAY, S3_PORT)
-    multiuser.up(apply, bins, run, kubeconfig=kubeconfig, store=store, host_ip=node_config.GATEWAY,
-                 profile_objects=objects, namespaces=[p.name for p in multiuser.PROFILES])  # fmt: skip
-    for profile in multiuser.PROFILES:
-        cluster.kubectl("apply", "--server-side", "-n", profile.name, "-f", "-", stdin=reaper_identity())
-        _start_reaper(cluster, run, profile.name)
 
 
 def mlmd_argv(python: Path, run: Path, *, with_ui: bool) -> list[str]:
@@ -217,7 +182,7 @@ def _start_ui(cluster: Control, bins: Path, run: Path, app: Path, state: Path) -
 
     try:
         ui.start(run, app, bins.parent / "src" / "pipelines", apply=apply,
-                 kubeconfig_for=lambda account: _service_account_kubeconfig(cluster, run, account), at=at,
+                 kubeconfig_for=lambda account: accounts.service_account_kubeconfig(cluster, run, account), at=at,
                  namespace=NAMESPACE, bucket=manifests.BUCKET, access_key=manifests.S3_ACCESS_KEY,
                  secret_key=manifests.S3_SECRET_KEY, state=state)  # fmt: skip
     except ui.UIError as e:
@@ -298,48 +263,8 @@ def _push_images(bins: Path) -> None:
         oci.push_image(registry, repository, tag, spec)
 
 
-def _service_account_kubeconfig(cluster: Control, run: Path, account: str, namespace: str = NAMESPACE) -> Path:
-    """A kubeconfig whose client certificate names the service account (its RBAC applies as is)."""
-    path = run / (f"{account}.kubeconfig" if namespace == NAMESPACE else f"{account}-{namespace}.kubeconfig")
-    path.write_text(cluster.kwokctl("get", "kubeconfig", "--user", f"system:serviceaccount:{namespace}:{account}",
-                                    "--group", "system:serviceaccounts",
-                                    "--group", f"system:serviceaccounts:{namespace}"))  # fmt: skip
-    return path
-
-
-def reaper_identity() -> str:
-    """deploy/reaper.yaml without its Deployment: the reaper runs as a host process here (below),
-    as its ServiceAccount, so the Role the file grants is what the real authorizer checks."""
-    docs = [d for d in yaml.safe_load_all((REPO_ROOT / "deploy" / "reaper.yaml").read_text()) if d]
-    return yaml.safe_dump_all([d for d in docs if d["kind"] != "Deployment"])
-
-
-def _start_reaper(cluster: Control, run: Path, namespace: str = NAMESPACE) -> None:
-    """`python -m kubetrain.reaper` for `namespace`, as its `kubetrain-reaper` ServiceAccount (one per
-    namespace, as deploy/reaper.yaml deploys it): it deletes the job of every terminated run's step
-    (tests/cluster/test_kfp_backend.py)."""
-    kubeconfig = _service_account_kubeconfig(cluster, run, "kubetrain-reaper", namespace)
-    log = run / ("reaper.log" if namespace == NAMESPACE else f"reaper-{namespace}.log")
-    argv = [sys.executable, "-m", "kubetrain.reaper", "--kubeconfig", str(kubeconfig), "--namespace", namespace,
-            "--interval", str(REAPER_INTERVAL_SECONDS)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"),
-                                                                     os.environ.get("PYTHONPATH")]))}  # fmt: skip
-    name = "kubetrain-reaper" if namespace == NAMESPACE else f"kubetrain-reaper-{namespace}"
-    record = processes.start(run, name, argv, env=env, log=log, cwd=REPO_ROOT)
-
-    def sweeping() -> bool:
-        if not processes.running(record):
-            raise BackendError(f"the reaper exited; its log ({log}):\n{log.read_text()[-3000:]}")
-        text = log.read_text() if log.exists() else ""
-        if "sweep failed" in text:  # a 403 here: the Role is not enough for the real authorizer
-            raise BackendError(f"the reaper cannot sweep {namespace}; its log ({log}):\n{text[-3000:]}")
-        return "first sweep done" in text
-
-    operators.wait_for("kubetrain's reaper", sweeping, 60, log)
-
-
 def _start_workflow_controller(cluster: Control, bins: Path, run: Path, knobs: Mapping[str, str] | None = None) -> None:
-    kubeconfig = _service_account_kubeconfig(cluster, run, "argo")
+    kubeconfig = accounts.service_account_kubeconfig(cluster, run, "argo")
     argv = [str(bins / "workflow-controller"), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
             "--executor-image", manifests.EXECUTOR_IMAGE, "--executor-image-pull-policy",
             "IfNotPresent", "--loglevel", "info"]  # fmt: skip
@@ -370,6 +295,6 @@ def set_argo_knobs(cluster: Control, state: Path, controller: Mapping[str, str],
 
 
 def _start_api_server(cluster: Control, bins: Path, run: Path) -> None:
-    kubeconfig = _service_account_kubeconfig(cluster, run, "ml-pipeline")
+    kubeconfig = accounts.service_account_kubeconfig(cluster, run, "ml-pipeline")
     store = api_server.ObjectStore(node_config.GATEWAY, S3_PORT)
     api_server.start(bins, run, kubeconfig, STANDALONE, name="kfp-apiserver", store=store)

@@ -23,20 +23,27 @@ and the object store are shared, as in a real install.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
+from tools.cluster import header_proxy, netfilter, node_config, operators, processes
 from tools.cluster import manifests as cluster_manifests
-from tools.cluster import processes
-from tools.cluster.kfp import api_server, manifests
+from tools.cluster.kfp import accounts, api_server, identity, manifests, profiles, ui
+from tools.cluster.kfp.accounts import Control
 from tools.cluster.kfp.api_server import ApiServerPorts
 from tools.cluster.kfp.manifests import NAMESPACE
 
 PROCESS = "kfp-apiserver-mu"
 DB_NAME = "mlpipeline_multiuser"
 PORTS = ApiServerPorts(grpc=28887, http=28888, webhook=28443, service="ml-pipeline-mu")
+# The pod-facing listener (tools/hdrproxy): Service ml-pipeline-mu points here, never at PORTS.
+GUARD_PROCESS = "kfp-mu-header-proxy"
+GUARD_HTTP_PORT = 28898
+GUARD_GRPC_PORT = 28897
+UI_PROCESS = "kfp-ui-mu"
+UI_PORT = 28390
+FRONT_URL_FILE = "kfp-ui-mu-front"
 USERID_HEADER = "kubeflow-userid"
 RUNNER_ACCOUNT = "default-editor"
 TOKEN_AUDIENCE = "pipelines.kubeflow.org"
@@ -47,6 +54,7 @@ UPSTREAM_RBAC = tuple(
     f"manifests/kustomize/base/installs/multi-user/{name}"
     for name in ("api-service/cluster-role.yaml", "api-service/cluster-role-binding.yaml",
                  "persistence-agent/cluster-role.yaml", "persistence-agent/cluster-role-binding.yaml",
+                 "pipelines-ui/cluster-role.yaml", "pipelines-ui/cluster-role-binding.yaml",
                  "view-edit-cluster-roles.yaml")
 )  # fmt: skip
 
@@ -55,6 +63,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 # What kubetrain's docs/cluster.md has a platform admin apply in each profile namespace.
 KUBETRAIN_PER_PROFILE = ("deploy/rbac.yaml", "deploy/launcher-limitrange.yaml")
 WORKSPACE_CLAIM = "kubetrain-workspace"
+PROFILES = (profiles.Profile("alice", "alice@example.com"), profiles.Profile("bob", "bob@example.com"))
 
 
 def enabled() -> bool:
@@ -64,7 +73,23 @@ def enabled() -> bool:
 
 def ports() -> dict[int, str]:
     """The host ports the tier binds, and what binds each."""
-    return PORTS.described("multi-user")
+    return {**PORTS.described("multi-user"), GUARD_HTTP_PORT: "the multi-user server's pod-facing proxy (HTTP)",
+            GUARD_GRPC_PORT: "the multi-user server's pod-facing proxy (gRPC)",
+            UI_PORT: "the multi-user KFP UI server", **identity.Ports().described()}  # fmt: skip
+
+
+def guard_argv(binary: Path, host_ip: str) -> list[str]:
+    """The pod-facing proxy: pods reach the multi-user server only through it, and it deletes any
+    `kubeflow-userid` they send, so a pod can authenticate only with a service-account token."""
+    return header_proxy.argv(binary, listen_http=f"{host_ip}:{GUARD_HTTP_PORT}",
+                             upstream_http=f"127.0.0.1:{PORTS.http}", listen_grpc=f"{host_ip}:{GUARD_GRPC_PORT}",
+                             upstream_grpc=f"127.0.0.1:{PORTS.grpc}")  # fmt: skip
+
+
+def pod_guard() -> str:
+    """The nftables script that drops pods' connections to the server's own ports (they must take
+    the proxy: a direct connection could send any `kubeflow-userid`)."""
+    return netfilter.drop_from_bridge([PORTS.grpc, PORTS.http, PORTS.webhook, UI_PORT, *identity.Ports().described()])
 
 
 def api_server_env() -> dict[str, str]:
@@ -124,25 +149,84 @@ def persistence_agent(namespace: str) -> str:
     )
 
 
-def service(host_ip: str, *, grpc_port: int = PORTS.grpc, http_port: int = PORTS.http) -> str:
-    """Service `ml-pipeline-mu` (8887 gRPC, 8888 HTTP, as `ml-pipeline`) answered on the host."""
+def service(host_ip: str, *, grpc_port: int = GUARD_GRPC_PORT, http_port: int = GUARD_HTTP_PORT) -> str:
+    """Service `ml-pipeline-mu` (8887 gRPC, 8888 HTTP, as `ml-pipeline`), answered by the pod-facing proxy."""
     api = (manifests.ServicePort("grpc", 8887, grpc_port), manifests.ServicePort("http", 8888, http_port))
     return manifests.host_services([manifests.HostService(PORTS.service, api)], host_ip)
 
 
-def up(apply: Callable[[str], None], bins: Path, run: Path, *, kubeconfig: Path, store: api_server.ObjectStore,
-       host_ip: str, profile_objects: list[str], namespaces: list[str]) -> None:  # fmt: skip
-    """Apply the tier's RBAC, profiles and Service, start its API server and its persistence agents.
+def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_server.ObjectStore,
+       app: Path | None) -> None:  # fmt: skip
+    """Start the tier on a running standalone backend: cluster RBAC, the profiles with their objects,
+    the multi-user API server behind its pod-facing proxy, a persistence agent and a reaper per
+    profile, and, with the built UI `app`, the UI in KUBEFLOW mode behind the identity front."""
 
-    `apply` applies one YAML text as the cluster's admin (server-side); `profile_objects` are the
-    profiles' YAML texts (tools/cluster/kfp/profiles.py), applied before the server starts so its
-    first SubjectAccessReviews find their bindings.
-    """
-    for text in upstream_rbac(bins.parent / "src" / "pipelines"):
+    def apply(text: str) -> None:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
+
+    kfp_src = bins.parent / "src" / "pipelines"
+    for text in upstream_rbac(kfp_src):
         apply(text)
-    for text in profile_objects:
-        apply(text)
-    apply(service(host_ip))
+    for profile in PROFILES:
+        workspace = workspace_dir(state, profile.name)
+        workspace.mkdir(parents=True, exist_ok=True)
+        workspace.chmod(0o1777)  # as the kubeflow workspace: steps run as several uids
+        apply(profiles.profile_objects(profile))
+        for text in kubetrain_objects(profile.name, workspace):
+            apply(text)
+        apply(accounts.reaper_identity(profile.name))
+    kubeconfig = accounts.service_account_kubeconfig(cluster, run, "ml-pipeline")
     api_server.start(bins, run, kubeconfig, PORTS, name=PROCESS, store=store, extra_env=api_server_env())
-    for namespace in namespaces:
-        apply(persistence_agent(namespace))
+    _start_guard(run, node_config.GATEWAY)
+    apply(service(node_config.GATEWAY))
+    for profile in PROFILES:
+        apply(persistence_agent(profile.name))
+        accounts.start_reaper(cluster, run, profile.name)
+    if app is not None:
+        _start_ui(cluster, run, app, kfp_src, store)
+
+
+def _start_guard(run: Path, host_ip: str) -> None:
+    netfilter.load(pod_guard())
+    log = run / f"{GUARD_PROCESS}.log"
+    guard = processes.start(run, GUARD_PROCESS, guard_argv(header_proxy.build(), host_ip), env=dict(os.environ),
+                            log=log, cwd=run)  # fmt: skip
+
+    def listening() -> bool:
+        if not processes.running(guard):
+            raise processes.ProcessError(f"{GUARD_PROCESS} exited; its log ({log}):\n{log.read_text()[-2000:]}")
+        text = log.read_text() if log.exists() else ""
+        return "hdrproxy: http" in text and "hdrproxy: grpc" in text
+
+    operators.wait_for("the multi-user server's pod-facing proxy", listening, 30, log)
+
+
+def ui_env() -> dict[str, str]:
+    """The UI server's settings in a multi-user Kubeflow (upstream's multi-user/pipelines-ui patch)."""
+    return {"DEPLOYMENT": "KUBEFLOW", "ENABLE_AUTHZ": "true", "KUBEFLOW_USERID_HEADER": USERID_HEADER,
+            "KUBEFLOW_USERID_PREFIX": "", "HIDE_SIDENAV": "false",
+            "ARTIFACTS_SERVICE_PROXY_ENABLED": "false"}  # fmt: skip
+
+
+def _start_ui(cluster: Control, run: Path, app: Path, kfp_src: Path, store: api_server.ObjectStore) -> None:
+    """The UI server in KUBEFLOW mode on loopback (it trusts the header), and the identity front,
+    the only way a person reaches it: oauth2-proxy, which sets the header from the login."""
+    at = ui.Addresses(api_host="127.0.0.1", api_port=PORTS.http, grpc_web_host="127.0.0.1",
+                      grpc_web_port=ui.GRPC_WEB_PORT, s3_host=store.host, s3_port=store.port)  # fmt: skip
+
+    def apply_file(path: Path) -> None:
+        cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(path))
+
+    ui.start(run, app, kfp_src, apply=apply_file,
+             kubeconfig_for=lambda account: accounts.service_account_kubeconfig(cluster, run, account), at=at,
+             namespace=NAMESPACE, bucket=manifests.BUCKET, access_key=manifests.S3_ACCESS_KEY,
+             secret_key=manifests.S3_SECRET_KEY, port=UI_PORT, state=None, process=UI_PROCESS,
+             extra_env=ui_env())  # fmt: skip
+    front = identity.start(run, upstream=ui.url(UI_PORT))
+    (run / FRONT_URL_FILE).write_text(front.url + "\n")
+
+
+def front_url(state: Path) -> str | None:
+    """Where a person opens the multi-user UI (the identity front), None when the tier runs without a UI."""
+    path = state / "kfp" / FRONT_URL_FILE
+    return path.read_text().strip() if path.exists() else None

@@ -172,18 +172,22 @@ def healthy(port: int = UI_PORT) -> bool:
 
 def start(run: Path, app: Path, kfp_src: Path, *, apply: Callable[[Path], None],
           kubeconfig_for: Callable[[str], Path], at: Addresses, namespace: str, bucket: str, access_key: str,
-          secret_key: str, port: int = UI_PORT, state: Path) -> str:  # fmt: skip
+          secret_key: str, port: int = UI_PORT, state: Path | None, process: str = PROCESS,
+          extra_env: Mapping[str, str] | None = None) -> str:  # fmt: skip
     """Apply KFP's UI RBAC, start the UI server as `ml-pipeline-ui`, wait until it reaches the API; its URL.
 
     `apply` applies one manifest file in the namespace; `kubeconfig_for` makes a service account's
-    kubeconfig. The URL is also written to `<state>/kfp-ui`.
+    kubeconfig. With `state`, the URL is also written to `<state>/kfp-ui`. A second server (the
+    multi-user tier's) runs as another `process` with its `extra_env` and no URL file.
     """
     for path in upstream_files(kfp_src):
         apply(path)
     env = server_env(os.environ, at, kubeconfig=kubeconfig_for(ACCOUNT), namespace=namespace, bucket=bucket,
                      access_key=access_key, secret_key=secret_key)  # fmt: skip
-    log = run / "ui.log"
-    processes.start(run, PROCESS, server_argv(node_binary(), app, port), env=env, log=log, cwd=run)
-    operators.wait_for("the KFP UI server", lambda: healthy(port), 120, log)
-    write_url(state, port)
+    env.update(extra_env or {})
+    log = run / ("ui.log" if process == PROCESS else f"{process}.log")
+    processes.start(run, process, server_argv(node_binary(), app, port), env=env, log=log, cwd=run)
+    operators.wait_for(f"the KFP UI server ({process})", lambda: healthy(port), 120, log)
+    if state is not None:
+        write_url(state, port)
     return url(port)
