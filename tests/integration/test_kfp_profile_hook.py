@@ -131,7 +131,8 @@ def _namespace(name: str) -> dict[str, Any]:
 def _keys(objects: list[dict[str, Any]]) -> tuple[str, str]:
     (secret,) = [o for o in objects if o["kind"] == "Secret"]
     assert secret["metadata"]["name"] == "mlpipeline-minio-artifact"
-    return tuple(base64.b64decode(secret["data"][k]).decode() for k in ("accesskey", "secretkey"))  # type: ignore[return-value]
+    data = secret["data"]  # base64, as sync.py puts it
+    return base64.b64decode(data["accesskey"]).decode(), base64.b64decode(data["secretkey"]).decode()
 
 
 def test_each_profile_gets_the_hooks_objects_and_keys_that_reach_only_its_own_prefix(hook: tuple[str, str]) -> None:
