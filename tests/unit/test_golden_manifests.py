@@ -17,6 +17,7 @@ from kubetrain.manifests import build_ps_network_policy
 from kubetrain.manifests.runtimes import kubetrain_mpi_runtime
 from kubetrain.presets import CHAINERMN_IMAGE, JobSettings, TrainingParams, ps_job_spec
 from tests.crd_schema import strict_errors, validate_strict
+from tools.cluster.kfp.profiles import Profile, profile_objects
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "manifests"
 UPDATE = os.environ.get("KUBETRAIN_UPDATE_GOLDEN") == "1"
@@ -77,9 +78,22 @@ def test_the_ps_network_policy_matches_golden_and_validates() -> None:
     assert text == path.read_text(), f"the PS NetworkPolicy differs from {path}; review, then `make golden`"
 
 
+PROFILE = "profile-alice"
+
+
+def test_a_profiles_objects_match_golden() -> None:
+    """What the multi-user tier creates for a profile with a quota (tools/cluster/kfp/profiles.py, issue 47)."""
+    text = profile_objects(Profile("alice", "alice@example.com", {"requests.cpu": "2", "requests.memory": "4Gi"}))
+    path = GOLDEN / f"{PROFILE}.yaml"
+    if UPDATE:
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run `make golden`"
+    assert text == path.read_text(), f"the profile's objects differ from {path}; review, then `make golden`"
+
+
 def test_no_stale_golden_files() -> None:
     on_disk = {p.stem for p in GOLDEN.glob("*.yaml")}
-    expected = {*CASES, NETWORK_POLICY}
+    expected = {*CASES, NETWORK_POLICY, PROFILE}
     assert on_disk == expected, f"golden files without a case: {sorted(on_disk - expected)}"
 
 

@@ -11,11 +11,15 @@ gateway (the host, as pods see it) and the host port.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tools.cluster import node_config
 
 NAMESPACE = "kubeflow"
 BUCKET = "mlpipeline"
@@ -85,6 +89,27 @@ def upstream_files(kfp_src: Path, argo_src: Path) -> tuple[list[Path], list[Path
     """(CRD files, namespaced files) of KFP's and Argo's manifests applied as they are."""
     crds = [kfp_src / f for f in KFP_CRDS] + sorted((argo_src / ARGO_CRD_DIR).glob("argoproj.io_*.yaml"))
     return crds, [kfp_src / f for f in KFP_FILES] + [argo_src / f for f in ARGO_FILES]
+
+
+def node_namespace(name: str, *, labels: Mapping[str, str] | None = None,
+                   annotations: Mapping[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A Namespace whose pods land on the real node: "restricted" warned and audited, "baseline" enforced.
+
+    The node selector and the toleration of the node's taint are the namespace's defaults (the
+    PodNodeSelector and PodTolerationRestriction admission plugins), so no pod spec needs them.
+    "restricted" is not enforced: the API server refuses every KFP step's pod under it (the pod as
+    the backend makes it lacks runAsNonRoot, though the compiled Workflow sets it). KFP's own
+    install does not label the namespace. `labels`/`annotations` are added to these.
+    """
+    key, value = node_config.NODE_LABEL
+    toleration = [{"key": node_config.NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+    pod_security = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted",
+                    "pod-security.kubernetes.io/audit": "restricted"}  # fmt: skip
+    placement = {"scheduler.alpha.kubernetes.io/node-selector": f"{key}={value}",
+                 "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(toleration)}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {**pod_security, **(labels or {})},
+                         "annotations": {**placement, **(annotations or {})}}}  # fmt: skip
 
 
 def host_services(services: list[HostService], host_ip: str) -> str:

@@ -13,6 +13,13 @@ gateway. Each of their ports is set here (the defaults, 8080/18080 and 8888/1888
 the tier's own), and the extras it would otherwise open (Iceberg and Lance catalogs, telemetry to
 seaweedfs.com) are off. Its S3 identities come from a config file (`-s3.config`), the file form of
 the `s3.configure` upstream's postStart hook runs.
+
+The multi-user tier (issue 47) adds SeaweedFS's standalone IAM API (`WeedPorts.iam`: `-iam
+-iam.port=P`, upstream's port 8111), which KFP's sync hook mints each namespace's keys through. That
+server knows only the identities stored in the filer, not `-s3.config`'s, so the admin's keys are
+put there too (`put_admin_identity`): upstream's postStart does it with `weed shell` `s3.configure
+... -apply`, which the trimmed `weed` here leaves out (tools/seaweedfs/main.go); the same identity
+file is written through the filer's HTTP API instead. Without `iam` nothing of this changes.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +45,11 @@ ADMIN_IDENTITY = "kubeflow-admin"  # the name upstream's postStart hook gives th
 # cluster's (10 s, which every `cluster-down` then spent waiting); the store's data goes with the
 # cluster's state anyway.
 STOP_GRACE_S = 2.0
+# The IAM server reads identities from the entry's inline content only (filer.ReadInsideFiler), and
+# the filer's HTTP API keeps a file inline only below this limit (0 by default: never). 4 KiB holds
+# an identity file; S3 objects that small are then kept in the filer store instead of a volume,
+# which no S3 client can tell.
+_IAM_FLAGS = ["-iam", "-filer.saveToFilerLimit=4096"]
 
 
 class ObjectStoreError(RuntimeError):
@@ -60,6 +74,8 @@ class WeedPorts:
     volume: int
     filer: int
     grpc_offset: int = 10000
+    # The standalone IAM API's HTTP port (no gRPC port of its own); None: no IAM server (standalone KFP).
+    iam: int | None = None
 
     def __post_init__(self) -> None:
         bound = self.all()
@@ -77,13 +93,15 @@ class WeedPorts:
     def all(self) -> list[int]:
         """Every port, HTTP then gRPC."""
         http = [self.s3, self.master, self.volume, self.filer]
-        return http + [self.grpc(p) for p in http]
+        return http + [self.grpc(p) for p in http] + ([self.iam] if self.iam is not None else [])
 
     def described(self) -> dict[int, str]:
         """{port: what binds it}, for processes.require_free."""
         names = {self.s3: "S3", self.master: "master", self.volume: "volume server", self.filer: "filer"}
         out = {port: f"SeaweedFS ({name} HTTP)" for port, name in names.items()}
         out.update({self.grpc(port): f"SeaweedFS ({name} gRPC)" for port, name in names.items()})
+        if self.iam is not None:
+            out[self.iam] = "SeaweedFS (IAM API)"
         return out
 
 
@@ -108,7 +126,7 @@ def weed_argv(weed: Path, *, ip: str, data_dir: Path, config: Path, ports: WeedP
         "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false",
         # Volumes are sparse files; 1 GiB each and as many as the disk holds keeps a small disk usable.
         "-master.volumeSizeLimitMB=1024", "-volume.max=0", "-master.volumePreallocate=false",
-    ]  # fmt: skip
+    ] + ([*_IAM_FLAGS, f"-iam.port={ports.iam}"] if ports.iam is not None else [])  # fmt: skip
 
 
 def build_weed(log: Path | None = None) -> Path:
@@ -146,3 +164,31 @@ def prepare_seaweedfs(run: Path, weed: Path, *, ip: str, ports: WeedPorts, acces
     config.write_text(s3_config(access_key, secret_key))
     config.chmod(0o600)  # it holds the secret key
     return weed_argv(weed, ip=ip, data_dir=data, config=config, ports=ports)
+
+
+def admin_identity(access_key: str, secret_key: str) -> str:
+    """The filer's record of the admin identity, as `s3.configure -user kubeflow-admin -access_key K
+    -secret_key S -actions Admin -apply` stores it (weed/credential/filer_etc: one JSON file per identity)."""
+    identity = {"name": ADMIN_IDENTITY, "credentials": [{"access_key": access_key, "secret_key": secret_key}],
+                "actions": ["Admin"]}  # fmt: skip
+    return json.dumps(identity, indent=2)
+
+
+def admin_identity_url(host: str, ports: WeedPorts) -> str:
+    """Where the filer keeps the admin identity (`/etc/iam/identities/<name>.json`), on its HTTP port."""
+    return f"http://{host}:{ports.filer}/etc/iam/identities/{ADMIN_IDENTITY}.json"
+
+
+def put_admin_identity(host: str, ports: WeedPorts, *, access_key: str, secret_key: str) -> None:
+    """Store the admin identity in the running filer, so the IAM API (`WeedPorts.iam`) accepts its keys."""
+    url = admin_identity_url(host, ports)
+    body = admin_identity(access_key, secret_key).encode()
+    request = urllib.request.Request(url, data=body, method="PUT", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            status = int(reply.status)
+    except (urllib.error.URLError, OSError) as e:
+        raise ObjectStoreError(f"storing the {ADMIN_IDENTITY} identity at {url} failed ({e}): is the filer "
+                               "up (wait for wait_ready_url first)?") from e  # fmt: skip
+    if status not in (200, 201, 204):
+        raise ObjectStoreError(f"storing the {ADMIN_IDENTITY} identity at {url}: HTTP {status}")

@@ -1,0 +1,165 @@
+"""KFP's real namespace hook (upstream's sync.py) minting per-profile keys on a real SeaweedFS with its IAM API.
+
+No cluster: one `weed server` with `-iam` (tools/cluster/kfp/object_store.py, `WeedPorts.iam`), the
+admin identity put into its filer, upstream's sync.py from the extracted KFP tree served by
+tools/cluster/kfp/profile_hook.py, and two profiles' namespaces POSTed to it as metacontroller
+would. The keys it hands back are then used with boto3 (tests/integration/namespace_keys_check.py,
+in the KFP services venv). Skips, saying what to build, when `weed`, the services venv or the KFP
+source tree is missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tools.cluster.kfp import backend, manifests, object_store, profile_hook, services_venv
+from tools.cluster.kfp.profiles import Profile, profile_documents
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+CHECK = Path(__file__).with_name("namespace_keys_check.py")
+READY_S = 120
+WEED = object_store.built_weed()
+PYTHON = services_venv.python(services_venv.venv_dir())
+KFP_SRC = Path(subprocess.run(["bash", str(backend.BUILD_SCRIPT), "--print-bin"], capture_output=True, text=True,
+                              check=False).stdout.strip() or "/nonexistent").parent / "src" / "pipelines"  # fmt: skip
+if WEED is None:
+    pytest.skip("SeaweedFS is not built: run tools/seaweedfs/build.sh (make e2e builds it)", allow_module_level=True)
+if not PYTHON.exists():
+    pytest.skip("the KFP services venv (botocore for sync.py, boto3 for the checks) is not built: "
+                "python -c 'from tools.cluster.kfp import services_venv; services_venv.ensure()'",
+                allow_module_level=True)  # fmt: skip
+if not (KFP_SRC / profile_hook.HOOK_SCRIPT).is_file():
+    pytest.skip(f"KFP's source tree is not extracted ({KFP_SRC}): run tools/kfp/build.sh", allow_module_level=True)
+
+
+def _free_port(taken: set[int], *, with_grpc: bool = False) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port in taken or (with_grpc and (port + 10000 >= 65536 or port + 10000 in taken)):
+            continue
+        if with_grpc:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+        taken.add(port)
+        return port
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None) -> Iterator[None]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent,
+                                start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + READY_S
+        while not _answers(ready):
+            assert proc.poll() is None, f"{argv[0]} exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"{ready} not answering after {READY_S}s:\n{log.read_text()[-3000:]}"
+            time.sleep(0.3)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=object_store.STOP_GRACE_S)  # weed never ends on SIGTERM (object_store says why)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(the hook's URL, the store's S3 URL): weed with its IAM API, the admin in its filer, sync.py serving."""
+    assert WEED is not None
+    run = tmp_path_factory.mktemp("profile-hook")
+    taken: set[int] = set()
+    s3_port, master, volume, filer = (_free_port(taken, with_grpc=True) for _ in range(4))
+    ports = object_store.WeedPorts(s3=s3_port, master=master, volume=volume, filer=filer, iam=_free_port(taken))
+    access_key, secret_key = manifests.S3_ACCESS_KEY, manifests.S3_SECRET_KEY
+    argv = object_store.prepare_seaweedfs(run, WEED, ip="127.0.0.1", ports=ports, access_key=access_key,
+                                          secret_key=secret_key)  # fmt: skip
+    s3 = f"http://127.0.0.1:{ports.s3}"
+    with _process(argv, run / "weed.log", object_store.wait_ready_url("127.0.0.1", ports)):
+        object_store.put_admin_identity("127.0.0.1", ports, access_key=access_key, secret_key=secret_key)
+        _check("bucket", s3)
+        settings = profile_hook.HookSettings(kfp_version=backend.kfp_version(), iam_url=f"http://127.0.0.1:{ports.iam}",
+                                             s3_url=s3, port=_free_port(taken), access_key=access_key,
+                                             secret_key=secret_key)  # fmt: skip
+        argv = profile_hook.hook_argv(PYTHON, profile_hook.hook_script(KFP_SRC))
+        url = profile_hook.hook_url(settings.port)
+        env = {**services_venv.environment(), **settings.environment()}
+        with _process(argv, run / "sync.log", url, env=env):
+            yield url, s3
+
+
+def _check(scenario: str, s3: str, extra: dict[str, str] | None = None) -> None:
+    env = {**services_venv.environment(), "S3_ENDPOINT": s3, "S3_ACCESS_KEY": manifests.S3_ACCESS_KEY,
+           "S3_SECRET_KEY": manifests.S3_SECRET_KEY, **(extra or {})}  # fmt: skip
+    done = subprocess.run([str(PYTHON), str(CHECK), scenario], capture_output=True, text=True, env=env, timeout=180,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0 and f"ok {scenario}" in done.stdout, done.stdout + done.stderr[-4000:]
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return profile_documents(Profile(name, f"{name}@example.com"))[0]
+
+
+def _keys(objects: list[dict[str, Any]]) -> tuple[str, str]:
+    (secret,) = [o for o in objects if o["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == "mlpipeline-minio-artifact"
+    data = secret["data"]  # base64, as sync.py puts it
+    return base64.b64decode(data["accesskey"]).decode(), base64.b64decode(data["secretkey"]).decode()
+
+
+def test_each_profile_gets_the_hooks_objects_and_keys_that_reach_only_its_own_prefix(hook: tuple[str, str]) -> None:
+    url, s3 = hook
+    alice = profile_hook.sync_namespace(url, _namespace("alice"))
+    bob = profile_hook.sync_namespace(url, _namespace("bob"))
+    names = {(o["kind"], o["metadata"]["name"]) for o in alice}
+    assert names == {("Secret", "mlpipeline-minio-artifact"), ("ConfigMap", "kfp-launcher"),
+                     ("ConfigMap", "metadata-grpc-configmap"), ("ConfigMap", "artifact-repositories")}  # fmt: skip
+    (launcher,) = [o for o in alice if o["metadata"]["name"] == "kfp-launcher"]
+    assert launcher["data"]["defaultPipelineRoot"] == "minio://mlpipeline/private-artifacts/alice/v2/artifacts"
+    assert {o["metadata"]["namespace"] for o in alice} == {"alice"}
+    (alice_key, alice_secret), (bob_key, bob_secret) = _keys(alice), _keys(bob)
+    assert alice_key != bob_key and manifests.S3_ACCESS_KEY not in (alice_key, bob_key)
+    _check("isolation", s3, {"OWN": "alice", "OTHER": "bob", "OWN_ACCESS_KEY": alice_key, "OWN_SECRET_KEY": alice_secret,
+                             "OTHER_ACCESS_KEY": bob_key, "OTHER_SECRET_KEY": bob_secret})  # fmt: skip
+
+
+def test_a_namespace_that_has_its_secret_keeps_it_and_nothing_is_created_twice(hook: tuple[str, str]) -> None:
+    url, _ = hook
+    first = profile_hook.sync_namespace(url, _namespace("carol"))
+    again = profile_hook.sync_namespace(url, _namespace("carol"), observed=first)
+    assert _keys(again) == _keys(first)  # the DecoratorController's OnDelete: no new keys on a resync
+    assert profile_hook.to_create(again, observed=first) == []
+
+
+def test_a_namespace_without_the_pipelines_label_gets_nothing(hook: tuple[str, str]) -> None:
+    url, _ = hook
+    plain = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "dave", "labels": {}}}
+    assert profile_hook.sync_namespace(url, plain) == []
