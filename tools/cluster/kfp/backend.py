@@ -20,7 +20,7 @@ same way, as `system:serviceaccount:kubeflow:kubetrain-reaper` under deploy/reap
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import signal
 import subprocess
@@ -55,6 +55,8 @@ MLMD_PORT = 18080
 S3_PORT = 19000
 # SeaweedFS's other listeners (each with its gRPC port 10000 above): none of the defaults is free here.
 WEED_PORTS = object_store.WeedPorts(s3=S3_PORT, master=19333, volume=19080, filer=19888)
+# The multi-user tier's SeaweedFS also serves its IAM API (each profile's keys are minted there).
+MULTI_USER_WEED_PORTS = dataclasses.replace(WEED_PORTS, iam=18111)
 ARGO_HEALTH_PORT = 6060  # hard-coded in workflow-controller v4.0.5
 WORKSPACE_CLAIM = "kubetrain-workspace"
 
@@ -82,7 +84,8 @@ def ports(store: str = object_store.DEFAULT, *, with_ui: bool = True, multi_user
         **STANDALONE.described("standalone"), MLMD_PORT: "ML Metadata (gRPC)",
         ARGO_HEALTH_PORT: "Argo's workflow-controller (health)", mariadb.PORT: "MariaDB",
     }  # fmt: skip
-    bound.update(WEED_PORTS.described() if store == object_store.SEAWEEDFS else {S3_PORT: "the S3 store (moto)"})
+    weed = MULTI_USER_WEED_PORTS if multi_user else WEED_PORTS
+    bound.update(weed.described() if store == object_store.SEAWEEDFS else {S3_PORT: "the S3 store (moto)"})
     if multi_user:
         bound.update(multiuser.ports())
     if with_ui:
@@ -118,11 +121,13 @@ def up(cluster: Control, state: Path) -> Backend:
     except (object_store.ObjectStoreError, ui.UIError) as e:
         raise BackendError(str(e)) from e
     venv = services_venv.ensure(run / "services-venv.log")
-    processes.require_free(ports(store, with_ui=with_ui, multi_user=multiuser.enabled()))
+    multi_user = multiuser.enabled(store)
+    processes.require_free(ports(store, with_ui=with_ui, multi_user=multi_user))
     mariadb.start(run)
     gateway = node_config.GATEWAY
     env = services_venv.environment()
-    _start_store(run, venv, weed, env)
+    weed_ports = MULTI_USER_WEED_PORTS if multi_user else WEED_PORTS
+    _start_store(run, venv, weed, env, weed_ports)
     mlmd = mlmd_argv(services_venv.python(venv), run, with_ui=with_ui)
     processes.start(run, "mlmd", mlmd, env=env, log=run / "mlmd.log", cwd=run)
     operators.wait_for("ML Metadata", lambda: http_probe.tcp_open(gateway, MLMD_PORT), 60, run / "mlmd.log")
@@ -133,8 +138,9 @@ def up(cluster: Control, state: Path) -> Backend:
     accounts.start_reaper(cluster, run)
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.persistence_agent())
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, "deployment/ml-pipeline-persistenceagent", "--timeout=180s")
-    if multiuser.enabled():
-        multiuser.up(cluster, bins, run, state, store=api_server.ObjectStore(node_config.GATEWAY, S3_PORT), app=app)
+    if multi_user:
+        store_at = api_server.ObjectStore(gateway, S3_PORT)
+        multiuser.up(cluster, bins, run, state, store=store_at, iam_url=f"http://{gateway}:{weed_ports.iam}", app=app)
     if app is not None:
         _start_ui(cluster, bins, run, app, state)
     return Backend(host=f"http://127.0.0.1:{API_HTTP_PORT}", run_dir=run)
@@ -149,19 +155,23 @@ def mlmd_argv(python: Path, run: Path, *, with_ui: bool) -> list[str]:
     return argv
 
 
-def _start_store(run: Path, venv: Path, weed: Path | None, env: dict[str, str]) -> None:
-    """SeaweedFS (`weed` given) or moto on the gateway's S3_PORT; wait until it serves S3."""
+def _start_store(run: Path, venv: Path, weed: Path | None, env: dict[str, str],
+                 weed_ports: object_store.WeedPorts) -> None:  # fmt: skip
+    """SeaweedFS (`weed` given) or moto on the gateway's S3_PORT; wait until it serves S3 (and, with
+    an IAM port, until the filer holds the admin identity that port's API checks)."""
     gateway = node_config.GATEWAY
     if weed is not None:
         keys = {"access_key": manifests.S3_ACCESS_KEY, "secret_key": manifests.S3_SECRET_KEY}
-        argv = object_store.prepare_seaweedfs(run, weed, ip=gateway, ports=WEED_PORTS, **keys)
+        argv = object_store.prepare_seaweedfs(run, weed, ip=gateway, ports=weed_ports, **keys)
         processes.start(
             run, "s3", argv, env=env, log=run / "s3.log", cwd=run, stop_grace_seconds=object_store.STOP_GRACE_S
         )
-        ready = object_store.wait_ready_url(gateway, WEED_PORTS)
+        ready = object_store.wait_ready_url(gateway, weed_ports)
         operators.wait_for(
             "the S3 store (SeaweedFS)", lambda: http_probe.answers(ready, ok_only=True), 120, run / "s3.log"
         )
+        if weed_ports.iam is not None:
+            object_store.put_admin_identity(gateway, weed_ports, **keys)
         return
     # Every client here addresses buckets by path; without this moto would read "seaweedfs" in
     # the Host header `seaweedfs.kubeflow.svc:9000` as a bucket name.
@@ -230,16 +240,7 @@ def _namespace() -> str:
     workflow-controller's log). The compiled Workflow sets it at pod level, but the step's pod
     as the backend makes it does not. KFP's own install does not label the namespace.
     """
-    key, value = node_config.NODE_LABEL
-    toleration = [{"key": node_config.NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
-    labels = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted",
-              "pod-security.kubernetes.io/audit": "restricted"}  # fmt: skip
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": NAMESPACE, "labels": labels,
-                     "annotations": {"scheduler.alpha.kubernetes.io/node-selector": f"{key}={value}",
-                                     "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(toleration)}},
-    })  # fmt: skip
+    return yaml.safe_dump(manifests.node_namespace(NAMESPACE))
 
 
 def _push_images(bins: Path) -> None:

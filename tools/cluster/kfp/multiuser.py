@@ -11,7 +11,12 @@ by side:
 - `MULTIUSER=true`, `DEFAULTPIPELINERUNNERSERVICEACCOUNT=default-editor`, the user from the
   `kubeflow-userid` header with an empty prefix, or from a service-account token (TokenReview,
   audience `pipelines.kubeflow.org`), each call checked by a SubjectAccessReview: upstream's
-  `multi-user/params.env`, its ClusterRoles applied as they are (`UPSTREAM_RBAC`);
+  `multi-user/params.env`, its ClusterRoles applied as they are (tools/cluster/kfp/cluster_rbac.py);
+- pods reach it only through a proxy that deletes `kubeflow-userid` (tools/hdrproxy; its own ports
+  are dropped for pods by nftables), and people only through the identity front (oauth2-proxy,
+  tools/cluster/kfp/identity.py) before the UI server in KUBEFLOW mode;
+- each profile's object store keys, minted by KFP's own namespace hook through SeaweedFS's IAM API
+  (tools/cluster/kfp/profile_hook.py), reach only that profile's prefixes;
 - one persistence agent per profile namespace (upstream runs one over every namespace; here that
   one would also report the standalone server's runs in `kubeflow` to this server);
 - Argo's workflow-controller is cluster-wide for both tiers (tools/cluster/kfp/backend.py).
@@ -22,6 +27,7 @@ and the object store are shared, as in a real install.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -29,7 +35,19 @@ import yaml
 
 from tools.cluster import header_proxy, netfilter, node_config, operators, processes
 from tools.cluster import manifests as cluster_manifests
-from tools.cluster.kfp import accounts, api_server, identity, manifests, profiles, ui
+from tools.cluster.kfp import (
+    accounts,
+    api_server,
+    cluster_rbac,
+    http_probe,
+    identity,
+    manifests,
+    object_store,
+    profile_hook,
+    profiles,
+    services_venv,
+    ui,
+)
 from tools.cluster.kfp.accounts import Control
 from tools.cluster.kfp.api_server import ApiServerPorts
 from tools.cluster.kfp.manifests import NAMESPACE
@@ -47,33 +65,28 @@ FRONT_URL_FILE = "kfp-ui-mu-front"
 USERID_HEADER = "kubeflow-userid"
 RUNNER_ACCOUNT = "default-editor"
 TOKEN_AUDIENCE = "pipelines.kubeflow.org"
-# upstream's multi-user overlay, relative to the KFP source tree: what the servers need beyond the
-# standalone install (SubjectAccessReview, TokenReview, every namespace's workflows) and the
-# `kubeflow-pipelines-edit`/`-view` roles aggregated into `kubeflow-edit`/`-view`.
-UPSTREAM_RBAC = tuple(
-    f"manifests/kustomize/base/installs/multi-user/{name}"
-    for name in ("api-service/cluster-role.yaml", "api-service/cluster-role-binding.yaml",
-                 "persistence-agent/cluster-role.yaml", "persistence-agent/cluster-role-binding.yaml",
-                 "pipelines-ui/cluster-role.yaml", "pipelines-ui/cluster-role-binding.yaml",
-                 "view-edit-cluster-roles.yaml")
-)  # fmt: skip
-
-
+# KFP's namespace hook (upstream's sync.py), on loopback: it answers any POST with fresh keys.
+HOOK_PROCESS = "kfp-profile-hook"
+HOOK_PORT = 28080
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # What kubetrain's docs/cluster.md has a platform admin apply in each profile namespace.
 KUBETRAIN_PER_PROFILE = ("deploy/rbac.yaml", "deploy/launcher-limitrange.yaml")
 WORKSPACE_CLAIM = "kubetrain-workspace"
-PROFILES = (profiles.Profile("alice", "alice@example.com"), profiles.Profile("bob", "bob@example.com"))
+# bob's profile has a quota, as a platform admin sets one (the quota scenario runs there); alice's none.
+BOB_QUOTA = {"requests.cpu": "4", "requests.memory": "12Gi"}
+PROFILES = (profiles.Profile("alice", "alice@example.com"), profiles.Profile("bob", "bob@example.com", BOB_QUOTA))
 
 
-def enabled() -> bool:
-    """Whether the KFP backend starts the multi-user tier too: on unless KUBETRAIN_KFP_MULTIUSER=0."""
-    return os.environ.get("KUBETRAIN_KFP_MULTIUSER", "1") != "0"
+def enabled(store: str = object_store.DEFAULT) -> bool:
+    """Whether the KFP backend starts the multi-user tier too: on unless KUBETRAIN_KFP_MULTIUSER=0,
+    and only over SeaweedFS (each profile's keys are minted through its IAM API; moto has none)."""
+    return os.environ.get("KUBETRAIN_KFP_MULTIUSER", "1") != "0" and store == object_store.SEAWEEDFS
 
 
 def ports() -> dict[int, str]:
     """The host ports the tier binds, and what binds each."""
-    return {**PORTS.described("multi-user"), GUARD_HTTP_PORT: "the multi-user server's pod-facing proxy (HTTP)",
+    return {**PORTS.described("multi-user"), HOOK_PORT: "KFP's namespace hook (sync.py)",
+            GUARD_HTTP_PORT: "the multi-user server's pod-facing proxy (HTTP)",
             GUARD_GRPC_PORT: "the multi-user server's pod-facing proxy (gRPC)",
             UI_PORT: "the multi-user KFP UI server", **identity.Ports().described()}  # fmt: skip
 
@@ -103,19 +116,6 @@ def api_server_env() -> dict[str, str]:
         "KUBEFLOW_USERID_PREFIX": "",
         "DBCONFIG_MYSQLCONFIG_DBNAME": DB_NAME,
     }
-
-
-def upstream_rbac(kfp_src: Path) -> list[str]:
-    """upstream's multi-user RBAC files, with the namespace kustomize would give their subjects."""
-    texts = []
-    for relative in UPSTREAM_RBAC:
-        docs = [d for d in yaml.safe_load_all((kfp_src / relative).read_text()) if d]
-        for doc in docs:
-            for subject in doc.get("subjects", []):
-                if subject.get("kind") == "ServiceAccount":
-                    subject.setdefault("namespace", NAMESPACE)
-        texts.append(yaml.safe_dump_all(docs))
-    return texts
 
 
 def running(state: Path) -> bool:
@@ -155,7 +155,7 @@ def service(host_ip: str, *, grpc_port: int = GUARD_GRPC_PORT, http_port: int = 
     return manifests.host_services([manifests.HostService(PORTS.service, api)], host_ip)
 
 
-def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_server.ObjectStore,
+def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_server.ObjectStore, iam_url: str,
        app: Path | None) -> None:  # fmt: skip
     """Start the tier on a running standalone backend: cluster RBAC, the profiles with their objects,
     the multi-user API server behind its pod-facing proxy, a persistence agent and a reaper per
@@ -165,8 +165,9 @@ def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_serve
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
 
     kfp_src = bins.parent / "src" / "pipelines"
-    for text in upstream_rbac(kfp_src):
-        apply(text)
+    for rbac in cluster_rbac.cluster_rbac(kfp_src, cluster_rbac.go_mod_cache()):
+        apply(rbac.text)
+    hook = _start_hook(run, kfp_src, store, iam_url)
     for profile in PROFILES:
         workspace = workspace_dir(state, profile.name)
         workspace.mkdir(parents=True, exist_ok=True)
@@ -175,6 +176,7 @@ def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_serve
         for text in kubetrain_objects(profile.name, workspace):
             apply(text)
         apply(accounts.reaper_identity(profile.name))
+        _sync_profile(cluster, hook, profile.name)
     kubeconfig = accounts.service_account_kubeconfig(cluster, run, "ml-pipeline")
     api_server.start(bins, run, kubeconfig, PORTS, name=PROCESS, store=store, extra_env=api_server_env())
     _start_guard(run, node_config.GATEWAY)
@@ -184,6 +186,33 @@ def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_serve
         accounts.start_reaper(cluster, run, profile.name)
     if app is not None:
         _start_ui(cluster, run, app, kfp_src, store)
+
+
+def _start_hook(run: Path, kfp_src: Path, store: api_server.ObjectStore, iam_url: str) -> str:
+    """KFP's namespace hook, serving on loopback; its URL."""
+    settings = profile_hook.HookSettings(kfp_version=api_server.kfp_version(), iam_url=iam_url,
+                                         s3_url=f"http://{store.host}:{store.port}",
+                                         access_key=manifests.S3_ACCESS_KEY, secret_key=manifests.S3_SECRET_KEY,
+                                         port=HOOK_PORT)  # fmt: skip
+    venv = services_venv.ensure(run / "services-venv.log")
+    argv = profile_hook.hook_argv(services_venv.python(venv), profile_hook.hook_script(kfp_src))
+    log = run / f"{HOOK_PROCESS}.log"
+    processes.start(run, HOOK_PROCESS, argv, env={**services_venv.environment(), **settings.environment()},
+                    log=log, cwd=run)  # fmt: skip
+    url = profile_hook.hook_url(HOOK_PORT)
+    operators.wait_for("KFP's namespace hook (sync.py)", lambda: http_probe.tcp_open("127.0.0.1", HOOK_PORT), 60, log)
+    return url
+
+
+def _sync_profile(cluster: Control, hook: str, namespace: str) -> None:
+    """What metacontroller does for KFP's DecoratorController: the hook's objects for the namespace,
+    created once (never updated: upstream's OnDelete strategy). They hold a Secret: nothing is logged."""
+    namespace_object = json.loads(cluster.kubectl("get", "namespace", namespace, "-o", "json"))
+    observed = json.loads(cluster.kubectl("get", "secrets,configmaps", "-n", namespace, "-o", "json"))["items"]
+    desired = profile_hook.sync_namespace(hook, namespace_object, observed)
+    missing = profile_hook.to_create(desired, observed)
+    if missing:
+        cluster.kubectl("create", "-f", "-", stdin=profile_hook.manifest(missing))
 
 
 def _start_guard(run: Path, host_ip: str) -> None:
