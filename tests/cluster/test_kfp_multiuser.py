@@ -18,29 +18,34 @@ The header cases talk to the server's host port, where only the trusted front ma
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import re
+import subprocess
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import kfp
 import pytest
-from kfp_server_api.exceptions import ApiException
+from kfp_server_api.exceptions import ApiException  # type: ignore[import-untyped]
+from playwright.sync_api import expect
 
 from kubetrain.images import image_ref
 from kubetrain.names import LABEL_RUN_ID
+from tests import ui_browser
 from tests.cluster import kfp_runs
 from tests.cluster.concurrent import Scenarios, scenarios
 from tests.cluster.kfp_pipelines import by_name_pipeline, check_shipped_run
 from tests.cluster.kfp_runs import KfpBackend
+from tests.cluster.kfp_ui import KfpUI
 from tools.cluster import images, node_config
 from tools.cluster.controlplane import STATE, Cluster, ControlPlaneError
-from tools.cluster.kfp import multiuser
+from tools.cluster.kfp import backend, identity, multiuser, services_venv
 from tools.cluster.node import paths as node_paths
 
 pytestmark = pytest.mark.timeout(2400)
@@ -102,7 +107,7 @@ def _bob_is_refused_alices_runs(users: dict[str, KfpBackend], alices: Scenarios)
     run_id = next(iter(_wait_alices(alices).values()))
     bob = users[BOB].client
     refused = []
-    calls = {
+    calls: dict[str, Callable[[], object]] = {
         "list": lambda: bob.list_runs(namespace=ALICE),
         "get": lambda: bob.get_run(run_id),
         "terminate": lambda: bob.terminate_run(run_id),
@@ -230,15 +235,92 @@ def _a_pod_cannot_forge_the_user_header(users: dict[str, KfpBackend]) -> dict[st
     return found
 
 
+def _bobs_job_over_quota(users: dict[str, KfpBackend], tmp_path: Path) -> str:
+    """A training step whose pods ask for more than bob's whole quota fails at once, naming the quota,
+    the request and what is left: not at its start timeout (600 s)."""
+    bobs = users[BOB]
+    cpu = int(multiuser.BOB_QUOTA["requests.cpu"]) * 2
+    package = by_name_pipeline(tmp_path, "bobs_too_big", f"""
+        @dsl.pipeline(name="bobs-too-big")
+        def pipeline() -> None:
+            data = claim(download_dataset(source="builtin:digits"))
+            claim(pytorch_train(dataset=data.outputs["dataset"], workers=1, epochs=1)).set_cpu_request("{cpu}")
+    """)  # fmt: skip
+    run_id = bobs.start(package, {}, f"bob-quota-{uuid.uuid4().hex[:6]}")
+    run = bobs.wait(run_id)
+    assert str(run.state) == "FAILED", run.state
+    printed = "\n".join(bobs.step_logs(run_id, "pytorch_train"))
+    line = rf"pods refused by ResourceQuota kf-resource-quota in {BOB}: requested requests.cpu={cpu}, used \S+ of 4\."
+    assert re.search(line, printed), printed[-3000:]
+    # The first timestamped line that shows the refusal (the pod's event, or the job's end).
+    refused = re.search(r"^(\d\d:\d\d:\d\d)\.\d+ .*(?:exceeded quota|PodsRefused|refused by ResourceQuota)",
+                        printed, re.M)  # fmt: skip
+    submitted = re.search(r"^(\d\d:\d\d:\d\d)\.\d+ PyTorchJob \S+ submitted", printed, re.M)
+    assert refused and submitted, printed[-3000:]
+    seconds = (_clock(refused[1]) - _clock(submitted[1])) % 86400
+    assert seconds < 300, f"refused {seconds} s after submission: the start timeout, not the quota, ended it"
+    return f"{seconds} s after submission: {re.search(line, printed)[0]}"  # type: ignore[index]
+
+
+def _clock(text: str) -> int:
+    hours, minutes, seconds = (int(part) for part in text.split(":"))
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def _alice_in_the_ui(users: dict[str, KfpBackend], tmp_path: Path) -> str:
+    """alice, in Chromium through the identity front (her login on the OIDC form): upload a pipeline,
+    run it in her experiment, read its Logs tab and HTML report; bob's namespace is refused to her
+    page, and a `kubeflow-userid` her page sends itself changes nothing."""
+    front = multiuser.front_url(STATE)
+    assert front is not None, "the multi-user tier runs without its UI (KUBETRAIN_KFP_UI=0?)"
+    user = next(u for u in identity.TEST_USERS if u.email == OWNERS[ALICE])
+    alice = users[ALICE]
+    experiment = alice.client.get_experiment(experiment_name=kfp_runs.EXPERIMENT, namespace=ALICE).experiment_id
+    with ui_browser.page() as opened:
+        opened.goto(f"{front}/")
+        assert opened.url.startswith(identity.issuer(identity.Ports())), opened.url  # the login form
+        opened.locator("#username").fill(user.email)
+        opened.locator("#password").fill(user.password)
+        opened.get_by_role("button", name="Login").click()
+        opened.wait_for_url(re.compile(re.escape(front) + r"/.*"))
+        page = KfpUI(opened, front)
+        page.upload(kfp_runs.REPO_ROOT / "pipelines" / "mnist_ps.yaml", f"alice-ui-{uuid.uuid4().hex[:6]}")
+        run_id = page.start_run({"epochs": "12"}, experiment_id=experiment)
+        assert page.wait_state(run_id) == "SUCCEEDED", alice.workflow_tail(run_id)
+        assert alice.kubectl("get", "workflows", "-l", f"pipeline/runid={run_id}", "-o", "name"), (
+            "not in alice's namespace"
+        )
+        page.open_run(run_id)
+        page.expect_status("Succeeded")
+        ui_browser.screenshot(opened, "multi-user-alice-run", tmp_path)
+        logs = page.logs("ps-train")
+        assert re.search(rf"JobSet {ALICE}/\S+ submitted", logs) and "Succeeded" in logs, logs[-3000:]
+        page.html_visualization("ps-train")
+        ui_browser.screenshot(opened, "multi-user-alice-html-report", tmp_path)
+        # Her page's own fetch, with bob's email in the header: the front sets hers, the server refuses.
+        status = opened.evaluate(
+            "([path, header]) => fetch(path, {headers: header}).then((r) => r.status)",
+            ["/apis/v2beta1/runs?namespace=bob", {multiuser.USERID_HEADER: OWNERS[BOB]}],
+        )
+        assert status == 403, status
+        opened.goto(f"{front}/?ns={BOB}#/runs")
+        expect(opened.get_by_text("Error: failed to fetch runs")).to_be_visible(timeout=60_000)
+        ui_browser.screenshot(opened, "multi-user-alice-denied-bob", tmp_path)
+    return run_id
+
+
 @pytest.fixture(scope="module")
 def started(users: dict[str, KfpBackend], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenarios]:
     """alice's runs first (the longest), then the isolation cases side by side."""
     with scenarios() as running:
         running.start("alice-runs", functools.partial(_alices_runs, users, tmp_path_factory.mktemp("alice")))
+        running.start("alice-ui", functools.partial(_alice_in_the_ui, users, tmp_path_factory.mktemp("ui")))
         running.start("bob-jobs", functools.partial(_bob_cannot_touch_jobs_in_alice, users,
                                                     tmp_path_factory.mktemp("bob")))  # fmt: skip
+        running.start("bob-quota", functools.partial(_bobs_job_over_quota, users, tmp_path_factory.mktemp("quota")))
         running.start("pod-forges-header", functools.partial(_a_pod_cannot_forge_the_user_header, users))
         running.start("bob-runs", functools.partial(_bob_is_refused_alices_runs, users, running))
+        running.start("bob-artifacts", functools.partial(_bob_cannot_read_alices_artifacts, users, running))
         yield running
 
 
@@ -263,9 +345,57 @@ def test_alices_runs_of_every_shipped_pipeline_and_her_own_succeed_as_default_ed
             assert artifact.uri.startswith(f"minio://mlpipeline/private-artifacts/{ALICE}/"), (name, artifact.uri)
 
 
+# In the KFP services venv (boto3): GET one object with each profile's keys; what each got.
+S3_GET = """
+import json, os, sys
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+key = sys.argv[1]
+out = {}
+for who in ("ALICE", "BOB"):
+    s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"], region_name="us-east-1",
+                      aws_access_key_id=os.environ[who + "_ACCESS_KEY"], aws_secret_access_key=os.environ[who + "_SECRET_KEY"],
+                      config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+    try:
+        out[who] = len(s3.get_object(Bucket="mlpipeline", Key=key)["Body"].read())
+    except ClientError as e:
+        out[who] = e.response["Error"]["Code"]
+print(json.dumps(out))
+"""
+
+
+def _keys_of(cluster: Cluster, profile: str) -> dict[str, str]:
+    """The profile's object store keys, as its steps get them (Secret mlpipeline-minio-artifact)."""
+    data = json.loads(cluster.kubectl("-n", profile, "get", "secret", "mlpipeline-minio-artifact", "-o", "json"))[
+        "data"
+    ]
+    return {name: base64.b64decode(value).decode() for name, value in data.items()}
+
+
+def _bob_cannot_read_alices_artifacts(users: dict[str, KfpBackend], alices: Scenarios) -> dict[str, object]:
+    """An artifact of alice's run: her keys read it, bob's get AccessDenied (the policy KFP's hook set)."""
+    alice = users[ALICE]
+    run_id = _wait_alices(alices)["mnist_pytorch"]
+    model = next(a for a in alice.artifacts(run_id) if a.type == "system.Model")
+    key = model.uri.removeprefix("minio://mlpipeline/") + "/metrics.json"
+    keys = {who.upper(): _keys_of(alice.cluster, who) for who in (ALICE, BOB)}
+    env = {**services_venv.environment(), "S3_ENDPOINT": f"http://{node_config.GATEWAY}:{backend.S3_PORT}"}
+    for who, pair in keys.items():
+        env[f"{who}_ACCESS_KEY"], env[f"{who}_SECRET_KEY"] = pair["accesskey"], pair["secretkey"]
+    done = subprocess.run([str(services_venv.python(services_venv.ensure())), "-c", S3_GET, key], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got: dict[str, object] = json.loads(done.stdout)
+    assert keys["ALICE"] != keys["BOB"] and isinstance(got["ALICE"], int) and got["ALICE"] > 0, got
+    assert got["BOB"] == "AccessDenied", got
+    return got
+
+
 def test_bob_cannot_list_read_terminate_or_retry_alices_runs(started: Scenarios) -> None:
     refused = started.result("bob-runs")
-    print("\n".join(str(line) for line in refused))  # type: ignore[union-attr]
+    assert isinstance(refused, list)
+    print("\n".join(refused))
 
 
 def test_bob_cannot_create_patch_or_delete_jobs_in_alices_namespace_and_his_step_naming_it_is_refused(
@@ -276,3 +406,17 @@ def test_bob_cannot_create_patch_or_delete_jobs_in_alices_namespace_and_his_step
 
 def test_a_pod_cannot_forge_the_user_header_nor_reach_the_server_past_its_proxy(started: Scenarios) -> None:
     print(started.result("pod-forges-header"))
+
+
+def test_bobs_keys_cannot_read_alices_artifacts(started: Scenarios) -> None:
+    print(started.result("bob-artifacts"))
+
+
+def test_a_job_over_bobs_quota_fails_its_step_within_seconds_naming_the_quota(started: Scenarios) -> None:
+    print(started.result("bob-quota"))
+
+
+def test_alice_uploads_and_runs_a_pipeline_in_the_ui_through_her_login_and_cannot_open_bobs_namespace(
+    started: Scenarios,
+) -> None:
+    print(started.result("alice-ui"))

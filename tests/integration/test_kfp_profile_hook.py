@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tools.cluster.kfp import backend, manifests, object_store, profile_hook, services_venv
+from tools.cluster.kfp import api_server, backend, manifests, object_store, profile_hook, services_venv
 from tools.cluster.kfp.profiles import Profile, profile_documents
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -106,7 +106,7 @@ def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     with _process(argv, run / "weed.log", object_store.wait_ready_url("127.0.0.1", ports)):
         object_store.put_admin_identity("127.0.0.1", ports, access_key=access_key, secret_key=secret_key)
         _check("bucket", s3)
-        settings = profile_hook.HookSettings(kfp_version=backend.kfp_version(), iam_url=f"http://127.0.0.1:{ports.iam}",
+        settings = profile_hook.HookSettings(kfp_version=api_server.kfp_version(), iam_url=f"http://127.0.0.1:{ports.iam}",
                                              s3_url=s3, port=_free_port(taken), access_key=access_key,
                                              secret_key=secret_key)  # fmt: skip
         argv = profile_hook.hook_argv(PYTHON, profile_hook.hook_script(KFP_SRC))

@@ -11,7 +11,7 @@ import yaml
 
 from tests.data_helpers import tar_member
 from tools.cluster import oci
-from tools.cluster.kfp import api_server, backend, manifests
+from tools.cluster.kfp import accounts, api_server, backend, manifests
 from tools.cluster.kfp.manifests import HostService, ServicePort
 
 
@@ -93,11 +93,11 @@ def test_the_kubeflow_namespace_audits_restricted_and_runs_on_the_real_node() ->
 def test_the_e2e_cluster_applies_the_reapers_identity_but_runs_it_as_a_host_process() -> None:
     """deploy/reaper.yaml's ServiceAccount, Role and RoleBinding as they are (the real authorizer then
     checks that Role), without the Deployment: the reaper runs on the host as that ServiceAccount."""
-    docs = list(yaml.safe_load_all(backend.reaper_identity()))
+    docs = list(yaml.safe_load_all(accounts.reaper_identity()))
     assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
     shipped = [d for d in yaml.safe_load_all((backend.REPO_ROOT / "deploy" / "reaper.yaml").read_text()) if d]
     assert [d["metadata"]["name"] for d in docs] == [
         d["metadata"]["name"] for d in shipped if d["kind"] != "Deployment"
     ]
     assert {d["metadata"]["namespace"] for d in docs} == {"kubeflow"}
-    assert {d["metadata"]["namespace"] for d in yaml.safe_load_all(backend.reaper_identity("alice"))} == {"alice"}
+    assert {d["metadata"]["namespace"] for d in yaml.safe_load_all(accounts.reaper_identity("alice"))} == {"alice"}

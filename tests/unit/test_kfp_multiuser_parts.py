@@ -37,19 +37,9 @@ def test_the_multi_user_server_runs_upstreams_multi_user_settings_on_a_database_
 
 def test_both_servers_ports_are_distinct_from_every_other_backend_port() -> None:
     with_tier, without = backend.ports(), backend.ports(multi_user=False)
-    assert len(with_tier) == len(without) + 3 and set(multiuser.ports()) <= set(with_tier)
-
-
-def test_upstreams_multi_user_bindings_get_the_kubeflow_namespace_kustomize_would_give(tmp_path: Path) -> None:
-    for relative in multiuser.UPSTREAM_RBAC:
-        path = tmp_path / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump({"kind": "ClusterRoleBinding", "subjects": [
-            {"kind": "ServiceAccount", "name": "ml-pipeline"}, {"kind": "User", "name": "x"}]}))  # fmt: skip
-    for text in multiuser.upstream_rbac(tmp_path):
-        subjects = yaml.safe_load(text)["subjects"]
-        assert subjects == [{"kind": "ServiceAccount", "name": "ml-pipeline", "namespace": "kubeflow"},
-                            {"kind": "User", "name": "x"}]  # fmt: skip
+    # None overwrote another in the merge: the tier's own, and SeaweedFS's IAM API.
+    assert len(with_tier) == len(without) + len(multiuser.ports()) + 1 and set(multiuser.ports()) <= set(with_tier)
+    assert with_tier[backend.MULTI_USER_WEED_PORTS.iam] == "SeaweedFS (IAM API)"  # type: ignore[index]
 
 
 def test_each_profile_has_a_persistence_agent_reporting_only_its_namespace_to_the_multi_user_server() -> None:
@@ -82,9 +72,20 @@ def test_argo_watches_every_namespace_with_its_namespace_roles_rules_as_a_cluste
     assert binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
 
 
-@pytest.mark.parametrize("value", ["0"])
-def test_the_tier_is_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+def test_the_tier_is_on_unless_turned_off_and_needs_seaweedfs_for_each_profiles_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("KUBETRAIN_KFP_MULTIUSER", raising=False)
-    assert multiuser.enabled()
-    monkeypatch.setenv("KUBETRAIN_KFP_MULTIUSER", value)
-    assert not multiuser.enabled()
+    assert multiuser.enabled("seaweedfs") and not multiuser.enabled("moto")
+    monkeypatch.setenv("KUBETRAIN_KFP_MULTIUSER", "0")
+    assert not multiuser.enabled("seaweedfs")
+
+
+def test_pods_reach_the_multi_user_server_only_through_its_proxy_and_never_the_ui_or_the_login() -> None:
+    script = multiuser.pod_guard()
+    dropped = {int(p) for p in script.split("tcp dport {")[1].split("}")[0].replace(",", " ").split()}
+    assert {multiuser.PORTS.http, multiuser.PORTS.grpc, multiuser.UI_PORT} <= dropped
+    assert not {multiuser.GUARD_HTTP_PORT, multiuser.GUARD_GRPC_PORT} & dropped  # the way pods take
+    service, _endpoints = yaml.safe_load_all(multiuser.service("10.244.0.1"))
+    assert {p["port"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+        8887: multiuser.GUARD_GRPC_PORT, 8888: multiuser.GUARD_HTTP_PORT}  # fmt: skip
