@@ -7,6 +7,7 @@ Metadata, then the object store), read by tools/cluster/kfp/run_artifacts.py in 
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
@@ -85,14 +86,24 @@ class KfpBackend:
                              "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.message}{end}")  # fmt: skip
         return found or "(no workflow)"
 
+    def store_keys(self) -> tuple[str, str]:
+        """The object store keys the runs' steps use: KFP's own in standalone, the profile's (minted by
+        KFP's namespace hook, its prefixes only) in multi-user, where upstream's bucket policy denies
+        even the admin a deep listing under another namespace's prefix."""
+        if self.profile is None:
+            return manifests.S3_ACCESS_KEY, manifests.S3_SECRET_KEY
+        data = json.loads(self.kubectl("get", "secret", "mlpipeline-minio-artifact", "-o", "json"))["data"]
+        return base64.b64decode(data["accesskey"]).decode(), base64.b64decode(data["secretkey"]).decode()
+
     def artifacts(self, run_id: str) -> list[Artifact]:
         """The run's output artifacts (tools/cluster/kfp/run_artifacts.py)."""
         venv = services_venv.ensure()
         gateway = node_config.GATEWAY
+        access_key, secret_key = self.store_keys()
         done = subprocess.run(
             [str(services_venv.python(venv)), str(REPO_ROOT / "tools" / "cluster" / "kfp" / "run_artifacts.py"),
              "--run-id", run_id, "--mlmd", f"{gateway}:{backend.MLMD_PORT}", "--s3", f"http://{gateway}:{backend.S3_PORT}",
-             "--access-key", manifests.S3_ACCESS_KEY, "--secret-key", manifests.S3_SECRET_KEY],
+             "--access-key", access_key, "--secret-key", secret_key],
             capture_output=True, text=True, check=False, timeout=120, env=services_venv.environment(),
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]

@@ -18,7 +18,6 @@ The header cases talk to the server's host port, where only the trusted front ma
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import re
@@ -293,7 +292,11 @@ def _alice_in_the_ui(users: dict[str, KfpBackend], tmp_path: Path) -> str:
         page.open_run(run_id)
         page.expect_status("Succeeded")
         ui_browser.screenshot(opened, "multi-user-alice-run", tmp_path)
-        logs = page.logs("ps-train")
+        try:
+            logs = page.logs("ps-train")
+        except AssertionError:  # the graph's states never came in on a loaded 2-core machine: load it again
+            page.open_run(run_id)
+            logs = page.logs("ps-train")
         assert re.search(rf"JobSet {ALICE}/\S+ submitted", logs) and "Succeeded" in logs, logs[-3000:]
         page.html_visualization("ps-train")
         ui_browser.screenshot(opened, "multi-user-alice-html-report", tmp_path)
@@ -365,24 +368,16 @@ print(json.dumps(out))
 """
 
 
-def _keys_of(cluster: Cluster, profile: str) -> dict[str, str]:
-    """The profile's object store keys, as its steps get them (Secret mlpipeline-minio-artifact)."""
-    data = json.loads(cluster.kubectl("-n", profile, "get", "secret", "mlpipeline-minio-artifact", "-o", "json"))[
-        "data"
-    ]
-    return {name: base64.b64decode(value).decode() for name, value in data.items()}
-
-
 def _bob_cannot_read_alices_artifacts(users: dict[str, KfpBackend], alices: Scenarios) -> dict[str, object]:
     """An artifact of alice's run: her keys read it, bob's get AccessDenied (the policy KFP's hook set)."""
     alice = users[ALICE]
     run_id = _wait_alices(alices)["mnist_pytorch"]
     model = next(a for a in alice.artifacts(run_id) if a.type == "system.Model")
     key = model.uri.removeprefix("minio://mlpipeline/") + "/metrics.json"
-    keys = {who.upper(): _keys_of(alice.cluster, who) for who in (ALICE, BOB)}
+    keys = {who.upper(): users[who].store_keys() for who in (ALICE, BOB)}
     env = {**services_venv.environment(), "S3_ENDPOINT": f"http://{node_config.GATEWAY}:{backend.S3_PORT}"}
-    for who, pair in keys.items():
-        env[f"{who}_ACCESS_KEY"], env[f"{who}_SECRET_KEY"] = pair["accesskey"], pair["secretkey"]
+    for who, (access_key, secret_key) in keys.items():
+        env[f"{who}_ACCESS_KEY"], env[f"{who}_SECRET_KEY"] = access_key, secret_key
     done = subprocess.run([str(services_venv.python(services_venv.ensure())), "-c", S3_GET, key], env=env,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
