@@ -234,7 +234,7 @@ def _a_pod_cannot_forge_the_user_header(users: dict[str, KfpBackend]) -> dict[st
     return found
 
 
-def _bobs_job_over_quota(users: dict[str, KfpBackend], tmp_path: Path) -> str:
+def _bobs_job_over_quota(users: dict[str, KfpBackend], tmp_path: Path) -> tuple[str, str]:
     """A training step whose pods ask for more than bob's whole quota fails at once, naming the quota,
     the request and what is left: not at its start timeout (600 s)."""
     bobs = users[BOB]
@@ -258,7 +258,7 @@ def _bobs_job_over_quota(users: dict[str, KfpBackend], tmp_path: Path) -> str:
     assert refused and submitted, printed[-3000:]
     seconds = (_clock(refused[1]) - _clock(submitted[1])) % 86400
     assert seconds < 300, f"refused {seconds} s after submission: the start timeout, not the quota, ended it"
-    return f"{seconds} s after submission: {re.search(line, printed)[0]}"  # type: ignore[index]
+    return run_id, f"{seconds} s after submission: {re.search(line, printed)[0]}"  # type: ignore[index]
 
 
 def _clock(text: str) -> int:
@@ -266,7 +266,7 @@ def _clock(text: str) -> int:
     return hours * 3600 + minutes * 60 + seconds
 
 
-def _alice_in_the_ui(users: dict[str, KfpBackend], tmp_path: Path) -> str:
+def _alice_in_the_ui(users: dict[str, KfpBackend], others: Scenarios, tmp_path: Path) -> str:
     """alice, in Chromium through the identity front (her login on the OIDC form): upload a pipeline,
     run it in her experiment, read its Logs tab and HTML report; bob's namespace is refused to her
     page, and a `kubeflow-userid` her page sends itself changes nothing."""
@@ -306,6 +306,17 @@ def _alice_in_the_ui(users: dict[str, KfpBackend], tmp_path: Path) -> str:
             ["/apis/v2beta1/runs?namespace=bob", {multiuser.USERID_HEADER: OWNERS[BOB]}],
         )
         assert status == 403, status
+        # One of bob's artifacts, asked for through her session: the UI server checks in ML Metadata
+        # whose it is (upstream's IDOR check) and that she may read the namespace she names.
+        bobs_run, _ = others.result("bob-quota")  # type: ignore[misc]
+        bobs = next(a for a in users[BOB].artifacts(bobs_run) if a.uri.startswith("minio://mlpipeline/private-"))
+        key = bobs.uri.removeprefix("minio://mlpipeline/")
+        for namespace in (ALICE, BOB):
+            got = opened.evaluate("(path) => fetch(path).then((r) => r.status)",
+                                  f"/artifacts/get?source=minio&bucket=mlpipeline&key={key}&namespace={namespace}")  # fmt: skip
+            assert got == 403, (namespace, got, key)
+        ui_log = (STATE / "kfp" / f"{multiuser.UI_PROCESS}.log").read_text()
+        assert "MLMD proto bundle could not be loaded" not in ui_log, "the UI's artifact check failed open"
         opened.goto(f"{front}/?ns={BOB}#/runs")
         expect(opened.get_by_text("Error: failed to fetch runs")).to_be_visible(timeout=60_000)
         ui_browser.screenshot(opened, "multi-user-alice-denied-bob", tmp_path)
@@ -317,7 +328,7 @@ def started(users: dict[str, KfpBackend], tmp_path_factory: pytest.TempPathFacto
     """alice's runs first (the longest), then the isolation cases side by side."""
     with scenarios() as running:
         running.start("alice-runs", functools.partial(_alices_runs, users, tmp_path_factory.mktemp("alice")))
-        running.start("alice-ui", functools.partial(_alice_in_the_ui, users, tmp_path_factory.mktemp("ui")))
+        running.start("alice-ui", functools.partial(_alice_in_the_ui, users, running, tmp_path_factory.mktemp("ui")))
         running.start("bob-jobs", functools.partial(_bob_cannot_touch_jobs_in_alice, users,
                                                     tmp_path_factory.mktemp("bob")))  # fmt: skip
         running.start("bob-quota", functools.partial(_bobs_job_over_quota, users, tmp_path_factory.mktemp("quota")))

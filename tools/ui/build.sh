@@ -60,6 +60,12 @@ fi
 mkdir -p "$app/server"
 mv "$src/build" "$app/build"
 mv "$src/server/dist" "$src/server/node_modules" "$src/server/package.json" "$app/server/"
+# The server's artifact handler checks in ML Metadata that an artifact belongs to the caller's
+# namespace (multi-user) with these generated modules, where upstream's Dockerfile puts them;
+# without them it logs "[SECURITY] MLMD proto bundle could not be loaded" and the check fails open.
+mkdir -p "$app/server/src/third_party/mlmd"
+mv "$src/src/third_party/mlmd/generated" "$app/server/src/third_party/mlmd/generated"
+printf '{"type":"commonjs"}\n' > "$app/server/src/third_party/mlmd/generated/package.json"
 # node_modules is ~900 MB of small files: removing them takes minutes on a busy disk, so they are
 # moved aside and removed in the background (a leftover is removed by the next build of any key).
 mv "$root/src" "$cache/.trash-$key-$$"
