@@ -115,12 +115,13 @@ KFP := $(if $(REAL_NODE),$(if $(filter 0,$(KUBETRAIN_KFP)),,kfp))
 
 # With it, SeaweedFS (its S3 store, tools/seaweedfs), KFP's web UI (tools/ui, npm; its browser
 # tests drive Debian's chromium) and the multi-user tier's identity front (tools/identity:
-# oauth2-proxy and an OIDC provider), each cached by its own pins.
+# oauth2-proxy and an OIDC provider) and pod-facing proxy (tools/hdrproxy), each cached by its pins.
 kfp-backend: ui-packages
 	bash tools/kfp/build.sh
 	bash tools/seaweedfs/build.sh
 	bash tools/ui/build.sh
 	bash tools/identity/build.sh
+	bash tools/hdrproxy/build.sh
 
 ui-packages:
 	@bash tools/ci/apt_install_missing.sh $(UI_PACKAGES)
