@@ -1,4 +1,4 @@
-"""Elastic scheduling in real pods: a higher-priority pod preempts a parameter-server worker.
+"""Elastic scheduling in real pods: a higher-priority pod preempts a parameter-server worker, or a server.
 
 The kube-scheduler's own preemption, on the real node: the scenario's workers hold the node's
 `kubetrain.io/e2e-slot`s (tests/cluster/preemption.py), and an "online" pod at a higher priority
@@ -6,17 +6,24 @@ asks for one. The scheduler must evict one worker; the master must hear it from 
 put that worker's tasks back at once; the worker's Job must not count it against backoffLimit;
 the replacement pod must wait Pending until the online pod goes, then join; and the run must end
 with every record trained once and the preemption in the step's log and metrics.
+
+A server holds a shard of the model and runs above the workers (`kubetrain-ps-control`, 1000),
+but work above that class preempts it all the same (docs/elastic.md): its Job makes a new pod,
+which restores the shard from its checkpoint, and the master re-queues what the restart lost.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kubetrain.data.dataset_format import read_dataset_info
 from kubetrain.presets import image_ref
+from kubetrain.ps.common.tasks import TRAIN, cut_split
 from kubetrain.ps.master.state import OWNER_FILE
 from tests.cluster import jobs, preemption, real_pods
 from tests.cluster.real_pods import RealNode
@@ -27,6 +34,7 @@ pytestmark = pytest.mark.timeout(1800)
 TARGET = 0.95
 JOB = "ps-preempt"
 WORKERS = f"jobset.sigs.k8s.io/jobset-name={JOB},jobset.sigs.k8s.io/replicatedjob-name=worker"
+RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +45,8 @@ def real_ps(cluster: Cluster) -> RealNode:
     return real_pods.prepare(cluster, ["launcher", "ps"])
 
 
-def _workers(real: RealNode) -> list[dict[str, Any]]:
-    pods: list[dict[str, Any]] = json.loads(real.kubectl("get", "pods", "-l", WORKERS, "-o", "json"))["items"]
+def _pods(real: RealNode, selector: str) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = json.loads(real.kubectl("get", "pods", "-l", selector, "-o", "json"))["items"]
     return pods
 
 
@@ -73,7 +81,7 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     real_ps.wait_pod("online-preemptor", "Running", 120)
 
     def replacement_pending() -> dict[str, Any] | None:
-        for pod in _workers(real_ps):
+        for pod in _pods(real_ps, WORKERS):
             conditions = {c["type"]: c for c in pod["status"].get("conditions", [])}
             scheduled = conditions.get("PodScheduled", {})
             if pod["status"].get("phase") == "Pending" and scheduled.get("reason") == "Unschedulable":
@@ -142,4 +150,77 @@ def test_a_master_pod_deleted_mid_training_comes_back_from_its_state_and_nothing
     # The second master claimed the first one's state (its fencing generation), not a fresh start.
     owner = json.loads((state.parent / OWNER_FILE).read_text())
     assert owner["generation"] >= 2, owner
+    real_ps.kubectl("delete", "jobset", job, "--wait=true")
+
+
+def test_a_preempted_parameter_server_comes_back_from_its_checkpoint_and_nothing_is_lost(
+    real_ps: RealNode, tmp_path: Path
+) -> None:
+    job = "ps-server-preempt"
+    real_ps.fresh_run(job)
+    real_ps.kubectl("delete", "pod", "online-server-preemptor", "--ignore-not-found", "--wait=true")
+    # Only the two servers hold slots, at the default kubetrain-ps-control (1000): the online pod
+    # (100000) is work above it, and one server is the only pod it can take the room from.
+    preemption.advertise_slots(real_ps, 2)
+    manifest = real_pods.render("psjob", job, "--workers", "3", "--ps-replicas", "2", "--epochs", "12",
+                                "--cpu", "200m", "--memory", "1Gi")  # fmt: skip
+    preemption.hold_slots(manifest, "ps")
+    start = time.monotonic()
+    proc = jobs.launch(real_ps.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1500",
+                       "--delete-after", "never")  # fmt: skip
+    state = real_ps.workspace / "runs" / job / "output" / "ps-state" / "master_state.json"
+    servers = f"jobset.sigs.k8s.io/jobset-name={job},{RJOB}=ps"
+
+    def training() -> bool:
+        try:
+            return int(json.loads(state.read_text())["book"]["counters"].get("tasks_done", 0)) >= 10
+        except (OSError, ValueError, KeyError):
+            return False  # not written yet, or caught mid-replace
+
+    jobs.until("the job training", training, 600)
+    # The server's CPU too: the shared node's other pods (the KFP scenarios') would take it otherwise.
+    preemption.online_pod(real_ps, "online-server-preemptor", image=image_ref("launcher"), cpu="200m")
+
+    def preempted() -> dict[str, Any] | None:
+        for pod in _pods(real_ps, servers):
+            conditions = {c["type"]: c for c in pod["status"].get("conditions", [])}
+            if conditions.get("DisruptionTarget", {}).get("reason") == "PreemptionByScheduler":
+                return pod
+        return None
+
+    victim = jobs.until("a server preempted", preempted, 120)
+    shard = victim["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]
+    victim_job = victim["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+
+    def replacement_pending() -> bool:
+        pods = _pods(real_ps, f"batch.kubernetes.io/job-name={victim_job}")
+        return any(p["metadata"]["uid"] != victim["metadata"]["uid"] and p["status"].get("phase") == "Pending"
+                   for p in pods)  # fmt: skip
+
+    jobs.until("the preempted server's Job making a new pod", replacement_pending, 120)
+    real_ps.kubectl("delete", "pod", "online-server-preemptor", "--wait=false")  # room again
+    code, result, err = jobs.finish(proc, timeout=1400)
+    seconds = time.monotonic() - start
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    written = real_pods.metrics(real_ps, job)
+    assert written["test_accuracy"] >= TARGET, written
+    assert written["ps_generations"] == {shard: 2, str(1 - int(shard)): 1}, written
+    # What the master promises after a server restore: every task of every epoch counted once, by
+    # a report whose update survived (a task whose gradients the restore lost is trained again,
+    # each extra training counted in records_trained_twice), and nothing dropped.
+    info = read_dataset_info(real_ps.workspace / "datasets" / "digits")
+    tasks = len(cut_split([s.records for s in info.shards("train")], 64, kind=TRAIN, split="train")) * 12
+    assert (written["records_untrained"], written["records_dropped"]) == (0, 0), written
+    assert written["tasks_done"] == tasks, written
+    assert written["records_trained"] - written["records_trained_twice"] == written["records_per_epoch"] * 12
+    said = [line for line in err.splitlines() if f"PS shard {shard} restarted" in line]
+    assert len(said) == 1, err[-4000:]
+    assert f"{written['tasks_retrained_after_ps_restore']} finished task" in said[0], (said, written)
+    # A server pod lost counts against its Job's backoffLimit (no podFailurePolicy: its pods restart
+    # in place, OnFailure): one failure of the default 3.
+    ps_job = json.loads(real_ps.kubectl("get", "job", victim_job, "-o", "json"))
+    assert ps_job["status"].get("failed") == 1, ps_job["status"]
+    print(f"server preempted: shard {shard}, {said[0].split(': ', 1)[-1]}; accuracy "
+          f"{written['test_accuracy']:.4f}; launch to return {seconds:.1f}s")  # fmt: skip
     real_ps.kubectl("delete", "jobset", job, "--wait=true")
