@@ -38,14 +38,13 @@ def advertise_slots(node: RealNode, count: int, resource: str = SLOT) -> None:
     jobs.until(f"the node advertising {count} {resource}", advertised, 60)
 
 
-def hold_slots(manifest: dict[str, Any], replicated_job: str) -> None:
-    """Each pod of the JobSet's `replicated_job` requests one SLOT (requests and limits, as the API requires)."""
-    for rjob in manifest["spec"]["replicatedJobs"]:
-        if rjob["name"] == replicated_job:
-            for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
-                resources = container.setdefault("resources", {})
-                resources.setdefault("requests", {})[SLOT] = "1"
-                resources.setdefault("limits", {})[SLOT] = "1"
+def hold_slots(manifest: dict[str, Any], replica: str) -> None:
+    """Each pod of `replica` (a JobSet's replicated job, a PyTorchJob's replica type: `jobs.templates`)
+    requests one SLOT (requests and limits, as the API requires)."""
+    for container in jobs.templates(manifest)[replica]["spec"]["containers"]:
+        resources = container.setdefault("resources", {})
+        resources.setdefault("requests", {})[SLOT] = "1"
+        resources.setdefault("limits", {})[SLOT] = "1"
 
 
 def ensure_online_class(cluster: Cluster) -> None:

@@ -10,6 +10,10 @@ with every record trained once and the preemption in the step's log and metrics.
 A server holds a shard of the model and runs above the workers (`kubetrain-ps-control`, 1000),
 but work above that class preempts it all the same (docs/elastic.md): its Job makes a new pod,
 which restores the shard from its checkpoint, and the master re-queues what the restart lost.
+
+For comparison, an elastic DDP job (torchrun under the training-operator's elasticPolicy) loses a
+worker the same way: the operator makes its pod again, torchrun's rendezvous takes it back in, and
+training resumes from the newest checkpoint without a container restart against backoffLimit.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kubetrain.data.dataset_format import read_dataset_info
 from kubetrain.presets import image_ref
@@ -35,6 +40,7 @@ TARGET = 0.95
 JOB = "ps-preempt"
 WORKERS = f"jobset.sigs.k8s.io/jobset-name={JOB},jobset.sigs.k8s.io/replicatedjob-name=worker"
 RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
+DDP_JOB_LABEL = "training.kubeflow.org/job-name"
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +230,73 @@ def test_a_preempted_parameter_server_comes_back_from_its_checkpoint_and_nothing
     print(f"server preempted: shard {shard}, {said[0].split(': ', 1)[-1]}; accuracy "
           f"{written['test_accuracy']:.4f}; launch to return {seconds:.1f}s")  # fmt: skip
     real_ps.kubectl("delete", "jobset", job, "--wait=true")
+
+
+@pytest.fixture(scope="module")
+def real_ddp(cluster: Cluster) -> RealNode:
+    """The real node with the launcher and pytorch images and the digits on its claim."""
+    if not node.running(STATE):
+        pytest.skip("no real node in this cluster (KUBETRAIN_REAL_NODE=0)")
+    return real_pods.prepare(cluster, ["launcher", "pytorch"])
+
+
+def test_an_elastic_ddp_worker_preempted_mid_training_is_recreated_and_training_resumes_from_a_checkpoint(
+    real_ddp: RealNode, tmp_path: Path
+) -> None:
+    # For comparison with the PS job: torchrun under the training-operator's elasticPolicy.
+    job, online, budget = "ddp-preempt", "online-ddp-preemptor", "ddp-preempt-rdzv-host"
+    real_ddp.fresh_run(job)
+    real_ddp.kubectl("delete", "pod", online, "--ignore-not-found", "--wait=true")
+    preemption.advertise_slots(real_ddp, 2)
+    manifest = real_pods.render("pytorchjob", job, "--workers", "2", "--elastic", "1:2", "--epochs", "16",
+                                "--cpu", "300m", "--memory", "1Gi")  # fmt: skip
+    preemption.hold_slots(manifest, "Worker")
+    # Worker 0 hosts the c10d rendezvous (the operator's PET_RDZV_ENDPOINT): a budget that allows
+    # it no disruption makes the scheduler take worker 1, deterministically (it spares the pods a
+    # budget protects when another victim will do).
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": budget},
+           "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {
+               "training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-index": "0"}}}}  # fmt: skip
+    real_ddp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pdb))
+    start = time.monotonic()
+    proc = jobs.launch(real_ddp.cluster, manifest, tmp_path, "--start-timeout", "600", "--timeout", "1200",
+                       "--delete-after", "never")  # fmt: skip
+    checkpoints = real_ddp.workspace / "runs" / job / "checkpoints"
+    jobs.until("a checkpoint on the claim", lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), 600)
+    first = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _pods(real_ddp, f"{DDP_JOB_LABEL}={job}")}
+    preemption.online_pod(real_ddp, online, image=image_ref("launcher"), cpu="300m")
+
+    def recreated_pending() -> bool:
+        pods = _pods(real_ddp, f"{DDP_JOB_LABEL}={job},training.kubeflow.org/replica-index=1")
+        return any(p["metadata"]["uid"] != first[f"{job}-worker-1"] and p["status"].get("phase") == "Pending"
+                   for p in pods)  # fmt: skip
+
+    jobs.until("worker 1 preempted and recreated, Pending", recreated_pending, 120)
+    real_ddp.kubectl("delete", "pod", online, "--wait=false")  # room again
+    code, result, err = jobs.finish(proc, timeout=1200)
+    seconds = time.monotonic() - start
+    assert code == 0, err[-4000:]
+    assert result["phase"] == "Succeeded", result
+    pods = {p["metadata"]["name"]: p for p in _pods(real_ddp, f"{DDP_JOB_LABEL}={job}")}
+    assert pods[f"{job}-worker-0"]["metadata"]["uid"] == first[f"{job}-worker-0"]
+    assert pods[f"{job}-worker-1"]["metadata"]["uid"] != first[f"{job}-worker-1"]  # a new pod, same name
+    # The operator counts its pods' container restarts against backoffLimit: a preempted pod is
+    # replaced, not restarted, and the survivor's torchrun restarted its worker process in place.
+    restarts = {n: sum(c["restartCount"] for c in p["status"]["containerStatuses"]) for n, p in pods.items()}
+    assert restarts == dict.fromkeys(pods, 0), restarts
+    written = real_pods.metrics(real_ddp, job)
+    assert written["resumed_from_step"] > 0, written  # from a checkpoint, not from scratch
+    assert written["world_size"] == 2, written  # the new worker 1 rejoined
+    assert written["test_accuracy"] >= TARGET, written
+    log = real_ddp.kubectl("logs", f"{job}-worker-0")
+    resumed = [line for line in log.splitlines() if "resumed from" in line]
+    assert resumed and int(resumed[-1].split("(epoch ")[1].split(",")[0]) >= 1, log[-4000:]
+    print(f"ddp worker preempted: {resumed[-1]}; worker 0's starts {_starts(log)}; accuracy "
+          f"{written['test_accuracy']:.4f}; launch to return {seconds:.1f}s")  # fmt: skip
+    real_ddp.kubectl("delete", "pdb", budget, "--wait=false")
+    real_ddp.kubectl("delete", "pytorchjob", job, "--wait=true")
+
+
+def _starts(log: str) -> list[str]:
+    """`rank/world size` of each start of the training program in a pod's log (`torchrun: rank 0/2 ...`)."""
+    return [line.split(" rank ")[1].split()[0] for line in log.splitlines() if "torchrun: rank " in line]
