@@ -38,14 +38,13 @@ def advertise_slots(node: RealNode, count: int, resource: str = SLOT) -> None:
     jobs.until(f"the node advertising {count} {resource}", advertised, 60)
 
 
-def hold_slots(manifest: dict[str, Any], replicated_job: str) -> None:
-    """Each pod of the JobSet's `replicated_job` requests one SLOT (requests and limits, as the API requires)."""
-    for rjob in manifest["spec"]["replicatedJobs"]:
-        if rjob["name"] == replicated_job:
-            for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
-                resources = container.setdefault("resources", {})
-                resources.setdefault("requests", {})[SLOT] = "1"
-                resources.setdefault("limits", {})[SLOT] = "1"
+def hold_slots(manifest: dict[str, Any], replica: str) -> None:
+    """Each pod of `replica` (a JobSet's replicated job, a PyTorchJob's replica type: `jobs.templates`)
+    requests one SLOT (requests and limits, as the API requires)."""
+    for container in jobs.templates(manifest)[replica]["spec"]["containers"]:
+        resources = container.setdefault("resources", {})
+        resources.setdefault("requests", {})[SLOT] = "1"
+        resources.setdefault("limits", {})[SLOT] = "1"
 
 
 def ensure_online_class(cluster: Cluster) -> None:
@@ -58,8 +57,10 @@ def ensure_online_class(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(priority_class))
 
 
-def online_pod_manifest(name: str, *, image: str, resource: str = SLOT, count: int = 1) -> dict[str, Any]:
-    """An "online" pod at ONLINE_CLASS asking for `count` of `resource` (restricted, idle)."""
+def online_pod_manifest(
+    name: str, *, image: str, resource: str = SLOT, count: int = 1, cpu: str = "10m"
+) -> dict[str, Any]:
+    """An "online" pod at ONLINE_CLASS asking for `count` of `resource` and `cpu` (restricted, idle)."""
     return {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "online"}},
         "spec": {
@@ -69,15 +70,20 @@ def online_pod_manifest(name: str, *, image: str, resource: str = SLOT, count: i
             "containers": [{
                 "name": "online", "image": image, "securityContext": RESTRICTED_CONTAINER,
                 "command": ["python", "-c", "import time; time.sleep(3600)"],
-                "resources": {"requests": {"cpu": "10m", "memory": "32Mi", resource: str(count)},
+                "resources": {"requests": {"cpu": cpu, "memory": "32Mi", resource: str(count)},
                               "limits": {"memory": "64Mi", resource: str(count)}},
             }],
         },
     }  # fmt: skip
 
 
-def online_pod(node: RealNode, name: str, *, slots: int = 1, image: str) -> None:
+def online_pod(node: RealNode, name: str, *, slots: int = 1, image: str, cpu: str = "10m") -> None:
     """An "online" pod asking for `slots` SLOT in the real namespace: the scheduler preempts lower-priority
-    slot holders to place it."""
+    slot holders to place it.
+
+    With `cpu` the victim's own request, the online pod keeps the victim's CPU as well as its slot
+    (other pods of the node cannot take it meanwhile), and its deletion frees both at once, for
+    the victim's replacement, which the scheduler places ahead of lower-priority pods."""
     ensure_online_class(node.cluster)
-    node.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(online_pod_manifest(name, image=image, count=slots)))
+    manifest = online_pod_manifest(name, image=image, count=slots, cpu=cpu)
+    node.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from kubetrain.ps.common.rpc import make_channel, wait_serving
 from kubetrain.ps.harness.localrun import LocalPSJob, free_port
 from kubetrain.ps.proto import kubetrain_ps_pb2 as pb
 from kubetrain.ps.proto import kubetrain_ps_pb2_grpc as pb_grpc
+from kubetrain.ps.server.checkpoint import latest_snapshot
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 HOST = "127.0.0.1"
@@ -64,6 +66,25 @@ def test_shard_index_comes_from_the_jobset_env(tmp_path: Path, env: dict[str, st
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_server_stopped_by_sigterm_checkpoints_and_exits_cancelled_not_0(tmp_path: Path) -> None:
+    # SIGTERM mid-job is its pod going (preempted, evicted): exit 0 would make the pod Succeeded
+    # and its Job Complete, so the shard would never come back; a failure makes the Job start a
+    # new pod, which resumes the checkpoint written on the way out.
+    proc, addr = _server(tmp_path, {"KUBETRAIN_PS_INDEX": "0"})
+    try:
+        wait_serving(addr, deadline_s=60, service="kubetrain.ps.ParameterServer")
+        with make_channel(addr, token=(tmp_path / "job-token").read_text()) as ch:
+            stub = pb_grpc.ParameterServerStub(ch)
+            weights = pb.Tensor(name="w", shape=[2], data=np.ones(2, np.float32).tobytes())
+            assert stub.InitModel(pb.InitModelRequest(dense=[weights]), timeout=10).initialized
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == ExitCode.CANCELLED
+    finally:
+        proc.kill()
+        proc.wait()
+    assert latest_snapshot(tmp_path / "ckpt", 0, 3) is not None
 
 
 def test_missing_shard_index_is_invalid_input(tmp_path: Path) -> None:

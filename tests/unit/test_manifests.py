@@ -113,6 +113,19 @@ def test_elastic_pytorch_runs_torchrun_on_workers_only() -> None:
     assert command[:3] == ["python", "-m", "torch.distributed.run"]
 
 
+def test_elastic_pytorch_torchrun_can_take_a_preempted_pods_replacement_back_in() -> None:
+    # The replacement has the same host name (torchrun PID 1 again), and a rank 0 that stays rank 0
+    # does not publish its shared store in the next round: either way both pods' containers failed.
+    def worker_env(elastic: tuple[int, int] | None) -> Any:
+        job = build_manifest(pytorch_job_spec(JobSettings(name="pt", params=PARAMS), workers=2, elastic=elastic))
+        return job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"]
+
+    address = {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    own_store = {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"}
+    assert address in worker_env((1, 4)) and own_store in worker_env((1, 4))
+    assert address not in worker_env(None) and own_store not in worker_env(None)  # plain DDP runs no torchrun
+
+
 def test_mpi_workers_run_non_root_sshd_and_are_cleaned_up() -> None:
     spec = build_manifest(mpi_job_spec(JobSettings(name="m", params=PARAMS), workers=2))["spec"]
     assert spec["sshAuthMountPath"] == "/home/mpiuser/.ssh"

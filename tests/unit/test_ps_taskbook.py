@@ -247,6 +247,26 @@ def test_ps_restart_requeues_tasks_whose_updates_were_lost() -> None:
     assert book.counters["tasks_retrained_after_ps_restore"] == 2
 
 
+def test_a_ps_restart_is_one_event_line_even_when_it_lost_nothing() -> None:
+    book = TaskBook(config=_config())
+    _finish(book, _take(book), versions={0: (1, 5), 1: (1, 5)})
+    book.note_ps_state(0, [-1], 5)
+    book.note_ps_state(1, [-1], 4)  # shard 1's checkpoint is older than the task's update
+    assert book.drain_events() == []  # first seen: no restart
+    # A preempted server checkpoints on its way out: its successor lost nothing, and says so.
+    assert book.note_ps_state(0, [-1, 5], 5) == 0
+    assert book.note_ps_state(0, [-1, 5], 5) == 0  # polled again: the same generation, no new line
+    assert book.drain_events() == ["PS shard 0 restarted from its checkpoint at version 5 (generation 2); "
+                                   "0 finished tasks re-queued"]  # fmt: skip
+    assert book.note_ps_state(1, [-1, -1], -1) == 1
+    assert book.drain_events() == ["PS shard 1 restarted with no checkpoint (generation 2); 1 finished task re-queued"]
+    # A shard the master first reaches after its restart: generation 2 on the first look.
+    fresh = TaskBook(config=_config())
+    assert fresh.note_ps_state(0, [-1, 7], 7) == 0
+    assert fresh.drain_events() == ["PS shard 0 restarted from its checkpoint at version 7 (generation 2); "
+                                    "0 finished tasks re-queued"]  # fmt: skip
+
+
 def test_eval_tasks_come_first_and_results_count_once() -> None:
     book = TaskBook(config=_config())
     train = _take(book)

@@ -11,6 +11,19 @@ from kubetrain.specs.jobs import PyTorchJobSpec, common_priority_class
 PYTORCH_PORT_NAME = "pytorchjob-port"
 # The operator's own default; written explicitly so `kubectl get -o yaml` shows what runs.
 DEFAULT_RESTART_POLICY = "OnFailure"
+# What an elastic job's torchrun needs to take a preempted pod's replacement back in (both seen on
+# the real node, torch 2.13: without them the two sides waited on each other until the store's
+# 60 s timeout failed both containers, restarts that count against backoffLimit):
+# - its node's name in the c10d rendezvous is its address (`--local-addr`), PID and a local id;
+#   the default address is the host name, which the replacement shares (and torchrun is PID 1 in
+#   both): the rendezvous took the new pod for the member that left. The pod's IP is its own.
+# - with the TCP store shared between the agents and the workers (torch's default), a rank 0 that
+#   stays rank 0 in the next round does not publish that store's address in it, and a joining
+#   agent waits for it; the opt-out makes every round's rank 0 publish its own.
+ELASTIC_ENV: tuple[Manifest, ...] = (
+    {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    {"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"},
+)
 
 
 def _pod_restart_policy(replica_policy: str) -> str:
@@ -23,6 +36,8 @@ def _replica(spec: PyTorchJobSpec, replica: ReplicaSpec, rtype: str) -> Manifest
     policy = replica.restart_policy or DEFAULT_RESTART_POLICY
     env: list[Manifest] = [{"name": "KUBETRAIN_DIST_BACKEND", "value": spec.backend}]
     env.extend(workspace_env(spec.workspace))
+    if spec.elastic is not None:
+        env.extend(ELASTIC_ENV)
     template = build_pod_template(
         meta=spec.meta,
         replica=replica,

@@ -17,7 +17,7 @@ from typing import Any
 from kubetrain.errors import SpecError
 from kubetrain.ps.common.tasks import TRAIN, DoneEntry, task_from_id
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "restart_event"]
 
 
 @dataclass
@@ -149,3 +149,11 @@ class Ledger:
         self.folded_records = {int(e): int(n) for e, n in raw["folded_records"].items()}
         self.ps_history = {int(k): [int(x) for x in v] for k, v in raw["ps_history"].items()}
         self.ps_checkpointed = {int(k): (int(v[0]), int(v[1])) for k, v in raw["ps_checkpointed"].items()}
+
+
+def restart_event(shard: int, restored_versions: Sequence[int], *, requeued: int) -> str:
+    """The master's log line for a shard seen restarted: where it came back from, what went back on the queue."""
+    restored = restored_versions[-1]
+    start = f"from its checkpoint at version {restored}" if restored >= 0 else "with no checkpoint"
+    tasks = f"{requeued} finished task{'' if requeued == 1 else 's'}"
+    return f"PS shard {shard} restarted {start} (generation {len(restored_versions)}); {tasks} re-queued"

@@ -134,15 +134,9 @@ class _Loop:
             states = [s for s in self.shards.poll_states() if s is not None]
 
         def note(book: TaskBook) -> None:
+            # A restart seen here is one of the book's events, logged by the next tick.
             for st in states:
-                lost = book.note_ps_state(st.shard_index, list(st.restored_versions), int(st.checkpointed_version))
-                if lost:
-                    log.warning(
-                        "PS shard %d restarted from version %d: re-queued %d finished tasks whose updates it lost",
-                        st.shard_index,
-                        st.restored_versions[-1],
-                        lost,
-                    )
+                book.note_ps_state(st.shard_index, list(st.restored_versions), int(st.checkpointed_version))
             if states:
                 book.results.model_version = max(book.results.model_version, *(int(s.version) for s in states))
 

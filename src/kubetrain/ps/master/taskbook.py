@@ -42,7 +42,7 @@ from kubetrain.ps.common.tasks import (
     cut_split,
     task_from_id,
 )
-from kubetrain.ps.master.ledger import Ledger
+from kubetrain.ps.master.ledger import Ledger, restart_event
 from kubetrain.ps.master.queues import TaskQueues
 from kubetrain.ps.master.reports import count_problem, divergence
 from kubetrain.ps.master.results import POINTS_PER_EPOCH, TrainingResults
@@ -440,7 +440,10 @@ class TaskBook:
 
     def note_ps_state(self, shard: int, restored_versions: Sequence[int], checkpointed_version: int) -> int:
         """A shard's generation record and newest checkpoint: re-queue finished tasks whose
-        updates a restart lost, fold the durable ones; returns how many were re-queued."""
+        updates a restart lost, fold the durable ones; returns how many were re-queued. A restart
+        seen (a generation past the one known, and past the first) is an event, whatever it lost:
+        the master may first reach a shard after its restart (its channel still backing off)."""
+        known = len(self.ledger.ps_history.get(shard, []))
         lost = self.ledger.note_ps_state(shard, restored_versions, checkpointed_version)
         slots = self.queues.slots_by_id() if lost and self.config.static_slots else {}
         for tid, entry in lost:
@@ -448,6 +451,8 @@ class TaskBook:
             self.counters["records_trained_twice"] += entry.records
             self.counters["tasks_done"] -= 1
             self.queues.push_front(task_from_id(tid, slots.get(tid, -1)))
+        if max(known, 1) < len(restored_versions):
+            self.events.append(restart_event(shard, restored_versions, requeued=len(lost)))
         return len(lost)
 
     # ----------------------------------------------------------------------------- evaluation

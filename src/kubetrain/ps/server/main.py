@@ -3,7 +3,9 @@
 Start-up order: listen (health NOT_SERVING), load this shard's newest checkpoint (or repartition
 one written for another shard count), record the generation, then turn SERVING. Every
 `--checkpoint-every` versions the shard writes a checkpoint; `Shutdown` (from the master at the
-end of the job) and SIGTERM write a last one and exit 0. Every call needs the job's token
+end of the job) and SIGTERM write a last one. `Shutdown` then exits 0, SIGTERM `ExitCode.CANCELLED`
+(the pod is going mid-job: preempted, evicted, deleted), so that its Job makes a new pod, which
+restores the checkpoint, instead of counting the shard complete. Every call needs the job's token
 (`jobtoken`, checked by the server's interceptor); a malformed request (wrong byte count, bad
 shape, duplicate or unknown names, non-finite values, a negative batch or a version from the
 future) is answered INVALID_ARGUMENT.
@@ -24,7 +26,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from kubetrain.errors import KubetrainError, SpecError
+from kubetrain.errors import ExitCode, KubetrainError, SpecError
 from kubetrain.ps.common.embedding import TableConfig
 from kubetrain.ps.common.errors import PSConfigError
 from kubetrain.ps.common.jobtoken import ensure_token
@@ -89,6 +91,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
         self._ready = threading.Event()
         self._stop = stop
         self._checkpointer = checkpointer
+        self.shutdown_requested = False  # the master ended the job (Shutdown), not a signal
 
     def set_ready(self, generations: Sequence[int]) -> None:
         """The checkpoint is loaded: start answering (calls before this get UNAVAILABLE)."""
@@ -201,6 +204,7 @@ class ParameterServerServicer(pb_grpc.ParameterServerServicer):  # type: ignore[
         self._check_ready(context)
         log.info("shutdown requested: %s", request.reason[:200] or "(no reason)")
         state = self.state()
+        self.shutdown_requested = True
         self._stop.set()
         return state
 
@@ -292,7 +296,7 @@ def _config(args: argparse.Namespace) -> ShardConfig:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run one shard until Shutdown or SIGTERM."""
+    """Run one shard until Shutdown (exit 0) or SIGTERM (CANCELLED: the Job makes a new pod)."""
     config = _config(args)
     if args.checkpoint_every < 1:
         raise PSConfigError(f"--checkpoint-every: got {args.checkpoint_every}; expected >= 1")
@@ -329,12 +333,18 @@ def serve(args: argparse.Namespace) -> int:
         checkpointer.write_now(shard.snapshot())
     checkpointer.close()
     server.stop(grace=2).wait()
-    log.info("stopped at version %d", shard.version)
-    return 0
+    if servicer.shutdown_requested:
+        log.info("stopped at version %d", shard.version)
+        return 0
+    # A signal mid-job: the pod is going (preempted, evicted, deleted). Exit 0 would make the pod
+    # Succeeded (restartPolicy OnFailure) and its Job Complete, the shard gone for the rest of
+    # the job; a failure makes the Job create a new pod, which restores this checkpoint.
+    log.info("stopped by signal at version %d; a restart resumes from the checkpoint", shard.version)
+    return int(ExitCode.CANCELLED)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: exit code 0 on a clean stop, the error's exit code otherwise."""
+    """Entry point: 0 once the master's Shutdown stopped it, CANCELLED on a signal, else the error's exit code."""
     return process_main("ps", build_parser(), serve, argv, log=log)
 
 
