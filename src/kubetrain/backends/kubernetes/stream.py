@@ -15,20 +15,25 @@ from kubetrain.errors import BackendError
 logger = logging.getLogger(__name__)
 
 
-def stream_lines(response: Any) -> Iterator[bytes]:
-    """Complete lines of a streamed HTTP body, as soon as each arrives."""
+def stream_lines(response: Any, *, partial_last: bool = True) -> Iterator[bytes]:
+    """The lines of a streamed HTTP body, each as soon as it is complete; and, with `partial_last`,
+    what followed the last newline when the body ended (a log's last line may have none)."""
     buffer = b""
     for chunk in response.stream(amt=None, decode_content=False):
         buffer += chunk
         *complete, buffer = buffer.split(b"\n")
         yield from complete
-    if buffer:
+    if buffer and partial_last:
         yield buffer
+    elif buffer:
+        logger.debug("a stream ended inside a line (%d bytes dropped)", len(buffer))
 
 
 def json_lines(response: Any) -> Iterator[dict[str, Any]]:
-    """Watch events: one JSON object per line."""
-    for line in stream_lines(response):
+    """Watch events: one JSON object per line. A watch whose connection ends inside an event (cut
+    mid-line, perhaps mid-character) drops that fragment: the watch resumes from the last event
+    it did deliver, so the server sends that event again whole."""
+    for line in stream_lines(response, partial_last=False):
         if line.strip():
             yield json.loads(line)
 
