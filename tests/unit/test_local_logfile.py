@@ -46,3 +46,31 @@ def test_a_follower_reads_on_across_a_rotation(tmp_path: Path) -> None:
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # in order, none twice
     assert numbers[-1] == 59  # it reached the end in the newest file
     assert any(x.startswith("[kubetrain: the log passed 400 bytes") for x in read)
+
+
+class _RotatingWhenAsked(LogStream):
+    """A stream that rotates right after its generation is first read (once, while still open): the
+    moment a follower that reads the generation and opens the file apart would pair the new file
+    with the old generation, and read the new file again at its next look."""
+
+    asked = False
+
+    @property
+    def generation(self) -> int:
+        seen = super().generation
+        if not self.asked and not self.closed:
+            self.asked = True
+            self.write(b"x" * 400 + b"\n")
+        return seen
+
+
+def test_a_rotation_between_a_followers_look_and_its_open_reads_no_line_twice(tmp_path: Path) -> None:
+    stream = _RotatingWhenAsked(tmp_path / "pod.0.log", max_bytes=400)
+    stream.write(b"line 0\n")
+    follower = read_log(stream.path, stream=stream, follow=True)
+    read = [next(follower)]
+    stream.write(b"line 1\n")
+    stream.close()
+    read += list(follower)
+    assert len(read) == len(set(read)), read  # no line twice (the note, the long line, line 1)
+    assert read[0] == "line 0" and read[-1] == "line 1", read

@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 # The kubelet's default container log size (containerLogMaxSize): a chatty replica keeps at most
 # about twice this on disk here.
@@ -88,6 +89,13 @@ class LogStream:
         """A counter that changes with every rotation: the file at `path` is then a new one."""
         return self._generation
 
+    def open_current(self) -> tuple[BinaryIO, int]:
+        """The file at `path`, opened for reading, and its generation: both taken under the lock
+        a rotation holds, so the file is the one that generation names (read apart, a rotation in
+        between would pair a new file with the old generation, and a follower would read it twice)."""
+        with self._cond:
+            return self.path.open("rb"), self._generation
+
     def wait_for_change(self, seen: int, timeout: float) -> None:
         """Block until something was written after `seen`, the stream closed, or `timeout`."""
         with self._cond:
@@ -101,8 +109,7 @@ def read_log(path: Path, *, stream: LogStream | None, follow: bool, tail_lines: 
     """
     if not path.exists():
         return
-    opened = stream.generation if stream is not None else 0
-    f = path.open("rb")
+    f, opened = stream.open_current() if stream is not None else (path.open("rb"), 0)
     try:
         if tail_lines is not None:
             lines = f.read().splitlines()
@@ -136,8 +143,7 @@ def read_log(path: Path, *, stream: LogStream | None, follow: bool, tail_lines: 
                     yield partial.decode("utf-8", "replace")
                     partial = b""
                 f.close()
-                f = path.open("rb")
-                opened = generation
+                f, opened = stream.open_current()
                 continue
             if closed:
                 # Everything was written before the close: what is left is a final unterminated line.
