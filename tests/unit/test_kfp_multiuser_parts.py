@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tools.cluster.kfp import api_server, backend, manifests, multiuser
+from tools.cluster.kfp import api_server, backend, manifests, multiuser, profiles
 
 ARGO_ROLE = """
 apiVersion: rbac.authorization.k8s.io/v1
@@ -52,14 +52,19 @@ def test_each_profile_has_a_persistence_agent_reporting_only_its_namespace_to_th
 
 
 def test_a_profile_gets_kubetrains_deploy_objects_in_its_namespace_and_a_workspace_claim(tmp_path: Path) -> None:
-    docs = [d for text in multiuser.kubetrain_objects("alice", tmp_path) for d in yaml.safe_load_all(text) if d]
+    bob = profiles.Profile("bob", "bob@example.com", {"requests.cpu": "4"})
+    docs = [d for text in multiuser.kubetrain_objects(bob, tmp_path) for d in yaml.safe_load_all(text) if d]
     namespaced = [d for d in docs if d["kind"] != "PersistentVolume"]
-    assert {d["metadata"]["namespace"] for d in namespaced} == {"alice"}
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"bob"}
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert {("RoleBinding", "kubetrain-launcher-default-editor"), ("LimitRange", "kubetrain-default-requests"),
             ("PersistentVolumeClaim", "kubetrain-workspace")} <= kinds  # fmt: skip
     volume = next(d for d in docs if d["kind"] == "PersistentVolume")
     assert volume["spec"]["hostPath"]["path"] == str(tmp_path)
+    # Without a quota no LimitRange: nothing refuses a pod without requests there.
+    alice = [d for t in multiuser.kubetrain_objects(profiles.Profile("alice", "a@example.com"), tmp_path)
+             for d in yaml.safe_load_all(t) if d]  # fmt: skip
+    assert "LimitRange" not in {d["kind"] for d in alice}
 
 
 def test_argo_watches_every_namespace_with_its_namespace_roles_rules_as_a_cluster_role(tmp_path: Path) -> None:

@@ -128,17 +128,25 @@ def workspace_dir(state: Path, namespace: str) -> Path:
     return state / "node" / f"workspace-{namespace}"
 
 
-def kubetrain_objects(namespace: str, workspace: Path) -> list[str]:
-    """What docs/cluster.md has an admin apply in a profile (deploy/), and the workspace claim the
-    shipped pipelines mount, bound to `workspace`."""
+def kubetrain_objects(profile: profiles.Profile, workspace: Path) -> list[str]:
+    """What docs/cluster.md has an admin apply in a profile (deploy/: the LimitRange only under a
+    quota, which refuses pods without requests), and the workspace claim the shipped pipelines
+    mount, bound to `workspace`.
+
+    Without a quota the LimitRange would give every container of every step pod a request (Argo's
+    too), and a profile's six runs side by side would hold the 2-core node's whole CPU with step
+    pods waiting on their jobs, whose pods could then never be placed.
+    """
+    files = [f for f in KUBETRAIN_PER_PROFILE if profile.quota or not f.endswith("limitrange.yaml")]
     texts = []
-    for relative in KUBETRAIN_PER_PROFILE:
+    for relative in files:
         docs = [d for d in yaml.safe_load_all((REPO_ROOT / relative).read_text()) if d]
         for doc in docs:
-            doc.setdefault("metadata", {})["namespace"] = namespace
+            doc.setdefault("metadata", {})["namespace"] = profile.name
         texts.append(yaml.safe_dump_all(docs))
-    texts.append(cluster_manifests.workspace_claim(namespace, WORKSPACE_CLAIM, host_path=str(workspace), size="10Gi",
-                                                   storage_class="kubetrain-kfp", path_must_exist=True))  # fmt: skip
+    texts.append(cluster_manifests.workspace_claim(profile.name, WORKSPACE_CLAIM, host_path=str(workspace),
+                                                   size="10Gi", storage_class="kubetrain-kfp",
+                                                   path_must_exist=True))  # fmt: skip
     return texts
 
 
@@ -173,7 +181,7 @@ def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_serve
         workspace.mkdir(parents=True, exist_ok=True)
         workspace.chmod(0o1777)  # as the kubeflow workspace: steps run as several uids
         apply(profiles.profile_objects(profile))
-        for text in kubetrain_objects(profile.name, workspace):
+        for text in kubetrain_objects(profile, workspace):
             apply(text)
         apply(accounts.reaper_identity(profile.name))
         _sync_profile(cluster, hook, profile.name)
