@@ -87,7 +87,9 @@ def test_in_cluster_config_and_namespace_from_the_service_account(tmp_path: Path
     assert conn.in_cluster
     assert conn.namespace == "team-b"
     assert conn.api_client.configuration.host == "https://10.0.0.1:443"
-    assert connect(namespace="explicit", namespace_file=namespace).namespace == "explicit"
+    explicit = connect(namespace="explicit", namespace_file=namespace)
+    # The job goes where asked; the pod still belongs where it runs (asked about before a job elsewhere).
+    assert (explicit.namespace, explicit.home_namespace) == ("explicit", "team-b")
 
 
 def test_kubeconfig_context_namespace_and_a_missing_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,7 +102,8 @@ def test_kubeconfig_context_namespace_and_a_missing_config(tmp_path: Path, monke
         "contexts: [{name: c, context: {cluster: k, user: u, namespace: team-c}}]\n"
     )
     conn = connect(kubeconfig=str(kubeconfig))
-    assert (conn.in_cluster, conn.namespace) == (False, "team-c")
+    assert (conn.in_cluster, conn.namespace, conn.home_namespace) == (False, "team-c", "team-c")
+    assert connect(kubeconfig=str(kubeconfig), namespace="team-d").home_namespace == "team-c"
     with pytest.raises(BackendError, match="no usable Kubernetes configuration"):
         connect(kubeconfig=str(tmp_path / "missing"))
 

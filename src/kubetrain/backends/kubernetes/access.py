@@ -21,9 +21,9 @@ from kubetrain.manifests.kinds import JobKind
 def require_create_access(api: client.ApiClient, retry: Retrier, kind: JobKind, namespace: str, own: str) -> None:
     """Refuse (InvalidInputError, exit 2) a job in `namespace` that this identity may not create.
 
-    Asked only when `namespace` is not `own`, the launcher's own namespace, where deploy/rbac.yaml
-    is the contract. If the review itself cannot be made, the create goes ahead and the API
-    server's own answer is the error.
+    Asked only when `namespace` is not `own`, the launcher's own namespace (its pod's, or its
+    kubeconfig context's; not the `namespace` input), where deploy/rbac.yaml is the contract. If the
+    review itself cannot be made, the create goes ahead and the API server's own answer is the error.
     """
     if namespace == own:
         return

@@ -89,6 +89,8 @@ class KubernetesBackend(Backend):
         self._namespace = conn.namespace
         # Set only when the caller named one: a manifest in another namespace is then refused.
         self._requested_namespace = namespace
+        # Where this identity belongs (its pod's namespace): a job elsewhere is asked about first.
+        self._home_namespace = conn.home_namespace
         self._api = conn.api_client
         self._custom = client.CustomObjectsApi(self._api)
         self._core = client.CoreV1Api(self._api)
@@ -105,7 +107,7 @@ class KubernetesBackend(Backend):
     def submit(self, manifest: Mapping[str, Any]) -> JobRef:
         """Create the job (Strict field validation), adopting this task's existing job on 409."""
         kind, body = self._prepare(manifest)
-        require_create_access(self._api, self._retry, kind, body["metadata"]["namespace"], self._namespace)
+        require_create_access(self._api, self._retry, kind, body["metadata"]["namespace"], self._home_namespace)
         try:
             created = self._create(kind, body)
         except ApiException as e:

@@ -73,11 +73,13 @@ def job_name_for_task(
 
 @dataclass(frozen=True)
 class Connection:
-    """A configured API client and the namespace jobs go to when the manifest names none."""
+    """A configured API client, the namespace jobs go to when the manifest names none, and the
+    identity's own namespace (the pod's, or the kubeconfig context's), whatever was asked for."""
 
     api_client: client.ApiClient
     namespace: str
     in_cluster: bool
+    home_namespace: str = "default"
 
 
 def connect(
@@ -110,11 +112,12 @@ def connect(
         ) from e
     # One layer of retries only (ours, with backoff and limits): urllib3 must not retry on its own.
     configuration.retries = 0
-    resolved = namespace or (_read_namespace_file(namespace_file) if in_cluster else None)
+    home = (_read_namespace_file(namespace_file) if in_cluster else None) or context_namespace or "default"
     return Connection(
         api_client=client.ApiClient(configuration),
-        namespace=resolved or context_namespace or "default",
+        namespace=namespace or home,
         in_cluster=in_cluster,
+        home_namespace=home,
     )
 
 
