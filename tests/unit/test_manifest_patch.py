@@ -52,6 +52,8 @@ def test_a_good_patch_lands_and_the_result_is_valid() -> None:
         ({"spec": {"pytorchReplicaSpecs": {"Worker": {"schedulerName": "volcano"}}}}, "schedulerName"),
         ({"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": "two"}}}}, "replicas"),
         ({"metadata": {"name": "other"}}, r"manifest_patch: metadata\.name: may not change"),
+        # Another profile's namespace through the patch: refused before anything is submitted.
+        ({"metadata": {"namespace": "alice"}}, r"manifest_patch: metadata\.namespace: may not change"),
         ({"kind": "MPIJob"}, "manifest_patch: kind: may not change"),
         (
             {"spec": {"pytorchReplicaSpecs": {"Worker": {"template": {"spec": {"securityContext": None}}}}}},
