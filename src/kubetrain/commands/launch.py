@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=None,
         metavar="SECONDS",
         help="limit on reaching Running (an image that never pulls, a pod that never schedules); "
-        "then the job is deleted or suspended as for --timeout",
+        "then the job is deleted or suspended as for --timeout. 0: no limit, as the components' "
+        "start_timeout_seconds=0 (a job a queue such as Kueue holds suspended has no pods until admitted)",
     )
     parser.add_argument(
         "--delete-after",
@@ -176,6 +177,17 @@ def job_fields(manifest: dict[str, Any] | None = None, **known: Any) -> dict[str
     return {**fields, **known}
 
 
+def await_options(args: argparse.Namespace) -> AwaitOptions:
+    """How `launch` awaits its job, from its flags (`--start-timeout 0`: no limit on starting)."""
+    return AwaitOptions(
+        timeout_seconds=args.timeout,
+        delete_after=cast(DeleteAfter, args.delete_after),
+        on_timeout=cast(OnTimeout, args.on_timeout),
+        stream_logs=not args.no_logs,
+        start_timeout_seconds=args.start_timeout if args.start_timeout != 0 else None,
+    )
+
+
 def _launch(args: argparse.Namespace, cancel: threading.Event) -> int:
     # An error ends in the CLI, whose JSON object (with --json) has the job's keys as far as they are known.
     args.json_fields = job_fields(backend="local" if args.local else "kubernetes")
@@ -190,13 +202,7 @@ def _launch(args: argparse.Namespace, cancel: threading.Event) -> int:
         result = run_job(
             manifest,
             backend=backend,
-            options=AwaitOptions(
-                timeout_seconds=args.timeout,
-                delete_after=cast(DeleteAfter, args.delete_after),
-                on_timeout=cast(OnTimeout, args.on_timeout),
-                stream_logs=not args.no_logs,
-                start_timeout_seconds=args.start_timeout,
-            ),
+            options=await_options(args),
             cancel=cancel,
         )
     except JobFailedError as e:
