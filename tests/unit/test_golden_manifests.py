@@ -78,13 +78,14 @@ def test_the_ps_network_policy_matches_golden_and_validates() -> None:
     assert text == path.read_text(), f"the PS NetworkPolicy differs from {path}; review, then `make golden`"
 
 
-PROFILE = "profile-alice"
+# Not a job: beside the job manifests it would be read as one (tests/cluster/test_real_apiserver.py).
+PROFILE_GOLDEN = GOLDEN.parent / "cluster" / "profile-alice.yaml"
 
 
 def test_a_profiles_objects_match_golden() -> None:
     """What the multi-user tier creates for a profile with a quota (tools/cluster/kfp/profiles.py, issue 47)."""
     text = profile_objects(Profile("alice", "alice@example.com", {"requests.cpu": "2", "requests.memory": "4Gi"}))
-    path = GOLDEN / f"{PROFILE}.yaml"
+    path = PROFILE_GOLDEN
     if UPDATE:
         path.write_text(text)
     assert path.exists(), f"missing golden file {path}; run `make golden`"
@@ -93,8 +94,9 @@ def test_a_profiles_objects_match_golden() -> None:
 
 def test_no_stale_golden_files() -> None:
     on_disk = {p.stem for p in GOLDEN.glob("*.yaml")}
-    expected = {*CASES, NETWORK_POLICY, PROFILE}
+    expected = {*CASES, NETWORK_POLICY}
     assert on_disk == expected, f"golden files without a case: {sorted(on_disk - expected)}"
+    assert {p.name for p in PROFILE_GOLDEN.parent.glob("*.yaml")} == {PROFILE_GOLDEN.name}
 
 
 RUNTIME_FILE = Path(__file__).resolve().parents[2] / "deploy" / "runtimes" / "kubetrain-mpi.yaml"

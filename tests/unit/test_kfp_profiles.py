@@ -1,6 +1,6 @@
 """The multi-user tier's per-profile objects (tools/cluster/kfp/profiles.py, the Profile stand-in).
 
-The objects' golden file is tests/golden/manifests/profile-alice.yaml (tests/unit/test_golden_manifests.py).
+The objects' golden file is tests/golden/cluster/profile-alice.yaml (tests/unit/test_golden_manifests.py).
 """
 
 from __future__ import annotations
