@@ -188,9 +188,11 @@ def test_a_ps_worker_pod_deleted_mid_training_loses_no_record(real_ps: RealNode,
                                           "-o", "json"))["items"]  # fmt: skip
         running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
         progress = real_ps.workspace / "runs" / "ps-fault" / "output" / "ps-state"
-        return running[0] if len(running) == 3 and progress.exists() else None
+        # One worker running once training has begun is enough to delete: on a node shared with the
+        # other half's runs, all three at once waited out 600 s in one CI run.
+        return running[0] if running and progress.exists() else None
 
-    victim = jobs.until("three workers training", a_worker_training, 600)
+    victim = jobs.until("a worker training", a_worker_training, 600)
     real_ps.kubectl("delete", "pod", victim, "--wait=false")
     code, _, err = jobs.finish(proc, timeout=1200)
     assert code == 0, err[-4000:]

@@ -8,6 +8,7 @@ checked first, naming the process that holds it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -227,3 +228,20 @@ def test_a_process_with_a_grace_of_its_own_is_killed_after_it_not_after_the_clus
     ended = processes.stop_all(state, grace_seconds=300)
     assert record.pid in ended and _gone(record.pid)
     assert time.monotonic() - start < 150, "stop_all waited out the cluster's grace, not the process's own"
+
+
+def test_records_are_found_two_folders_down_and_the_walk_never_descends_into_the_nodes_pod_tree(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    for folder, name in ((state, "a"), (state / "kfp", "b"), (state / "kfp" / "identity", "c")):
+        (folder / "processes").mkdir(parents=True)
+        (folder / "processes" / f"{name}.json").write_text(
+            json.dumps({"name": name, "pid": 1, "pgid": 1, "argv": ["x"]})
+        )
+    # A kubelet's pod folders, deeper than any piece's: a record there is not the cluster's, and a
+    # folder that vanishes mid-walk (a pod's, removed as it ends) must not fail the walk.
+    deep = state / "node" / "kubelet-root" / "pods" / "uid-1" / "processes"
+    deep.mkdir(parents=True)
+    (deep / "z.json").write_text(json.dumps({"name": "z", "pid": 1, "pgid": 1, "argv": ["x"]}))
+    assert sorted(r.name for r in processes.records(state)) == ["a", "b", "c"]

@@ -116,14 +116,44 @@ def _await_marker(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
+# How deep under the cluster's state a piece may keep its `processes/` folder (`kfp/identity/`).
+RECORD_DEPTH = 2
+
+
 def _record_files(state: Path) -> list[Path]:
-    # A piece may keep its processes' records in a folder of its own under the cluster's state.
-    return sorted(state.rglob("processes/*.json")) if state.is_dir() else []
+    """The record files of `state`'s `processes/` folders, at most RECORD_DEPTH folders down.
+
+    The walk stays that shallow and skips what vanishes while it looks: below it are the node's
+    kubelet tree and the workspaces, whose folders come and go with the pods (a whole-tree walk
+    once failed on a pod's folder removed between its listing and its scan)."""
+    found: list[Path] = []
+    folders = [state]
+    for _ in range(RECORD_DEPTH + 1):
+        deeper: list[Path] = []
+        for folder in folders:
+            try:
+                entries = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+            except OSError:  # gone, or not a folder
+                continue
+            for entry in entries:
+                if entry.name == "processes":
+                    found.extend(Path(entry.path).glob("*.json"))
+                else:
+                    deeper.append(Path(entry.path))
+        folders = deeper
+    return sorted(found)
 
 
 def records(state: Path) -> list[ProcessRecord]:
-    """The records under `state`, its pieces' folders included (none if it is gone)."""
-    return [_load(path) for path in _record_files(state)]
+    """The records under `state`, its pieces' folders included (none if it is gone; a record
+    removed while they are read is left out)."""
+    found = []
+    for path in _record_files(state):
+        try:
+            found.append(_load(path))
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def _load(path: Path) -> ProcessRecord:
