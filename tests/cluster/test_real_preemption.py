@@ -98,6 +98,16 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     assert preemption.SLOT in json.dumps(waiting["status"]["conditions"]), waiting["status"]
     # Room again: the online work is done; the replacement is placed and joins.
     real_ps.kubectl("delete", "pod", "online-preemptor", "--wait=false")
+
+    def replacement_running() -> dict[str, Any] | None:
+        # Read while the job runs (training waits for the third worker, so it cannot end first):
+        # a JobSet that succeeds deletes its child Jobs still active, the workers' among them.
+        if sum(p["status"].get("phase") == "Running" for p in _pods(real_ps, WORKERS)) < 3:
+            return None
+        job: dict[str, Any] = json.loads(real_ps.kubectl("get", "job", f"{JOB}-worker-0", "-o", "json"))
+        return job
+
+    worker_job = jobs.until("the replacement worker Running", replacement_running, 600)
     code, result, err = jobs.finish(proc, timeout=1600)
     assert code == 0, err[-4000:]
     assert result["phase"] == "Succeeded", result
@@ -112,7 +122,6 @@ def test_a_preempted_worker_gives_its_tasks_back_waits_for_room_and_nothing_is_l
     assert any("waiting for workers: 2 of at least 3 here" in line for line in lines), err[-4000:]
     assert any("grew to 3 workers" in line and "joined" in line for line in lines), err[-4000:]
     # The preemption did not use up the workers' Job's retries (podFailurePolicy: Ignore).
-    worker_job = json.loads(real_ps.kubectl("get", "job", f"{JOB}-worker-0", "-o", "json"))
     assert not worker_job["status"].get("failed"), worker_job["status"]
     real_ps.kubectl("delete", "jobset", JOB, "--wait=true")
 
