@@ -15,15 +15,13 @@ import contextlib
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tools.cluster.kfp import api_server, backend, manifests, object_store, profile_hook, services_venv
+from tools.cluster.kfp import api_server, backend, http_probe, manifests, object_store, profile_hook, services_venv
 from tools.cluster.kfp.profiles import Profile, profile_documents
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -60,16 +58,6 @@ def _free_port(taken: set[int], *, with_grpc: bool = False) -> int:
         return port
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @contextlib.contextmanager
 def _process(argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None) -> Iterator[None]:
     with log.open("wb") as out:
@@ -77,7 +65,7 @@ def _process(argv: list[str], log: Path, ready: str, env: dict[str, str] | None 
                                 start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + READY_S
-        while not _answers(ready):
+        while not http_probe.answers(ready):
             assert proc.poll() is None, f"{argv[0]} exited {proc.returncode}:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"{ready} not answering after {READY_S}s:\n{log.read_text()[-3000:]}"
             time.sleep(0.3)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +22,7 @@ import pytest
 import yaml
 
 from tests import ui_browser
-from tools.cluster.kfp import grpcweb, services_venv, ui
+from tools.cluster.kfp import grpcweb, http_probe, services_venv, ui
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 APP = ui.built()
@@ -40,16 +38,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError):
-        return False
 
 
 def _context_types(request: bytes, context: Any) -> bytes:
@@ -79,7 +67,7 @@ def _ui_server(run: Path, grpc_web_port: int) -> Iterator[str]:
                                 env=env, cwd=run, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while not _answers(ui.url(port)):
+        while not http_probe.answers(ui.url(port)):
             assert proc.poll() is None, f"the UI server exited {proc.returncode}:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"the UI server did not answer:\n{log.read_text()[-3000:]}"
             time.sleep(0.3)
