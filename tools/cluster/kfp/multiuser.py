@@ -51,6 +51,7 @@ from tools.cluster.kfp import (
 from tools.cluster.kfp.accounts import Control
 from tools.cluster.kfp.api_server import ApiServerPorts
 from tools.cluster.kfp.manifests import NAMESPACE
+from tools.cluster.node import WORKSPACE_CLAIM  # the shipped pipelines' workspace_pvc default
 
 PROCESS = "kfp-apiserver-mu"
 DB_NAME = "mlpipeline_multiuser"
@@ -71,7 +72,6 @@ HOOK_PORT = 28080
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # What kubetrain's docs/cluster.md has a platform admin apply in each profile namespace.
 KUBETRAIN_PER_PROFILE = ("deploy/rbac.yaml", "deploy/launcher-limitrange.yaml")
-WORKSPACE_CLAIM = "kubetrain-workspace"
 # bob's profile has a quota, as a platform admin sets one (the quota scenario runs there); alice's none.
 BOB_QUOTA = {"requests.cpu": "4", "requests.memory": "12Gi"}
 PROFILES = (profiles.Profile("alice", "alice@example.com"), profiles.Profile("bob", "bob@example.com", BOB_QUOTA))
