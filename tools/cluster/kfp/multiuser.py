@@ -63,7 +63,7 @@ GUARD_GRPC_PORT = 28897
 UI_PROCESS = "kfp-ui-mu"
 UI_PORT = 28390
 FRONT_URL_FILE = "kfp-ui-mu-front"
-USERID_HEADER = "kubeflow-userid"
+USERID_HEADER = identity.USERID_HEADER  # what the front sets and both servers read
 RUNNER_ACCOUNT = "default-editor"
 TOKEN_AUDIENCE = "pipelines.kubeflow.org"
 # KFP's namespace hook (upstream's sync.py), on loopback: it answers any POST with fresh keys.
