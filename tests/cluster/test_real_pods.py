@@ -203,6 +203,8 @@ def test_a_ps_worker_pod_deleted_mid_training_loses_no_record(real_ps: RealNode,
 
 # A pod of the namespace that is not the job's: no claim, so no job token. It tries to report a
 # task done with no records, and to push a huge gradient, and prints the status of each call.
+# wait_for_ready: the pod may start before the set's DNS names resolve; the calls wait for them
+# rather than fail UNAVAILABLE.
 _INTRUDER = """
 import json, sys
 import grpc, numpy as np
@@ -218,11 +220,11 @@ def call(name, fn):
 ref = pb.WorkerRef(worker_id="intruder", incarnation="x")
 with grpc.insecure_channel(master) as ch:
     report = pb.ReportTaskRequest(worker=ref, task_id="train/e0/train/s0/0-64", lease=1, success=True, records=0)
-    call("ReportTask", lambda: pb_grpc.MasterStub(ch).ReportTask(report, timeout=30))
+    call("ReportTask", lambda: pb_grpc.MasterStub(ch).ReportTask(report, timeout=120, wait_for_ready=True))
 with grpc.insecure_channel(server) as ch:
     push = pb.PushRequest(worker_id="intruder", version=0, generation=1, batch_size=1,
                           dense_grads=[to_tensor("x", np.full(4, 1e30, np.float32))])
-    call("Push", lambda: pb_grpc.ParameterServerStub(ch).Push(push, timeout=30))
+    call("Push", lambda: pb_grpc.ParameterServerStub(ch).Push(push, timeout=120, wait_for_ready=True))
 print(json.dumps(codes))
 """
 
@@ -239,10 +241,15 @@ def test_a_pod_outside_the_ps_job_is_refused_by_its_master_and_servers_and_the_j
 
     def serving() -> bool:
         pods = json.loads(real_ps.kubectl("get", "pods", "-l", label, "-o", "json"))["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"]
-        return len(running) == 6 and (real_ps.workspace / "runs" / name / "output" / "ps-state").exists()
+        running = [p["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name") for p in pods
+                   if p["status"].get("phase") == "Running"]  # fmt: skip
+        # The master and both servers are what the intruder calls. Waiting for all six pods at once
+        # timed out in CI: on a node shared with the KFP half's runs the workers start one by one,
+        # and the first may finish its share before the last is scheduled.
+        begun = (real_ps.workspace / "runs" / name / "output" / "ps-state").exists()
+        return running.count("master") == 1 and running.count("ps") == 2 and begun
 
-    jobs.until("the master, two servers and three workers running", serving, 600)
+    jobs.until("the master and two servers serving, training begun", serving, 600)
     master = master_address(name=name, port=PS_MASTER_PORT)
     server = ps_addresses(name=name, port=PS_SERVER_PORT, count=2)[0]
     pod = {
