@@ -89,7 +89,7 @@ def test_a_crashing_pod_fails_the_job_with_the_operators_message(cluster: Cluste
                 limit = _backoff_limit(cluster, manifest, pod)
                 if limit is not None and crash(cluster, pod, limit + 1):
                     crashed.append(meta["name"])
-        time.sleep(0.25)
+        time.sleep(1)  # each pass is a kubectl call: 0.12 CPU-seconds
     code, result, err = finish(proc)
     assert code == ExitCode.JOB_FAILED, err[-4000:]
     text = json.dumps(result) + err

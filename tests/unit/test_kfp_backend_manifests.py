@@ -101,3 +101,12 @@ def test_the_e2e_cluster_applies_the_reapers_identity_but_runs_it_as_a_host_proc
     ]
     assert {d["metadata"]["namespace"] for d in docs} == {"kubeflow"}
     assert {d["metadata"]["namespace"] for d in yaml.safe_load_all(accounts.reaper_identity("alice"))} == {"alice"}
+
+
+def test_the_harness_runs_argo_with_the_advised_requeue_times_unless_asked_for_kfps_shipped_ones() -> None:
+    advised = backend.harness_argo_knobs({})
+    assert advised == {"DEFAULT_REQUEUE_TIME": "2s", "RECENTLY_STARTED_POD_DURATION": "2s"}
+    # docs/platform-knobs.md advises these very values: the harness and the advice move together.
+    knobs_page = (Path(__file__).resolve().parents[2] / "docs" / "platform-knobs.md").read_text()
+    assert all(f"`{name}` | `10s` | `{value}`" in knobs_page for name, value in advised.items())
+    assert backend.harness_argo_knobs({"KUBETRAIN_ARGO_SHIPPED": "1"}) == {}
