@@ -12,9 +12,10 @@ so); `argv()` is the pure command line that serves one REST and one gRPC listene
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+
+from tools.cluster import build_script
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "hdrproxy" / "build.sh"
@@ -30,10 +31,10 @@ class HeaderProxyError(RuntimeError):
 
 def build() -> Path:
     """The hdrproxy binary, built first if missing (tools/hdrproxy/build.sh)."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise HeaderProxyError(f"{BUILD_SCRIPT} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1]) / "hdrproxy"
+    try:
+        return build_script.build(BUILD_SCRIPT) / "hdrproxy"
+    except build_script.BuildScriptError as e:
+        raise HeaderProxyError(str(e)) from e
 
 
 def _address(flag: str, value: str, *, lowest: int = 1) -> str:

@@ -23,15 +23,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from tools.cluster import build_script, node_config, oci, operators, processes
 from tools.cluster import manifests as cluster_manifests
-from tools.cluster import node_config, oci, operators, processes
 from tools.cluster.kfp import (
     accounts,
     api_server,
@@ -95,13 +94,10 @@ def ports(store: str = object_store.DEFAULT, *, with_ui: bool = True, multi_user
 
 def build(log: Path | None = None) -> Path:
     """The directory of the KFP and Argo binaries, built first if missing (tools/kfp/build.sh)."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(done.stderr)
-    if done.returncode != 0:
-        raise BackendError(f"{BUILD_SCRIPT} failed:\n{done.stderr[-4000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    try:
+        return build_script.build(BUILD_SCRIPT, log)
+    except build_script.BuildScriptError as e:
+        raise BackendError(str(e)) from e
 
 
 def running(state: Path) -> bool:

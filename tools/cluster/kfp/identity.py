@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from tools.cluster import operators, processes
+from tools.cluster import build_script, operators, processes
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "identity" / "build.sh"
@@ -215,21 +214,16 @@ def dashboard_lib_js(profiles: Mapping[str, str] = PROFILES) -> str:
 
 def build(log: Path | None = None) -> Path:
     """The bin dir of oauth2-proxy and the OIDC provider, built first if missing (minutes cold)."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        failed = [line for line in done.stdout.splitlines() if line.startswith("identity: FAILED")]
-        raise IdentityError(f"{BUILD_SCRIPT} failed: {failed[-1] if failed else ''}\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    try:
+        return build_script.build(BUILD_SCRIPT, log)
+    except build_script.BuildScriptError as e:
+        raise IdentityError(str(e)) from e
 
 
 def built() -> Path | None:
     """The cached bin dir if both binaries are built (for tests that must not build them), else None."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-bin"], capture_output=True, text=True, check=False)
-    bins = Path(done.stdout.strip())
-    ok = done.returncode == 0 and all(os.access(bins / b, os.X_OK) for b in (PROXY_BINARY, PROVIDER_BINARY))
+    bins = build_script.printed_folder(BUILD_SCRIPT, "--print-bin")
+    ok = bins is not None and all(os.access(bins / b, os.X_OK) for b in (PROXY_BINARY, PROVIDER_BINARY))
     return bins if ok else None
 
 

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from tools.cluster import build_script
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "seaweedfs" / "build.sh"
@@ -131,23 +132,16 @@ def weed_argv(weed: Path, *, ip: str, data_dir: Path, config: Path, ports: WeedP
 
 def build_weed(log: Path | None = None) -> Path:
     """The `weed` binary, built first if missing (tools/seaweedfs/build.sh, minutes cold)."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        failed = [line for line in done.stdout.splitlines() if line.startswith("seaweedfs: FAILED")]
-        raise ObjectStoreError(f"{BUILD_SCRIPT} failed: {failed[-1] if failed else ''}\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1]) / "weed"
+    try:
+        return build_script.build(BUILD_SCRIPT, log) / "weed"
+    except build_script.BuildScriptError as e:
+        raise ObjectStoreError(str(e)) from e
 
 
 def built_weed() -> Path | None:
     """The cached `weed` if it is built (for tests that must not build it), else None."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-bin"], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return None
-    weed = Path(done.stdout.strip()) / "weed"
-    return weed if os.access(weed, os.X_OK) else None
+    bins = build_script.printed_folder(BUILD_SCRIPT, "--print-bin")
+    return bins / "weed" if bins is not None and os.access(bins / "weed", os.X_OK) else None
 
 
 def wait_ready_url(host: str, ports: WeedPorts) -> str:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.cluster import operators, processes
+from tools.cluster import build_script, operators, processes
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "tools" / "ui" / "build.sh"
@@ -117,21 +116,16 @@ def node_binary() -> Path:
 
 def build(log: Path | None = None) -> Path:
     """The built app (build/ and server/), built first if missing (tools/ui/build.sh, minutes cold)."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        failed = [line for line in done.stdout.splitlines() if line.startswith("ui: FAILED")]
-        raise UIError(f"{BUILD_SCRIPT} failed: {failed[-1] if failed else done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    try:
+        return build_script.build(BUILD_SCRIPT, log)
+    except build_script.BuildScriptError as e:
+        raise UIError(str(e)) from e
 
 
 def built() -> Path | None:
     """The cached app if it is built (for tests that must not build it), else None."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--print-dir"], capture_output=True, text=True, check=False)
-    app = Path(done.stdout.strip())
-    return app if done.returncode == 0 and (app / ".ready").exists() else None
+    app = build_script.printed_folder(BUILD_SCRIPT, "--print-dir")
+    return app if app is not None and (app / ".ready").exists() else None
 
 
 def upstream_files(kfp_src: Path) -> list[Path]:
