@@ -15,7 +15,8 @@ training jobs of the same size at the default (low) priority:
 
 Every pod requests a slice of the node's allocatable CPU, so the kube-scheduler's own preemption
 decides who gives way. Reported per side: each job's completion time and the pair's, the node's
-CPU requests in use as a share of allocatable (sampled every 2 s while the jobs run), the
+CPU requests in use as a share of allocatable (sampled every 2 s while the jobs run; and while
+both jobs of the pair still run, the window ElasticDL's utilisation figure describes), the
 training pods' Pending pod-seconds (sampled likewise), records lost (`records_untrained`), test
 accuracy, preemptions and re-queued tasks (the masters' metrics.json).
 """
@@ -138,12 +139,15 @@ def run_side(real: RealNode, side: str, ns: argparse.Namespace, tmp: Path) -> di
     player.start()
     allocatable = allocatable_millicores(real)
     shares: list[float] = []
+    shares_both: list[float] = []  # while every job of the pair still runs
     pending_pod_seconds = 0.0
     ended: dict[str, float] = {}
     codes: dict[str, int] = {}
     while len(ended) < len(names):
         used, pending = requested_millicores(real)
         shares.append(used / allocatable)
+        if not ended:
+            shares_both.append(used / allocatable)
         pending_pod_seconds += pending * SAMPLE_SECONDS
         for name, proc in procs.items():
             if name not in ended and proc.poll() is not None:
@@ -165,6 +169,7 @@ def run_side(real: RealNode, side: str, ns: argparse.Namespace, tmp: Path) -> di
         "pair_seconds": round(max(ended.values()), 1),
         "cpu_requested_share_mean": round(sum(shares) / len(shares), 3),
         "cpu_requested_share_p50": round(sorted(shares)[len(shares) // 2], 3),
+        "cpu_requested_share_both_running_mean": round(sum(shares_both) / max(1, len(shares_both)), 3),
         "pending_pod_seconds": round(pending_pod_seconds, 1),
         "records_lost": sum(int(w.get("records_untrained", -1)) for w in written),
         "test_accuracy": [round(float(w.get("test_accuracy", 0.0)), 4) for w in written],
@@ -209,6 +214,7 @@ def main() -> int:
         ("each job's completion (s)", "job_seconds"), ("the pair's completion (s)", "pair_seconds"),
         ("CPU requested / allocatable, mean", "cpu_requested_share_mean"),
         ("CPU requested / allocatable, median", "cpu_requested_share_p50"),
+        ("CPU requested / allocatable while both jobs run, mean", "cpu_requested_share_both_running_mean"),
         ("training pods Pending (pod-s)", "pending_pod_seconds"), ("records lost", "records_lost"),
         ("test accuracy", "test_accuracy"), ("preemptions", "preemptions"), ("tasks re-queued", "tasks_requeued"),
         ("most workers at once", "max_workers_seen"),

@@ -230,7 +230,9 @@ def test_static_sharding_never_reissues() -> None:
 
 
 def test_a_straggler_factor_that_is_not_above_one_is_refused() -> None:
-    with pytest.raises(SpecError, match=r"straggler_factor: got 0\.5; expected 0 \(never re-issue\) or a number > 1"):
+    with pytest.raises(
+        SpecError, match=r"straggler_factor: got 0\.5; expected 0 \(never re-issue a task\) or a number > 1"
+    ):
         _book(straggler_factor=0.5)
 
 

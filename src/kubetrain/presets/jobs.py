@@ -27,6 +27,7 @@ from kubetrain.presets.defaults import (
 )
 from kubetrain.presets.settings import JobSettings
 from kubetrain.ps.common.model_names import is_module_path
+from kubetrain.ps.common.tasks import check_straggler_factor
 from kubetrain.specs import (
     ElasticPolicy,
     MPIJobSpec,
@@ -144,8 +145,7 @@ def ps_job_spec(
     if model_module and not is_module_path(model_module):
         raise SpecError("model_module", model_module, "an importable module path such as my_team.ctr_model")
     limits.RECORDS_PER_TASK.check("records_per_task", records_per_task)
-    if not (straggler_factor == 0 or straggler_factor > 1):
-        raise SpecError("straggler_factor", straggler_factor, "0 (never re-issue a task) or a number > 1, such as 3")
+    check_straggler_factor(straggler_factor)
     pods, minimum = _ps_workers(workers, min_workers, max_workers, mode, sharding)
     params, pod, image = job.params, job.pod, job.image or PS_IMAGE
     master_addr = master_address(name=job.name, port=PS_MASTER_PORT)

@@ -199,6 +199,13 @@ class Directive:
     RUN_TASK, WAIT, JOB_DONE, JOB_FAILED = 0, 1, 2, 3
 
 
+def check_straggler_factor(value: float) -> None:
+    """The one rule for `straggler_factor`, checked on submission (kubetrain.presets) and by the
+    master: 0 never re-issues a task; a factor of 1 or less would re-issue the median task."""
+    if not (value == 0 or value > 1):
+        raise SpecError("straggler_factor", value, "0 (never re-issue a task) or a number > 1, such as 3")
+
+
 @dataclass(frozen=True)
 class BookConfig:
     """The shape of the job's work and the failure rules."""
@@ -236,8 +243,7 @@ class BookConfig:
             raise SpecError("static_slots", self.static_slots, "0 (dynamic) or a worker count")
         if not (self.heartbeat_timeout_s > 0 and self.min_task_timeout_s > 0):
             raise SpecError("timeouts", (self.heartbeat_timeout_s, self.min_task_timeout_s), "> 0")
-        if not (self.straggler_factor == 0 or self.straggler_factor > 1):
-            raise SpecError("straggler_factor", self.straggler_factor, "0 (never re-issue) or a number > 1, such as 3")
+        check_straggler_factor(self.straggler_factor)
         if not (self.straggler_min_samples >= 1 and self.straggler_floor_s >= 0):
             raise SpecError(
                 "straggler_min_samples, straggler_floor_s",
