@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from kubetrain.data.prepare import RawDataset
-from kubetrain.data.sources import BUILTIN_PREFIX
+from kubetrain.data.sources import BUILTIN_NAMES, BUILTIN_PREFIX
 from kubetrain.errors import DataError
 
 __all__ = ["BUILTIN_PREFIX", "builtin_names", "load_builtin"]
@@ -39,11 +39,13 @@ def _digits() -> RawDataset:
 
 
 _BUILTINS: dict[str, Callable[[], RawDataset]] = {"digits": _digits}
+if sorted(_BUILTINS) != sorted(BUILTIN_NAMES):  # a name checked there must load here, and no other
+    raise ImportError(f"kubetrain.data.builtin loads {sorted(_BUILTINS)}, sources accepts {sorted(BUILTIN_NAMES)}")
 
 
 def builtin_names() -> list[str]:
     """The names accepted after `builtin:`."""
-    return sorted(_BUILTINS)
+    return sorted(BUILTIN_NAMES)
 
 
 def load_builtin(source: str) -> RawDataset:

@@ -13,6 +13,9 @@ from kubetrain.urls import has_userinfo, redact_url
 __all__ = ["Source", "as_source", "check_source", "describe_source", "parse_source"]
 
 BUILTIN_PREFIX = "builtin:"
+# The names accepted after `builtin:`, known here without loading them (kubetrain.data.builtin
+# has a loader for each, and needs numpy, which checking a source must not).
+BUILTIN_NAMES = ("digits",)
 # Schemes the downloader fetches itself; any other goes through an fsspec store.
 _FETCHED_DIRECTLY = ("", "file", "http", "https")
 
@@ -130,14 +133,12 @@ def check_source(
             split_checksum(url)
     for url in urls:
         if url.startswith(BUILTIN_PREFIX):
-            from kubetrain.data.builtin import builtin_names
-
             if len(urls) > 1 or sha256:
                 raise DataError(f"{label}: a built-in data set stands alone (no other sources, no sha256)")
-            if url.removeprefix(BUILTIN_PREFIX) not in builtin_names():
+            if url.removeprefix(BUILTIN_PREFIX) not in BUILTIN_NAMES:
                 raise DataError(
                     f"{url}: unknown built-in data set; expected one of "
-                    f"{', '.join(BUILTIN_PREFIX + name for name in builtin_names())}"
+                    f"{', '.join(BUILTIN_PREFIX + name for name in BUILTIN_NAMES)}"
                 )
         elif urllib.parse.urlsplit(url).scheme not in _FETCHED_DIRECTLY:
             from kubetrain.data.stores import check_store
