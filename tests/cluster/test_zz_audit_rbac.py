@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tools.cluster.controlplane import LAUNCHER_USER, Cluster
+from tools.cluster.controlplane import LAUNCHER_USER, PS_MASTER_ACCOUNT, Cluster
 
 
 def _launcher_events(cluster: Cluster) -> list[dict[str, Any]]:
@@ -64,3 +64,31 @@ def test_rbac_grants_no_verb_the_launcher_did_not_use(cluster: Cluster) -> None:
             if not any((g, r, verb) in used for g in groups for r in rule["resources"]):
                 unused.append((verb, rule["resources"]))
     assert not unused, f"granted but never used: {unused}; used: {sorted(used)}"
+
+
+def _ps_master_events(cluster: Cluster) -> list[dict[str, Any]]:
+    events = []
+    for line in cluster.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        user = str(event.get("user", {}).get("username", ""))
+        if user.endswith(f":{PS_MASTER_ACCOUNT}") and event.get("stage") == "ResponseComplete":
+            events.append(event)
+    return events
+
+
+def test_the_ps_masters_used_every_verb_of_their_role_and_were_never_forbidden(cluster: Cluster) -> None:
+    # The PS jobs of the tier's real pods watch their own pods for preemptions (kubetrain.elastic)
+    # as deploy/rbac.yaml's kubetrain-ps-master: a refused watch would leave preempted workers'
+    # tasks to their lease, so a refusal anywhere is a failure here, not only a line in a step log.
+    events = _ps_master_events(cluster)
+    assert events, f"no request of a {PS_MASTER_ACCOUNT} in {cluster.audit_log}: did no PS job run in real pods?"
+    refused = [(e["user"]["username"], e["verb"], *_resource(e), e["responseStatus"]["code"]) for e in events
+               if e.get("responseStatus", {}).get("code") in (401, 403)]  # fmt: skip
+    assert not refused, refused
+    used = {(*_resource(e), e["verb"]) for e in events}
+    rbac = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+    role = next(d for d in yaml.safe_load_all(rbac.read_text())
+                if d and d["kind"] == "Role" and d["metadata"]["name"] == PS_MASTER_ACCOUNT)  # fmt: skip
+    unused = [(verb, rule["resources"]) for rule in role["rules"] for verb in rule["verbs"]
+              if not any((g, r, verb) in used for g in rule["apiGroups"] for r in rule["resources"])]  # fmt: skip
+    assert not unused, f"granted to {PS_MASTER_ACCOUNT} but never used: {unused}; used: {sorted(used)}"

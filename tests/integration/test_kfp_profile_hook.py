@@ -11,22 +11,19 @@ source tree is missing.
 from __future__ import annotations
 
 import base64
-import contextlib
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tools.cluster.kfp import api_server, backend, http_probe, manifests, object_store, profile_hook, services_venv
+from tests.integration import weed_server
+from tools.cluster.kfp import api_server, backend, manifests, object_store, profile_hook, services_venv
 from tools.cluster.kfp.profiles import Profile, profile_documents
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 CHECK = Path(__file__).with_name("namespace_keys_check.py")
-READY_S = 120
 WEED = object_store.built_weed()
 PYTHON = services_venv.python(services_venv.venv_dir())
 KFP_SRC = Path(subprocess.run(["bash", str(backend.BUILD_SCRIPT), "--print-bin"], capture_output=True, text=True,
@@ -41,66 +38,27 @@ if not (KFP_SRC / profile_hook.HOOK_SCRIPT).is_file():
     pytest.skip(f"KFP's source tree is not extracted ({KFP_SRC}): run tools/kfp/build.sh", allow_module_level=True)
 
 
-def _free_port(taken: set[int], *, with_grpc: bool = False) -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port in taken or (with_grpc and (port + 10000 >= 65536 or port + 10000 in taken)):
-            continue
-        if with_grpc:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 10000))
-                except OSError:
-                    continue
-        taken.add(port)
-        return port
-
-
-@contextlib.contextmanager
-def _process(argv: list[str], log: Path, ready: str, env: dict[str, str] | None = None) -> Iterator[None]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent,
-                                start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + READY_S
-        while not http_probe.answers(ready):
-            assert proc.poll() is None, f"{argv[0]} exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{ready} not answering after {READY_S}s:\n{log.read_text()[-3000:]}"
-            time.sleep(0.3)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=object_store.STOP_GRACE_S)  # weed never ends on SIGTERM (object_store says why)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def hook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(the hook's URL, the store's S3 URL): weed with its IAM API, the admin in its filer, sync.py serving."""
     assert WEED is not None
     run = tmp_path_factory.mktemp("profile-hook")
     taken: set[int] = set()
-    s3_port, master, volume, filer = (_free_port(taken, with_grpc=True) for _ in range(4))
-    ports = object_store.WeedPorts(s3=s3_port, master=master, volume=volume, filer=filer, iam=_free_port(taken))
+    ports = weed_server.free_ports(taken)
     access_key, secret_key = manifests.S3_ACCESS_KEY, manifests.S3_SECRET_KEY
     argv = object_store.prepare_seaweedfs(run, WEED, ip="127.0.0.1", ports=ports, access_key=access_key,
                                           secret_key=secret_key)  # fmt: skip
     s3 = f"http://127.0.0.1:{ports.s3}"
-    with _process(argv, run / "weed.log", object_store.wait_ready_url("127.0.0.1", ports)):
+    with weed_server.process(argv, run / "weed.log", object_store.wait_ready_url("127.0.0.1", ports)):
         object_store.put_admin_identity("127.0.0.1", ports, access_key=access_key, secret_key=secret_key)
         _check("bucket", s3)
         settings = profile_hook.HookSettings(kfp_version=api_server.kfp_version(), iam_url=f"http://127.0.0.1:{ports.iam}",
-                                             s3_url=s3, port=_free_port(taken), access_key=access_key,
+                                             s3_url=s3, port=weed_server.free_port(taken), access_key=access_key,
                                              secret_key=secret_key)  # fmt: skip
         argv = profile_hook.hook_argv(PYTHON, profile_hook.hook_script(KFP_SRC))
         url = profile_hook.hook_url(settings.port)
         env = {**services_venv.environment(), **settings.environment()}
-        with _process(argv, run / "sync.log", url, env=env):
+        with weed_server.process(argv, run / "sync.log", url, env=env, ok_only=False):
             yield url, s3
 
 

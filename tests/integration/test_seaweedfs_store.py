@@ -9,27 +9,23 @@ with that reason otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration import weed_server
 from tools.cluster import processes
-from tools.cluster.kfp import manifests, object_store, services_venv
+from tools.cluster.kfp import http_probe, manifests, object_store, services_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 CHECK = Path(__file__).with_name("s3_client_check.py")
 WEED = object_store.built_weed()
-READY_S = 120  # a cold start on a loaded 2-core machine: master, volume, filer, then the S3 gateway
 
 
 def _client_python() -> str | None:
@@ -48,65 +44,11 @@ if PYTHON is None:
                 allow_module_level=True)  # fmt: skip
 
 
-def _free_ports() -> object_store.WeedPorts:
-    """Four free HTTP ports whose gRPC ports (+10000) are free too."""
-    chosen: list[int] = []
-    while len(chosen) < 4:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 >= 65536 or port in chosen:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        chosen.append(port)
-    return object_store.WeedPorts(*chosen)
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as reply:
-            return int(reply.status)
-    except urllib.error.HTTPError as e:
-        return e.code
-    except (urllib.error.URLError, OSError):
-        return 0
-
-
-@contextlib.contextmanager
-def _serving(run: Path, *extra: str) -> Iterator[str]:
-    """One `weed` with object_store's argv (and `extra` flags) on free loopback ports; its S3 URL."""
-    assert WEED is not None
-    ports = _free_ports()
-    argv = object_store.prepare_seaweedfs(run, WEED, ip="127.0.0.1", ports=ports,
-                                          access_key=manifests.S3_ACCESS_KEY, secret_key=manifests.S3_SECRET_KEY)  # fmt: skip
-    log = run / "weed.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*argv, *extra], stdout=out, stderr=subprocess.STDOUT, cwd=run, start_new_session=True)
-    try:
-        ready = object_store.wait_ready_url("127.0.0.1", ports)
-        deadline = time.monotonic() + READY_S
-        while _status(ready) != 200:
-            assert proc.poll() is None, f"weed exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{ready} not 200 after {READY_S}s:\n{log.read_text()[-3000:]}"
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{ports.s3}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=object_store.STOP_GRACE_S)  # it never ends on SIGTERM (object_store says why)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with _serving(tmp_path_factory.mktemp("seaweedfs")) as url:
-        yield url
+    assert WEED is not None
+    with weed_server.serving(tmp_path_factory.mktemp("seaweedfs"), WEED) as ports:
+        yield f"http://127.0.0.1:{ports.s3}"
 
 
 def _check(endpoint: str, scenario: str) -> None:
@@ -145,8 +87,9 @@ def test_a_presigned_url_serves_without_credentials_and_a_forged_one_is_refused(
 def test_the_iam_api_mints_a_namespaces_keys_scoped_to_its_prefix(tmp_path: Path) -> None:
     # What KFP's multi-user sync hook needs (issue 47): the IAM API on the S3 port, writable, with
     # the identities the gateway already has. The trimmed build keeps it (tools/seaweedfs/main.go).
-    with _serving(tmp_path, "-s3.iam.readOnly=false") as url:
-        _check(url, "iam")
+    assert WEED is not None
+    with weed_server.serving(tmp_path, WEED, "-s3.iam.readOnly=false") as ports:
+        _check(f"http://127.0.0.1:{ports.s3}", "iam")
 
 
 def test_cluster_down_leaves_no_store_process_and_frees_its_ports(tmp_path: Path) -> None:
@@ -155,13 +98,13 @@ def test_cluster_down_leaves_no_store_process_and_frees_its_ports(tmp_path: Path
     # waits in gRPC's graceful stop for its own in-process streams, so it is the SIGKILL that ends it.
     assert WEED is not None
     state = tmp_path / "cluster"
-    ports = _free_ports()
+    ports = weed_server.free_ports()
     argv = object_store.prepare_seaweedfs(state, WEED, ip="127.0.0.1", ports=ports, access_key="a" * 8,
                                           secret_key="b" * 16)  # fmt: skip
     processes.start(state, "s3", argv, env=os.environ, log=state / "s3.log", cwd=state,
                     stop_grace_seconds=object_store.STOP_GRACE_S)  # fmt: skip
-    deadline = time.monotonic() + READY_S
-    while _status(object_store.wait_ready_url("127.0.0.1", ports)) != 200:
+    deadline = time.monotonic() + weed_server.READY_S
+    while not http_probe.answers(object_store.wait_ready_url("127.0.0.1", ports), ok_only=True):
         assert time.monotonic() < deadline, (state / "s3.log").read_text()[-3000:]
         time.sleep(0.5)
     assert processes.members(state), "the store is not found as a member of its cluster"

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tools.cluster.kfp import backend, cluster_rbac
+from tools.cluster import controlplane, node
+from tools.cluster.kfp import backend, cluster_rbac, multiuser
 from tools.cluster.kfp.cluster_rbac import KFP_MULTIUSER_FILES, OPERATORS, ClusterRbacError
+from tools.cluster.kfp.manifests import NAMESPACE as KFP_NAMESPACE
 
 AGGREGATE = "rbac.authorization.kubeflow.org/aggregate-to-"
 
@@ -144,3 +146,15 @@ def test_with_the_real_files_kubeflow_edit_lets_default_editor_run_every_kind_bu
     assert ("pipelines.kubeflow.org", "runs", "create") in granted  # the API server's SubjectAccessReview
     # JobSet ships no aggregated role: default-editor gets jobsets from deploy/rbac.yaml (docs/cluster.md).
     assert not [g for g in granted if g[0] == "jobset.x-k8s.io"]
+
+
+def test_the_audit_log_records_the_ps_master_in_every_namespace_ps_jobs_run_in_real_pods() -> None:
+    # tests/cluster/test_zz_audit_rbac.py judges deploy/rbac.yaml's kubetrain-ps-master from these
+    # records: a namespace missing here would hide its refusals.
+    expected = {node.REAL_NAMESPACE, KFP_NAMESPACE, *(p.name for p in multiuser.PROFILES)}
+    assert set(controlplane.PS_MASTER_NAMESPACES) == expected
+    policy = yaml.safe_load(controlplane.AUDIT_POLICY)
+    users = {u for rule in policy["rules"] for u in rule.get("users", [])}
+    assert {f"system:serviceaccount:{ns}:{controlplane.PS_MASTER_ACCOUNT}" for ns in expected} <= users
+    rbac = yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml").read_text())
+    assert any(d and d["kind"] == "Role" and d["metadata"]["name"] == controlplane.PS_MASTER_ACCOUNT for d in rbac)

@@ -41,15 +41,20 @@ NAMESPACE = "kubetrain-e2e"
 LAUNCHER_USER = "kubetrain-launcher"
 WORKSPACE_CLAIM = "kubetrain-workspace"
 # The launcher user and every benchmark user are signed into this group, which holds the Role of
-# deploy/rbac.yaml; the audit log records the group's requests (metadata only) and nothing else.
+# deploy/rbac.yaml; the audit log records the group's requests (metadata only), the UI server's
+# and the PS masters' (deploy/rbac.yaml's kubetrain-ps-master, in each namespace where PS jobs
+# run in real pods: the node's, KFP's, the two profiles), and nothing else.
 LAUNCHER_GROUP = "kubetrain-launchers"
+PS_MASTER_ACCOUNT = "kubetrain-ps-master"
+PS_MASTER_NAMESPACES = ("kubetrain-real", "kubeflow", "alice", "bob")
+_PS_MASTERS = ", ".join(f'"system:serviceaccount:{ns}:{PS_MASTER_ACCOUNT}"' for ns in PS_MASTER_NAMESPACES)
 AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 rules:
   - level: Metadata
     userGroups: ["{LAUNCHER_GROUP}"]
   - level: Metadata
-    users: ["system:serviceaccount:kubeflow:ml-pipeline-ui"]
+    users: ["system:serviceaccount:kubeflow:ml-pipeline-ui", {_PS_MASTERS}]
   - level: None
 """
 
