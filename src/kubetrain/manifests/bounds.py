@@ -29,6 +29,8 @@ _BOUNDS: dict[str, tuple[int, int, str]] = {
     "activeDeadlineSeconds": (1, MAX_SECONDS, "366 days; MAX_SECONDS"),
     "ttlSecondsAfterFinished": (0, MAX_SECONDS, "366 days; MAX_SECONDS"),
     "backoffLimit": (0, MAX_BACKOFF_LIMIT, "MAX_BACKOFF_LIMIT"),
+    "backoffLimitPerIndex": (0, MAX_BACKOFF_LIMIT, "MAX_BACKOFF_LIMIT"),
+    "maxFailedIndexes": (0, MAX_REPLICAS, "MAX_REPLICAS"),
     "maxRestarts": (0, MAX_BACKOFF_LIMIT, "MAX_BACKOFF_LIMIT"),
     "slotsPerWorker": (1, MAX_SLOTS_PER_WORKER, "MAX_SLOTS_PER_WORKER"),
 }

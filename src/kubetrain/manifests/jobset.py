@@ -60,8 +60,13 @@ MASTER_POD_FAILURE_POLICY: Manifest = {
 
 
 # The workers' Job (pods restartPolicy Never): a worker pod preempted, evicted or drained away
-# (DisruptionTarget) does not count against backoffLimit; its tasks go back on the queue (the
-# master hears of it from its pod watch) and the Job's replacement pod waits Pending for room.
+# (DisruptionTarget) does not count against its limit; its tasks go back on the queue (the master
+# hears of it from its pod watch) and the Job's replacement pod waits Pending for room. The limit
+# is per index (backoffLimitPerIndex, maxFailedIndexes 0: one worker failing past it fails the
+# Job, as backoffLimit would): the Job controller delays a replacement by 10 s doubling per
+# failure, ignored ones included (kubernetes#119434), counted over the whole Job unless the limit
+# is per index. Eight workers preempted at once then waited 10 min (10 s x 2^7, capped) for their
+# replacements, whatever room there was; per index, each waits 10 s.
 WORKER_POD_FAILURE_POLICY: Manifest = {
     "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
 }
@@ -102,6 +107,7 @@ def _replicated_job(
     pod_restart_policy: str = POD_RESTART_POLICY,
     pod_failure_policy: Manifest | None = None,
     role_env: tuple[Manifest, ...] = (),
+    limit_per_index: bool = False,
 ) -> Manifest:
     env: list[Manifest] = [
         *role_env,
@@ -136,9 +142,12 @@ def _replicated_job(
         "parallelism": pods_per_job,
         "completions": pods_per_job,
         "completionMode": "Indexed",
-        "backoffLimit": backoff_limit,
         "template": template,
     }
+    if limit_per_index:
+        job_spec.update({"backoffLimitPerIndex": backoff_limit, "maxFailedIndexes": 0})
+    else:
+        job_spec["backoffLimit"] = backoff_limit
     if pod_failure_policy is not None and template["spec"].get("restartPolicy") == "Never":
         job_spec["podFailurePolicy"] = pod_failure_policy
     if spec.run_policy.active_deadline_seconds is not None:
@@ -188,6 +197,7 @@ def build_ps_jobset(spec: PSJobSpec) -> Manifest:
             pod_restart_policy="Never",
             pod_failure_policy=WORKER_POD_FAILURE_POLICY,
             role_env=WORKER_ENV,
+            limit_per_index=True,
         ),
     ]
     # The master's state is on the claim: a recreated set would resume its recorded failure (a

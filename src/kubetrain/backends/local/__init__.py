@@ -55,8 +55,8 @@ same KFP run and task labels is adopted, with other labels it is a conflict.
 Not imitated: scheduling (nodeSelector, tolerations, resources are not enforced, GPUs are not
 isolated), readOnly mounts, image contents (the image's entrypoint, files and environment),
 init containers and sidecars (skipped with a Warning event), Services other than the per-pod
-names, a Job's podFailurePolicy rules on pod conditions (nothing disrupts a local pod) and its
-backoffLimitPerIndex, JobSet's BlockingRecreate and InPlaceRestart (both act as Recreate).
+names, a Job's podFailurePolicy rules on pod conditions (nothing disrupts a local pod),
+JobSet's BlockingRecreate and InPlaceRestart (both act as Recreate).
 Restart back-off and probe periods are scaled down (`restart_backoff_seconds`,
 `probe_period_seconds`) so local runs take seconds.
 """

@@ -308,7 +308,8 @@ def _check_jobset(spec: Mapping[str, Any]) -> None:
             raise ManifestError(f"{path}.name", f"expected a unique DNS-1035 name, got {name!r}")
         _int(rj.get("replicas", 1), f"{path}.replicas", minimum=1)
         job_spec = _mapping(_mapping(rj.get("template"), f"{path}.template").get("spec"), f"{path}.template.spec")
-        for key in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds"):
+        for key in ("parallelism", "completions", "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes",
+                    "activeDeadlineSeconds"):  # fmt: skip
             if job_spec.get(key) is not None:
                 _int(job_spec[key], f"{path}.template.spec.{key}", minimum=1 if key == "activeDeadlineSeconds" else 0)
         check_pod_template(

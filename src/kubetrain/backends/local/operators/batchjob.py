@@ -11,8 +11,14 @@ Semantics of the Job controller that matter here:
   failed pod's exit code acts: `FailJob` fails the Job at once (`PodFailurePolicy`), `Ignore`
   replaces the pod without counting the failure, `Count` counts it. `onPodConditions` rules never
   match here: nothing preempts or evicts a local pod (no `DisruptionTarget`).
+- `backoffLimitPerIndex` (with `maxFailedIndexes`): failures count per index instead; an index
+  failing more than its limit is failed and not recreated; past `maxFailedIndexes` failed indexes
+  the Job fails at once (`MaxFailedIndexesExceeded`), otherwise it ends Failed (`FailedIndexes`)
+  once every other index has succeeded. `backoffLimit` then defaults to unlimited.
 - `activeDeadlineSeconds`, from the Job's start: Failed with `DeadlineExceeded`.
-- restarts wait an exponential back-off (the kubelet's 10 s, 20 s, ... scaled down locally).
+- restarts wait an exponential back-off (the kubelet's 10 s, 20 s, ... scaled down locally);
+  under `backoffLimitPerIndex` a replacement's delay follows its own index's failures, the
+  ignored ones included, as the Job controller's does.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from kubetrain.backends.local.operators.controller import backoff_delay, get_int
 from kubetrain.backends.local.pod import LocalPod
 
 DEFAULT_BACKOFF_LIMIT = 6
+UNLIMITED = 2**31 - 1  # the API server's default backoffLimit when backoffLimitPerIndex is set
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,10 @@ class BatchJob:
         self.name = name
         self.parallelism = get_int(spec, "parallelism", 1) or 0
         self.completions = get_int(spec, "completions", None) or self.parallelism
-        self.backoff_limit = get_int(spec, "backoffLimit", DEFAULT_BACKOFF_LIMIT) or 0
+        self.limit_per_index = get_int(spec, "backoffLimitPerIndex", None)
+        self.max_failed_indexes = get_int(spec, "maxFailedIndexes", None)
+        default_limit = DEFAULT_BACKOFF_LIMIT if self.limit_per_index is None else UNLIMITED
+        self.backoff_limit = get_int(spec, "backoffLimit", default_limit) or 0
         self.deadline = get_int(spec, "activeDeadlineSeconds", None)
         template_spec = (spec.get("template") or {}).get("spec") or {}
         self.pod_restart_policy = str(template_spec.get("restartPolicy") or "OnFailure")
@@ -62,6 +72,9 @@ class BatchJob:
         self.replaced: list[LocalPod] = []  # failed pods of restartPolicy Never, kept for their logs
         self.succeeded: set[int] = set()
         self.failures = 0
+        self.index_failures: dict[int, int] = {}  # counted, per index (backoffLimitPerIndex)
+        self._index_disruptions: dict[int, int] = {}  # counted or not: what a replacement's delay follows
+        self.failed_indexes: set[int] = set()
         self.start_time: float | None = None
         self.outcome: JobOutcome | None = None
         self.fatal: str | None = None
@@ -124,13 +137,24 @@ class BatchJob:
                 return
             if action != "Ignore":
                 self.failures += 1
+                self.index_failures[index] = self.index_failures.get(index, 0) + 1
+            self._index_disruptions[index] = self._index_disruptions.get(index, 0) + 1
             if self.failures > self.backoff_limit:
                 detail = f"{pod.plan.name} exited with code {code}"
                 self._finish(
                     "Failed", "BackoffLimitExceeded", f"Job has reached the specified backoff limit; {detail}", now
                 )
                 return
-            delay = backoff_delay(self._backoff, max(self.failures, 1))
+            if self.limit_per_index is not None and self.index_failures.get(index, 0) > self.limit_per_index:
+                self.failed_indexes.add(index)
+                self.replaced.append(self.pods.pop(index))
+                if self.max_failed_indexes is not None and len(self.failed_indexes) > self.max_failed_indexes:
+                    message = "Job has exceeded the specified maximal number of failed indexes"
+                    self._finish("Failed", "MaxFailedIndexesExceeded", message, now)
+                    return
+                continue
+            per_index = self.limit_per_index is not None
+            delay = backoff_delay(self._backoff, self._index_disruptions[index] if per_index else max(self.failures, 1))
             if self.pod_restart_policy == "OnFailure":
                 pod.restart_at = now + delay
                 pod.reason, pod.message = "CrashLoopBackOff", f"exit code {code}; restarting in {delay:.1f}s"
@@ -140,11 +164,16 @@ class BatchJob:
         if len(self.succeeded) >= self.completions:
             self._finish("Complete", "CompletionsReached", "Reached expected number of succeeded pods", now)
             return
+        if self.failed_indexes and len(self.succeeded | self.failed_indexes) >= self.completions:
+            self._finish("Failed", "FailedIndexes", "Job has failed indexes", now)
+            return
         active = self.active
         for index in range(self.completions):
             if active >= self.parallelism:
                 break
-            if index in self.succeeded or index in self.pods or self._create_after.get(index, 0.0) > now:
+            if index in self.succeeded or index in self.failed_indexes or index in self.pods:
+                continue
+            if self._create_after.get(index, 0.0) > now:
                 continue
             pod = self._make_pod(index)
             self.pods[index] = pod
