@@ -193,7 +193,7 @@ def main() -> int:
     ns = p.parse_args()
     if not node.running(controlplane.STATE):
         sys.exit("bench/elastic.py needs the e2e cluster's real node: make cluster-up")
-    cluster = controlplane.up()
+    cluster = controlplane.attach()  # as it runs: `up` would start the KFP tier it may have been left without
     real = real_pods.prepare(cluster, ["launcher", "ps"])
     online_deployment(real, ns.online_cpu)
     with tempfile.TemporaryDirectory() as tmp:

@@ -45,7 +45,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    cluster = controlplane.up()  # the running cluster (`make cluster-up`), found as it is
+    cluster = controlplane.attach()  # the running cluster (`make cluster-up`), as it runs
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in SETTINGS}
     try:
         for _ in range(args.rounds):

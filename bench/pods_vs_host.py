@@ -62,7 +62,7 @@ def main() -> int:
         print("pods_vs_host: start the cluster with its real node first (make cluster-up)", file=sys.stderr)
         return 2
     load_at_start = os.getloadavg()[0]
-    cluster = controlplane.up()
+    cluster = controlplane.attach()  # as it runs: `up` would start the KFP tier it may have been left without
     real = real_pods.prepare(cluster, ["launcher", "pytorch"])
     timings: list[dict[str, float]] = []
     counter = iter(range(1, 10_000))
