@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from tools.cluster.controlplane import LAUNCHER_USER, PS_MASTER_ACCOUNT, Cluster
+from kubetrain.presets.defaults import PS_MASTER_SERVICE_ACCOUNT as PS_MASTER_ACCOUNT
+from tools.cluster.controlplane import LAUNCHER_USER, Cluster
 
 
 def _launcher_events(cluster: Cluster) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.integration import weed_server
+from tools.cluster import build_script
 from tools.cluster.kfp import api_server, backend, manifests, object_store, profile_hook, services_venv
 from tools.cluster.kfp.profiles import Profile, profile_documents
 
@@ -26,8 +27,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 CHECK = Path(__file__).with_name("namespace_keys_check.py")
 WEED = object_store.built_weed()
 PYTHON = services_venv.python(services_venv.venv_dir())
-KFP_SRC = Path(subprocess.run(["bash", str(backend.BUILD_SCRIPT), "--print-bin"], capture_output=True, text=True,
-                              check=False).stdout.strip() or "/nonexistent").parent / "src" / "pipelines"  # fmt: skip
+KFP_SRC = (
+    (build_script.printed_folder(backend.BUILD_SCRIPT, "--print-bin") or Path("/nonexistent")).parent
+    / "src"
+    / "pipelines"
+)
 if WEED is None:
     pytest.skip("SeaweedFS is not built: run tools/seaweedfs/build.sh (make e2e builds it)", allow_module_level=True)
 if not PYTHON.exists():

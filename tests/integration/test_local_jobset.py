@@ -335,20 +335,25 @@ def test_the_builders_ps_jobset_starts_in_order_on_grpc_readiness(backend: Local
     assert sorted(p.name for p in claim.glob("done-*")) == ["done-0", "done-1"]
 
 
-def test_a_limit_per_index_replaces_each_failing_index_and_fails_the_job_once_one_index_exceeds_it(
-    backend: LocalBackend,
-) -> None:
-    # Two workers (restartPolicy Never, as the PS workers' Job): index 0 fails once and then trains;
-    # index 1 always fails. backoffLimitPerIndex 1, maxFailedIndexes 0: index 0's one failure is
-    # within its own limit, index 1's second failure fails the Job at once (the PS JobSet's workers).
-    flaky_or_broken = ["sh", "-c", 'test "$JOB_COMPLETION_INDEX" = 0 && test -e /workspace/w0 && exit 0; '
-                                   'touch /workspace/w$JOB_COMPLETION_INDEX; exit 3']  # fmt: skip
-    rjob = _rjob("worker", flaky_or_broken, pods=2)
+def _workers_limited_per_index(command: list[str], pods: int) -> dict[str, Any]:
+    """Workers as the PS JobSet runs them: restartPolicy Never, a limit of 1 failure per index, no
+    failed index allowed (backoffLimitPerIndex 1, maxFailedIndexes 0; no Job-wide backoffLimit)."""
+    rjob = _rjob("worker", command, pods=pods)
     job = rjob["template"]["spec"]
     del job["backoffLimit"]
     job.update({"completionMode": "Indexed", "backoffLimitPerIndex": 1, "maxFailedIndexes": 0})
     job["template"]["spec"]["restartPolicy"] = "Never"
-    ref = backend.submit(_jobset("perindex", [rjob]))
+    return rjob
+
+
+def test_a_limit_per_index_replaces_each_failing_index_and_fails_the_job_once_one_index_exceeds_it(
+    backend: LocalBackend,
+) -> None:
+    # Index 0 fails once and then trains; index 1 always fails: index 0's one failure is within its
+    # own limit, index 1's second failure fails the Job at once.
+    flaky_or_broken = ["sh", "-c", 'test "$JOB_COMPLETION_INDEX" = 0 && test -e /workspace/w0 && exit 0; '
+                                   'touch /workspace/w$JOB_COMPLETION_INDEX; exit 3']  # fmt: skip
+    ref = backend.submit(_jobset("perindex", [_workers_limited_per_index(flaky_or_broken, pods=2)]))
     status, _ = _follow(backend, ref, timeout=60)
     assert (status.phase, status.reason) == (JobPhase.FAILED, "FailedJobs"), status
     assert "MaxFailedIndexesExceeded" in status.message, status.message
@@ -359,17 +364,9 @@ def test_a_limit_per_index_replaces_each_failing_index_and_fails_the_job_once_on
 def test_a_limit_per_index_lets_every_index_fail_its_share_and_the_job_still_succeed(backend: LocalBackend) -> None:
     # Each index fails once (each within its own limit of 1), which a backoffLimit of 1 over the
     # whole Job would not survive.
-    once_each = [
-        "sh",
-        "-c",
-        "test -e /workspace/i$JOB_COMPLETION_INDEX && exit 0; touch /workspace/i$JOB_COMPLETION_INDEX; exit 3",
-    ]
-    rjob = _rjob("worker", once_each, pods=3)
-    job = rjob["template"]["spec"]
-    del job["backoffLimit"]
-    job.update({"completionMode": "Indexed", "backoffLimitPerIndex": 1, "maxFailedIndexes": 0})
-    job["template"]["spec"]["restartPolicy"] = "Never"
-    ref = backend.submit(_jobset("eachonce", [rjob]))
+    once_each = ["sh", "-c", "test -e /workspace/i$JOB_COMPLETION_INDEX && exit 0; "
+                             "touch /workspace/i$JOB_COMPLETION_INDEX; exit 3"]  # fmt: skip
+    ref = backend.submit(_jobset("eachonce", [_workers_limited_per_index(once_each, pods=3)]))
     status, _ = _follow(backend, ref, timeout=60)
     assert status.phase is JobPhase.SUCCEEDED, status
     assert sorted(-1 if p.exit_code is None else p.exit_code for p in backend.pods(ref)) == [0, 0, 0, 3, 3, 3]

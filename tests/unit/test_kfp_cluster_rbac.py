@@ -3,14 +3,14 @@ copy), KFP's multi-user files and the operators' aggregated roles, read from whe
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tools.cluster import controlplane, node
+from kubetrain.presets.defaults import PS_MASTER_SERVICE_ACCOUNT
+from tools.cluster import build_script, controlplane, node
 from tools.cluster.kfp import backend, cluster_rbac, multiuser
 from tools.cluster.kfp.cluster_rbac import KFP_MULTIUSER_FILES, OPERATORS, ClusterRbacError
 from tools.cluster.kfp.manifests import NAMESPACE as KFP_NAMESPACE
@@ -101,9 +101,8 @@ def test_the_versions_are_the_control_planes_pins() -> None:
 
 
 def _real_trees() -> tuple[Path, Path] | None:
-    bins = subprocess.run(["bash", str(backend.BUILD_SCRIPT), "--print-bin"], capture_output=True, text=True,
-                          check=False).stdout.strip()  # fmt: skip
-    kfp = Path(bins).parent / "src" / "pipelines" if bins else None
+    bins = build_script.printed_folder(backend.BUILD_SCRIPT, "--print-bin")
+    kfp = bins.parent / "src" / "pipelines" if bins else None
     try:
         cache = cluster_rbac.go_mod_cache()
     except ClusterRbacError:
@@ -151,10 +150,9 @@ def test_with_the_real_files_kubeflow_edit_lets_default_editor_run_every_kind_bu
 def test_the_audit_log_records_the_ps_master_in_every_namespace_ps_jobs_run_in_real_pods() -> None:
     # tests/cluster/test_zz_audit_rbac.py judges deploy/rbac.yaml's kubetrain-ps-master from these
     # records: a namespace missing here would hide its refusals.
-    expected = {node.REAL_NAMESPACE, KFP_NAMESPACE, *(p.name for p in multiuser.PROFILES)}
-    assert set(controlplane.PS_MASTER_NAMESPACES) == expected
+    namespaces = {node.REAL_NAMESPACE, KFP_NAMESPACE, *(p.name for p in multiuser.PROFILES)}
     policy = yaml.safe_load(controlplane.AUDIT_POLICY)
     users = {u for rule in policy["rules"] for u in rule.get("users", [])}
-    assert {f"system:serviceaccount:{ns}:{controlplane.PS_MASTER_ACCOUNT}" for ns in expected} <= users
+    assert {f"system:serviceaccount:{ns}:{PS_MASTER_SERVICE_ACCOUNT}" for ns in namespaces} <= users
     rbac = yaml.safe_load_all((Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml").read_text())
-    assert any(d and d["kind"] == "Role" and d["metadata"]["name"] == controlplane.PS_MASTER_ACCOUNT for d in rbac)
+    assert any(d and d["kind"] == "Role" and d["metadata"]["name"] == PS_MASTER_SERVICE_ACCOUNT for d in rbac)

@@ -9,6 +9,7 @@ pieces would be, building nothing.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -16,9 +17,10 @@ class BuildScriptError(Exception):
     """A build script ended non-zero; the message names the piece that failed where it said."""
 
 
-def build(script: Path, log: Path | None = None) -> Path:
-    """Run `script`, keeping its output in `log`; the folder it printed last."""
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+def build(script: Path, log: Path | None = None, pieces: Sequence[str] = ()) -> Path:
+    """Run `script` (for only `pieces` where it takes names), keeping its output in `log`; the
+    folder it printed last."""
+    done = subprocess.run(["bash", str(script), *pieces], capture_output=True, text=True, check=False)
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(done.stdout + done.stderr)

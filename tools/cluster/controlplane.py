@@ -26,10 +26,12 @@ from pathlib import Path
 
 import yaml
 
+from kubetrain.presets.defaults import PS_MASTER_SERVICE_ACCOUNT
 from tests.crds import CRDS, crd_dir
 from tools.cluster import manifests, node, node_config, oci, operators, processes, stages, webhooks
 from tools.cluster.kfp import backend as kfp_backend
-from tools.cluster.kfp import mariadb, services_venv
+from tools.cluster.kfp import mariadb, multiuser, services_venv
+from tools.cluster.kfp.manifests import NAMESPACE as KFP_NAMESPACE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Another cluster beside the default one (tests/cluster/test_harness.py starts one to fail on purpose).
@@ -45,9 +47,8 @@ WORKSPACE_CLAIM = "kubetrain-workspace"
 # and the PS masters' (deploy/rbac.yaml's kubetrain-ps-master, in each namespace where PS jobs
 # run in real pods: the node's, KFP's, the two profiles), and nothing else.
 LAUNCHER_GROUP = "kubetrain-launchers"
-PS_MASTER_ACCOUNT = "kubetrain-ps-master"
-PS_MASTER_NAMESPACES = ("kubetrain-real", "kubeflow", "alice", "bob")
-_PS_MASTERS = ", ".join(f'"system:serviceaccount:{ns}:{PS_MASTER_ACCOUNT}"' for ns in PS_MASTER_NAMESPACES)
+PS_MASTER_NAMESPACES = (node.REAL_NAMESPACE, KFP_NAMESPACE, *(profile.name for profile in multiuser.PROFILES))
+_PS_MASTERS = ", ".join(f'"system:serviceaccount:{ns}:{PS_MASTER_SERVICE_ACCOUNT}"' for ns in PS_MASTER_NAMESPACES)
 AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 rules:

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from tools.cluster import build_script
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TOOLS = REPO_ROOT / "tools" / "kfp"
 
@@ -31,10 +33,10 @@ def cached_binary() -> Path | None:
 
 def build() -> Path:
     """The compiler, built first if missing (only it: about two minutes with a warm module cache)."""
-    done = subprocess.run(["bash", str(TOOLS / "build.sh"), "compiler"], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise CompileError(f"tools/kfp/build.sh compiler failed:\n{done.stderr[-3000:]}")
-    return Path(done.stdout.strip().splitlines()[-1]) / "kfp-compiler"
+    try:
+        return build_script.build(TOOLS / "build.sh", pieces=("compiler",)) / "kfp-compiler"
+    except build_script.BuildScriptError as e:
+        raise CompileError(str(e)) from e
 
 
 def compile_workflow(binary: Path, package: Path) -> dict[str, Any]:
