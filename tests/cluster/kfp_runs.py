@@ -81,10 +81,16 @@ class KfpBackend:
         )
 
     def workflow_tail(self, run_id: str) -> str:
-        """The Argo Workflow of a run, its phase and message, for an assertion's message."""
-        found = self.kubectl("get", "workflows", "-l", f"pipeline/runid={run_id}", "-o",
-                             "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.message}{end}")  # fmt: skip
-        return found or "(no workflow)"
+        """The Argo Workflow of a run, its phase and message, and each failed node with its message,
+        for an assertion's message (a failed run's own message is often empty)."""
+        found = self.kubectl("get", "workflows", "-l", f"pipeline/runid={run_id}", "-o", "json")
+        lines = []
+        for workflow in json.loads(found).get("items", []):
+            status = workflow.get("status", {})
+            lines.append(f"{workflow['metadata']['name']} {status.get('phase')} {status.get('message', '')}")
+            lines += [f"  node {node.get('displayName')} {node.get('phase')}: {node.get('message', '')}"
+                      for node in status.get("nodes", {}).values() if node.get("phase") in ("Failed", "Error")]  # fmt: skip
+        return "\n".join(lines) or "(no workflow)"
 
     def store_keys(self) -> tuple[str, str]:
         """The object store keys the runs' steps use: KFP's own in standalone, the profile's (minted by
