@@ -11,7 +11,7 @@ import yaml
 
 from kubetrain.presets.defaults import PS_MASTER_SERVICE_ACCOUNT
 from tools.cluster import build_script, controlplane, node
-from tools.cluster.kfp import backend, cluster_rbac, multiuser
+from tools.cluster.kfp import backend, cluster_rbac, manifests, multiuser
 from tools.cluster.kfp.cluster_rbac import KFP_MULTIUSER_FILES, OPERATORS, ClusterRbacError
 from tools.cluster.kfp.manifests import NAMESPACE as KFP_NAMESPACE
 
@@ -102,7 +102,7 @@ def test_the_versions_are_the_control_planes_pins() -> None:
 
 def _real_trees() -> tuple[Path, Path] | None:
     bins = build_script.printed_folder(backend.BUILD_SCRIPT, "--print-bin")
-    kfp = bins.parent / "src" / "pipelines" if bins else None
+    kfp = manifests.kfp_tree(bins) if bins else None
     try:
         cache = cluster_rbac.go_mod_cache()
     except ClusterRbacError:

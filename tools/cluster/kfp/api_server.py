@@ -93,7 +93,7 @@ def start(bins: Path, run: Path, kubeconfig: Path, at: ApiServerPorts, *, name: 
     """Start one API server as `name` (its log: run/<name>.log) and wait until it serves."""
     config_dir = run / f"{name}-config"
     config_dir.mkdir(exist_ok=True)
-    upstream = bins.parent / "src" / "pipelines" / "backend" / "src" / "apiserver" / "config" / "config.json"
+    upstream = manifests.kfp_tree(bins) / "backend" / "src" / "apiserver" / "config" / "config.json"
     (config_dir / "config.json").write_text(config(upstream))
     env = {**os.environ, **environment(kubeconfig, store, at, extra_env or {})}
     log = run / f"{name}.log"

@@ -187,7 +187,7 @@ def _start_ui(cluster: Control, bins: Path, run: Path, app: Path, state: Path) -
         cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(path))
 
     try:
-        ui.start(run, app, bins.parent / "src" / "pipelines", apply=apply,
+        ui.start(run, app, manifests.kfp_tree(bins), apply=apply,
                  kubeconfig_for=lambda account: accounts.service_account_kubeconfig(cluster, run, account), at=at,
                  namespace=NAMESPACE, bucket=manifests.BUCKET, access_key=manifests.S3_ACCESS_KEY,
                  secret_key=manifests.S3_SECRET_KEY, state=state)  # fmt: skip
@@ -196,8 +196,7 @@ def _start_ui(cluster: Control, bins: Path, run: Path, app: Path, state: Path) -
 
 
 def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:
-    src = bins.parent / "src"
-    crds, files = manifests.upstream_files(src / "pipelines", src / "argo-workflows")
+    crds, files = manifests.upstream_files(manifests.kfp_tree(bins), manifests.argo_tree(bins))
     # A field manager of its own: the control plane applies a bare `kubeflow` (for the operators) as
     # "kubectl" on every `up`, which would otherwise take these labels and annotations away again.
     cluster.kubectl("apply", "--server-side", "--field-manager", "kubetrain-kfp-backend", "-f", "-", stdin=_namespace())
@@ -205,7 +204,7 @@ def _apply_objects(cluster: Control, bins: Path, state: Path) -> None:
         cluster.kubectl("apply", "--server-side", "-f", str(crd))
     for path in files:
         cluster.kubectl("apply", "--server-side", "-n", NAMESPACE, "-f", str(path))
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.argo_cluster_rbac(src / "argo-workflows"))
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=manifests.argo_cluster_rbac(manifests.argo_tree(bins)))
     s3 = (ServicePort("s3", 9000, S3_PORT),)
     api = (ServicePort("grpc", 8887, API_GRPC_PORT), ServicePort("http", 8888, API_HTTP_PORT))
     services = [

@@ -83,7 +83,7 @@ class RbacFile:
 def cluster_rbac(kfp_src: Path, gomodcache: Path) -> list[RbacFile]:
     """Every cluster-wide RBAC object of the tier, in apply order: Kubeflow's, KFP's, the operators'.
 
-    `kfp_src` is the extracted KFP tree (`backend.build()`'s `bins.parent / "src" / "pipelines"`),
+    `kfp_src` is the extracted KFP tree (`manifests.kfp_tree`),
     `gomodcache` is `go env GOMODCACHE` (`go_mod_cache()`), where the control plane's build put the
     operators' modules.
     """

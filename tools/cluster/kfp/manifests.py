@@ -85,6 +85,16 @@ class HostService:
     ports: tuple[ServicePort, ...]
 
 
+def kfp_tree(bins: Path) -> Path:
+    """The KFP source tree tools/kfp/build.sh extracts beside its binaries' folder `bins`."""
+    return bins.parent / "src" / "pipelines"
+
+
+def argo_tree(bins: Path) -> Path:
+    """The Argo Workflows source tree tools/kfp/build.sh extracts beside its binaries' folder `bins`."""
+    return bins.parent / "src" / "argo-workflows"
+
+
 def upstream_files(kfp_src: Path, argo_src: Path) -> tuple[list[Path], list[Path]]:
     """(CRD files, namespaced files) of KFP's and Argo's manifests applied as they are."""
     crds = [kfp_src / f for f in KFP_CRDS] + sorted((argo_src / ARGO_CRD_DIR).glob("argoproj.io_*.yaml"))

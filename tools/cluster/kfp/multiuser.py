@@ -172,7 +172,7 @@ def up(cluster: Control, bins: Path, run: Path, state: Path, *, store: api_serve
     def apply(text: str) -> None:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
 
-    kfp_src = bins.parent / "src" / "pipelines"
+    kfp_src = manifests.kfp_tree(bins)
     for rbac in cluster_rbac.cluster_rbac(kfp_src, cluster_rbac.go_mod_cache()):
         apply(rbac.text)
     hook = _start_hook(run, kfp_src, store, iam_url)

@@ -68,7 +68,7 @@ class HookSettings:
 
 
 def hook_script(kfp_src: Path) -> Path:
-    """`sync.py` in the KFP source tree (`backend.build()`'s `bins.parent / "src" / "pipelines"`)."""
+    """`sync.py` in the KFP source tree (`manifests.kfp_tree`)."""
     path = kfp_src / HOOK_SCRIPT
     if not path.is_file():
         raise ProfileHookError(f"{path} is missing: run tools/kfp/build.sh (it extracts the KFP source tree)")
