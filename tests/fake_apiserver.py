@@ -70,6 +70,9 @@ def strict_decoding_errors(manifest: Mapping[str, Any], crd_dir: Path | None = N
     return unknown, other
 
 
+HANG_GUARD_S = 90.0
+
+
 class FakeApiServer:
     """The stand-in: state, scripting methods for the operator's part, fault injection, recording."""
 
@@ -138,8 +141,10 @@ class FakeApiServer:
         return path
 
     # -- waiting (for scripts and tests) ----------------------------------------------------------
+    # The waits are hang guards: what they wait for comes within a second on an idle machine, and in
+    # 20 s did not once while a cold Go build shared the two cores with the tests (issue 44).
 
-    def wait_until(self, predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    def wait_until(self, predicate: Callable[[], bool], what: str, timeout: float = HANG_GUARD_S) -> None:
         """Block until `predicate()` holds (checked on every state change), or fail after `timeout`."""
         deadline = time.monotonic() + timeout
         with self.cv:
@@ -149,13 +154,13 @@ class FakeApiServer:
                     raise AssertionError(f"fake API server: timed out waiting for {what}")
                 self.cv.wait(min(remaining, 0.5))
 
-    def wait_request(self, match: Callable[[Request], bool], what: str, timeout: float = 20.0) -> Request:
+    def wait_request(self, match: Callable[[Request], bool], what: str, timeout: float = HANG_GUARD_S) -> Request:
         """The first recorded request matching `match` (waiting for it)."""
         self.wait_until(lambda: any(match(r) for r in self.requests), what, timeout)
         with self.cv:
             return next(r for r in self.requests if match(r))
 
-    def wait_job(self, kind: JobKind, namespace: str, name: str, timeout: float = 20.0) -> Obj:
+    def wait_job(self, kind: JobKind, namespace: str, name: str, timeout: float = HANG_GUARD_S) -> Obj:
         """The job object once it exists."""
         key = (kind.plural, namespace, name)
         self.wait_until(lambda: key in self.objects, f"{kind.kind} {namespace}/{name}", timeout)

@@ -99,7 +99,7 @@ class Env:
         manifest: dict[str, Any],
         script: Callable[[FakeApiServer], None] | None = None,
         *,
-        timeout: float = 30.0,
+        timeout: float = 180.0,  # a hang guard (tests/fake_apiserver.py HANG_GUARD_S): the scripts wait
         delete_after: DeleteAfter = "success",
         on_timeout: OnTimeout = "delete",
         backend: KubernetesBackend | None = None,

@@ -25,7 +25,11 @@ from kubetrain.errors import ExitCode
 from tests.data_helpers import LoopbackServer
 from tests.unit.test_submit_unreachable import self_signed
 
+# The drips' limit: far above a drip (100 bytes/s), and below what a loopback transfer does on an
+# idle machine, not on one whose two cores a cold Go build shares (a 500-byte file once took 0.3 s).
 QUICK = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, timeout=10, min_speed=100_000, speed_window=0.2)
+# The redirect cases test where kubetrain goes, not how fast: the default speed limit.
+NO_DELAY = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0, timeout=10)
 
 
 @contextmanager
@@ -136,7 +140,7 @@ def _redirecting_to(target: str) -> type[http.server.BaseHTTPRequestHandler]:
 
 def test_a_redirect_to_ftp_is_refused_in_one_line(tmp_path: Path) -> None:
     with serving(_redirecting_to("ftp://127.0.0.1:9/d.npz")) as base, pytest.raises(DataError) as failed:
-        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=NO_DELAY, quiet=True)
     assert failed.value.exit_code == ExitCode.INVALID_INPUT
     message = str(failed.value)
     assert message == (
@@ -150,14 +154,14 @@ def test_a_redirect_to_any_other_scheme_is_invalid_input(tmp_path: Path, target:
     # urllib itself refuses these (all but http, https, ftp) with an HTTPError that read as a
     # server failure, exit 4: the URL has to change, so it is invalid input like ftp://.
     with serving(_redirecting_to(target)) as base, pytest.raises(DataError) as failed:
-        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=NO_DELAY, quiet=True)
     assert failed.value.exit_code == ExitCode.INVALID_INPUT
     assert str(failed.value).startswith(f"{base}/d.npz: refusing a redirect (HTTP 302) to {target}: it leads to ")
 
 
 def test_a_redirect_to_a_malformed_url_is_the_servers_fault(tmp_path: Path) -> None:
     with serving(_redirecting_to("http://[::1/d.npz")) as base, pytest.raises(DownloadUnavailableError) as failed:
-        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+        download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=NO_DELAY, quiet=True)
     assert failed.value.exit_code == ExitCode.INFRASTRUCTURE
     assert "redirects (HTTP 302) to a malformed URL" in str(failed.value)
 
@@ -170,8 +174,8 @@ def test_a_redirect_from_https_down_to_http_is_refused(tmp_path: Path, monkeypat
     with LoopbackServer({"d.npz": _npz()}) as plain:
         with serving(_redirecting_to(plain.url("d.npz")), tls=tls) as base:
             with pytest.raises(DataError, match="it leaves https for plain http") as failed:
-                download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+                download(f"{base}/d.npz", tmp_path / "out", cache_dir=tmp_path / "c", retry=NO_DELAY, quiet=True)
             # The same file over https alone is fine: what is refused is the downgrade.
-            download(plain.url("d.npz"), tmp_path / "ok", cache_dir=tmp_path / "c", retry=QUICK, quiet=True)
+            download(plain.url("d.npz"), tmp_path / "ok", cache_dir=tmp_path / "c", retry=NO_DELAY, quiet=True)
         assert [r.path for r in plain.requests] == ["d.npz"]
     assert failed.value.exit_code == ExitCode.INVALID_INPUT
