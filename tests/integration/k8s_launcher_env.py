@@ -21,7 +21,7 @@ from kubetrain.specs import MPIJobSpec, PSJobSpec, PyTorchJobSpec, TrainJobSpec
 from kubetrain.specs.common import ReplicaSpec
 from kubetrain.specs.jobs import JobMeta
 from kubetrain.status import JobResult
-from tests.fake_apiserver import FakeApiServer, Request, make_pod
+from tests.fake_apiserver import HANG_GUARD_S, FakeApiServer, Request, make_pod
 
 NS = "team-a"
 
@@ -99,7 +99,7 @@ class Env:
         manifest: dict[str, Any],
         script: Callable[[FakeApiServer], None] | None = None,
         *,
-        timeout: float = 180.0,  # a hang guard (tests/fake_apiserver.py HANG_GUARD_S): the scripts wait
+        timeout: float = 2 * HANG_GUARD_S,  # a hang guard above the scripts' own waits
         delete_after: DeleteAfter = "success",
         on_timeout: OnTimeout = "delete",
         backend: KubernetesBackend | None = None,
