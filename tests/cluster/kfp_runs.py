@@ -12,11 +12,13 @@ import json
 import subprocess
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import kfp
 import yaml
+from kfp_server_api.exceptions import ApiException  # type: ignore[import-untyped]
 
 from tests.cluster import verified
 from tools.cluster import images, node_config
@@ -145,8 +147,13 @@ def prepare(cluster: Cluster, names: list[str]) -> KfpBackend:
     built = images.ensure(names, STATE / "images.log", node=node_paths(STATE, cluster.bin_dir))
     client = kfp.Client(host=HOST)
     # Once, before scenarios start runs side by side: kfp.Client's get-or-create of an experiment
-    # by name is not atomic, and two at once would make two experiments of one name.
-    client.create_experiment(EXPERIMENT)
+    # by name is not atomic. The backend keeps names unique, so when the other e2e session's
+    # create came first, this one's gets 409 (AlreadyExists), and the experiment is there.
+    try:
+        client.create_experiment(EXPERIMENT)
+    except ApiException as e:
+        if e.status != HTTPStatus.CONFLICT:
+            raise
     return KfpBackend(cluster, client, built.seconds)
 
 

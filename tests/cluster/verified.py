@@ -4,15 +4,25 @@ Every run a scenario starts (`KfpBackend.start`) is noted against that scenario 
 components its pipeline runs. At the end of the session, a component is verified when at least
 one scenario that ran it passed and none failed; its `components/<name>/metadata.yaml` then
 gets that time as `lastVerified` (the hub's convention), ready to be committed with the change.
+
+`make e2e` runs KFP scenarios in two pytest sessions side by side (tools/ci/e2e.py), and a
+component one session verified may have failed in the other. So there each session only saves its
+notes into the folder NOTES_ENV names, and `python -m tests.cluster.verified FOLDER` writes the
+stamps once both have ended, from every session's notes together.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from kubetrain.tooling import hub
+
+NOTES_ENV = "KUBETRAIN_VERIFIED_NOTES"  # a folder: save() there instead of record() (see the docstring)
 
 _RAN: dict[str, set[str]] = {}  # scenario (pytest node id) -> components its runs used
 _OUTCOME: dict[str, bool] = {}  # scenario -> passed (every phase of it)
@@ -42,3 +52,37 @@ def record() -> list[Path]:
     """Write lastVerified (now, UTC) for the verified components; the files written."""
     names = verified()
     return hub.record_verified(names, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())) if names else []
+
+
+def save(folder: Path) -> Path:
+    """Write this session's notes into `folder` (one file per session), for main() to record; the file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"session-{os.getpid()}.json"
+    path.write_text(json.dumps({"ran": {s: sorted(c) for s, c in _RAN.items()}, "outcome": _OUTCOME}))
+    return path
+
+
+def load(folder: Path) -> int:
+    """Add every session's notes saved in `folder` to this process's; how many sessions."""
+    paths = sorted(folder.glob("session-*.json"))
+    for path in paths:
+        notes = json.loads(path.read_text())
+        for scenario, components in notes["ran"].items():
+            _RAN.setdefault(scenario, set()).update(components)
+        for scenario, passed in notes["outcome"].items():
+            note_outcome(scenario, passed)
+    return len(paths)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m tests.cluster.verified FOLDER`: record lastVerified from the notes the sessions saved there."""
+    (folder,) = sys.argv[1:] if argv is None else argv
+    sessions = load(Path(folder))
+    for path in record():
+        print(f"lastVerified: {path.relative_to(path.parents[2])}")
+    print(f"lastVerified: from {sessions} session(s)' notes in {folder}: {sorted(verified()) or 'none verified'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

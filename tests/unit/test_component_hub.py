@@ -193,3 +193,30 @@ def test_the_e2e_tier_records_last_verified_only_for_components_no_failing_scena
     assert _last_verified(written) == "2026-11-27T03:00:00Z"
     hub.write_hub(["pytorch_train"], tmp_path)  # a regeneration keeps it
     assert _last_verified(written) == "2026-11-27T03:00:00Z"
+
+
+def test_a_component_one_e2e_session_verified_and_the_other_saw_fail_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # make e2e's two pytest sessions each save their notes; the stamps come from both together.
+    from tests.cluster import verified
+
+    sessions = [
+        [("kfp.py::demo", "compare_frameworks.yaml", True)],
+        [("others.py::terminate", "mnist_pytorch.yaml", False), ("others.py::ps", "mnist_ps.yaml", True)],
+    ]
+    for pid, session in enumerate(sessions):
+        monkeypatch.setattr(verified, "_RAN", {})
+        monkeypatch.setattr(verified, "_OUTCOME", {})
+        monkeypatch.setattr("os.getpid", lambda pid=pid: pid)
+        for scenario, package, passed in session:
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", f"{scenario} (call)")
+            verified.note_run(REPO / "pipelines" / package)
+            verified.note_outcome(scenario, passed)
+        verified.save(tmp_path)
+
+    monkeypatch.setattr(verified, "_RAN", {})
+    monkeypatch.setattr(verified, "_OUTCOME", {})
+    assert verified.load(tmp_path) == 2
+    # pytorch_train and download_dataset passed in the demo but failed in the other session.
+    assert verified.verified() == {"chainermn_train", "ps_train", "compare_summary"}
