@@ -8,6 +8,7 @@ because the session cluster's operators hold their fixed ports, which is the fai
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -48,6 +49,7 @@ def test_a_failed_start_names_the_taken_port_and_stops_what_it_started(cluster: 
     taken, what = min(operators.ports().items())
     holder = processes.listener(taken)
     assert holder is not None and holder in processes.members(cluster.workdir.parent)
+    command = processes.describe(holder).split(" (", 1)[1].removesuffix(")")
 
     up = _harness(state, "up")
     _out, err = up.communicate(timeout=420)
@@ -55,10 +57,15 @@ def test_a_failed_start_names_the_taken_port_and_stops_what_it_started(cluster: 
     assert up.returncode == 1
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
-    assert lines[0].startswith(f"cluster up: port {taken}, needed by {what}, is taken by pid {holder} (")
+    # The holder, or the same operator started again since: under load, one that loses its leader
+    # lease exits and the cluster starts it again (another pid, the same command line).
+    named = re.fullmatch(rf"cluster up: port {taken}, needed by {re.escape(what)}, is taken by pid (\d+) \((.*)\); "
+                         "stop it or free the port", lines[0])  # fmt: skip
+    assert named is not None, lines[0]
+    assert named[2] == command, lines[0]
     assert processes.members(state) == []  # its etcd, API server, controller-manager, scheduler and kwok too
     assert not state.exists()
-    assert processes.listener(taken) == holder  # the session cluster is untouched
+    assert processes.listener(taken) in processes.members(cluster.workdir.parent)  # the session cluster's, untouched
     cluster.kubectl("get", "--raw", "/readyz")
 
 

@@ -1,9 +1,12 @@
 """Which of kubetrain's components the e2e tier verified on the real backend: their `lastVerified`.
 
-Every run a scenario starts (`KfpBackend.start`) is noted against that scenario with the
-components its pipeline runs. At the end of the session, a component is verified when at least
-one scenario that ran it passed and none failed; its `components/<name>/metadata.yaml` then
-gets that time as `lastVerified` (the hub's convention), ready to be committed with the change.
+Every run a scenario starts (`KfpBackend.start`) is noted against the test module it belongs to,
+with the components its pipeline runs: a module's scenarios mostly start their runs side by side
+from a module fixture, in threads, while pytest names only the test that set the fixture up, so a
+run cannot be told apart by test. At the end of the session, a component is verified when at
+least one module that ran it passed and none failed (a module passes when every phase of every
+test of it did); its `components/<name>/metadata.yaml` then gets that time as `lastVerified` (the
+hub's convention), ready to be committed with the change.
 
 `make e2e` runs KFP scenarios in two pytest sessions side by side (tools/ci/e2e.py), and a
 component one session verified may have failed in the other. So there each session only saves its
@@ -24,25 +27,29 @@ from kubetrain.tooling import hub
 
 NOTES_ENV = "KUBETRAIN_VERIFIED_NOTES"  # a folder: save() there instead of record() (see the docstring)
 
-_RAN: dict[str, set[str]] = {}  # scenario (pytest node id) -> components its runs used
-_OUTCOME: dict[str, bool] = {}  # scenario -> passed (every phase of it)
+_RAN: dict[str, set[str]] = {}  # test module (its pytest node id) -> components its runs used
+_OUTCOME: dict[str, bool] = {}  # test module -> passed (every phase of every test of it)
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def note_run(package: Path) -> None:
-    """Note that the scenario now running started a run of `package`."""
+    """Note that the test module now running started a run of `package`."""
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
-    scenario = current.rsplit(" (", 1)[0]
-    if scenario:
-        _RAN.setdefault(scenario, set()).update(hub.components_of_package(package))
+    if current:
+        _RAN.setdefault(_module(current), set()).update(hub.components_of_package(package))
 
 
-def note_outcome(scenario: str, passed: bool) -> None:
-    """A phase of a scenario ended; it passed only if every phase did."""
-    _OUTCOME[scenario] = _OUTCOME.get(scenario, True) and passed
+def note_outcome(nodeid: str, passed: bool) -> None:
+    """A phase of a test (`nodeid`) ended; its module passed only if every phase of every test did."""
+    module = _module(nodeid)
+    _OUTCOME[module] = _OUTCOME.get(module, True) and passed
 
 
 def verified() -> set[str]:
-    """The components some passing scenario ran and no failing one did."""
+    """The components some passing module ran and no failing one did."""
     passed = {c for s, used in _RAN.items() if _OUTCOME.get(s) for c in used}
     failed = {c for s, used in _RAN.items() if _OUTCOME.get(s) is False for c in used}
     return passed - failed

@@ -8,10 +8,9 @@ idle 2-core machine; side by side their waits overlap. Steps, each printing one 
 1. the four images start building in the background (tools/cluster/images.py prebuild: into the
    layer cache, nothing pushed), and the cluster starts, or is found running (`make cluster-up`:
    then it is left running);
-2. the KFP half (tests/cluster/test_kfp_*.py but KFP_MODULES_IN_THE_OTHER_HALF) in the
-   foreground, and the other half in a second pytest session whose output goes to
-   .e2e-logs/others.log, printed once it ends (each session writes the lastVerified of the
-   components its KFP runs verified);
+2. the KFP half (tests/cluster/test_kfp_*.py) in the foreground, and the other half in a
+   second pytest session whose output goes to .e2e-logs/others.log, printed once it ends (each
+   session saves notes of the components its KFP runs verified);
 3. the RBAC audit (test_zz_audit_rbac.py) last, alone: it reads what every launcher did in both;
    then the components' lastVerified, from both sessions' notes;
 4. the cluster stops, if step 1 started it.
@@ -63,19 +62,15 @@ NEEDS_BUILT_PIECES = [
 # The helpers through which a scenario builds and pushes kubetrain's images (images.ensure).
 IMAGE_HELPERS = frozenset({"real_pods", "kfp_runs"})
 
-# KFP backend modules that run in the other half, to even the halves out: in the cold run of
-# commit 6876627 the KFP half took 2,102 s and the other 1,370 s; these three took 313 s there.
-KFP_MODULES_IN_THE_OTHER_HALF = frozenset({"test_kfp_retry.py", "test_kfp_terminate.py", "test_kfp_vs_local.py"})
-
 
 def halves() -> tuple[list[str], list[str]]:
-    """(most of the KFP backend's test modules, every other e2e module and the tests that need built pieces).
+    """(the KFP backend's test modules, every other e2e module and the tests that need built pieces).
 
     In each, the modules that need no image come first (their order is all that differs).
     """
     modules = sorted(p for p in CLUSTER.glob("test_*.py") if p != AUDIT)
-    kfp = [p for p in modules if p.name.startswith("test_kfp_") and p.name not in KFP_MODULES_IN_THE_OTHER_HALF]
-    others = [p for p in modules if p not in kfp]
+    kfp = [p for p in modules if p.name.startswith("test_kfp_")]
+    others = [p for p in modules if not p.name.startswith("test_kfp_")]
     image_free = {m for m in modules if not needs_images(m)}
 
     def ordered(group: list[Path], also_first: Sequence[str] = ()) -> list[str]:
@@ -234,7 +229,7 @@ def _both_halves(step: Step, pytest: list[str], kfp: list[str], others: list[str
             rc_kfp = step("e2e-kfp", [*pytest, *kfp])
         finally:
             rc_others = background.wait()
-    print(f"\n----- the other half, side by side: {log} -----\n{log.read_text()}")
+    print(f"\n----- the other half (tests/cluster, not test_kfp_*), side by side: {log} -----\n{log.read_text()}")
     lines.append(phase_line("e2e-others", start, rc_others, cpu=(cpu, cpu_jiffies())))
     print(lines[-1], flush=True)
     return rc_kfp or rc_others
