@@ -147,8 +147,8 @@ def prepare(cluster: Cluster, names: list[str]) -> KfpBackend:
     built = images.ensure(names, STATE / "images.log", node=node_paths(STATE, cluster.bin_dir))
     client = kfp.Client(host=HOST)
     # Once, before scenarios start runs side by side: kfp.Client's get-or-create of an experiment
-    # by name is not atomic. The backend keeps names unique, so when the other e2e session's
-    # create came first, this one's gets 409 (AlreadyExists), and the experiment is there.
+    # by name is not atomic. The backend keeps names unique, so when another pytest session's
+    # create came first (today only the KFP half calls this), this one gets 409 (AlreadyExists).
     try:
         client.create_experiment(EXPERIMENT)
     except ApiException as e:

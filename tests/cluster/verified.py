@@ -8,10 +8,11 @@ least one module that ran it passed and none failed (a module passes when every 
 test of it did); its `components/<name>/metadata.yaml` then gets that time as `lastVerified` (the
 hub's convention), ready to be committed with the change.
 
-`make e2e` runs KFP scenarios in two pytest sessions side by side (tools/ci/e2e.py), and a
-component one session verified may have failed in the other. So there each session only saves its
-notes into the folder NOTES_ENV names, and `python -m tests.cluster.verified FOLDER` writes the
-stamps once both have ended, from every session's notes together.
+`make e2e` runs two pytest sessions side by side (tools/ci/e2e.py). Today only the KFP half starts
+KFP runs, but a KFP module moved to the other half would let one session stamp what the other saw
+fail. So there each session only saves its notes into the folder NOTES_ENV names, and
+`python -m tests.cluster.verified FOLDER` writes the stamps once both have ended, from every
+session's notes together.
 """
 
 from __future__ import annotations
