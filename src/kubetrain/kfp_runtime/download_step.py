@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_dataset_info
+from kubetrain.data.dir_lock import directory_turn
+from kubetrain.data.errors import write_error
 from kubetrain.data.sources import Source, check_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
@@ -107,6 +109,29 @@ def dataset_metadata(info: DatasetInfo, *, claim: str, pod_path: str, source: st
     }
 
 
+def _fetch_or_reuse(request: DownloadRequest, local_dir: Path) -> tuple[DatasetInfo, bool]:
+    """The data set at `local_dir`, downloaded unless an earlier one from this source is there; and whether reused.
+
+    Steps of runs started together on one claim take turns here (dir_lock), so the first
+    downloads and the others reuse its copy instead of each writing the same directory at once.
+    """
+    try:
+        local_dir.parent.mkdir(parents=True, exist_ok=True)
+        with directory_turn(local_dir):
+            info = None if request.refresh else request.reusable(local_dir)
+            if info is not None:
+                return info, True
+            # Only a download needs the fetchers and numpy: a reused data set starts the step without them.
+            from kubetrain.data.download import download
+
+            info = download(request.parsed, local_dir, sha256=request.sha256 or None, shards=request.shards)
+    except OSError as e:  # the claim itself (the lock beside the data set): download() names its own
+        raise write_error(local_dir, e, fix="check that the workspace claim is mounted and writable") from e
+    if not request.pinned:
+        print(UNPINNED_WARNING.format(source=request.parsed.label), file=sys.stderr, flush=True)
+    return info, False
+
+
 @step
 def download_dataset_step(
     *,
@@ -128,16 +153,7 @@ def download_dataset_step(
     workspace = open_workspace(request.workspace_pvc, kind=backend_kind())
     pod_path = workspace.pod(DATASETS_DIR, request.directory_name)
     local_dir = workspace.local(pod_path)
-    local_dir.parent.mkdir(parents=True, exist_ok=True)
-    info = None if request.refresh else request.reusable(local_dir)
-    reused = info is not None
-    if info is None:
-        # Only a download needs the fetchers and numpy: a reused data set starts the step without them.
-        from kubetrain.data.download import download
-
-        info = download(request.parsed, local_dir, sha256=request.sha256 or None, shards=request.shards)
-        if not request.pinned:
-            print(UNPINNED_WARNING.format(source=request.parsed.label), file=sys.stderr, flush=True)
+    info, reused = _fetch_or_reuse(request, local_dir)
     print(
         f"dataset {info.name}: {'reused' if reused else 'downloaded'} at {pod_path} on claim {request.workspace_pvc}; "
         + ", ".join(f"{split} {info.num_records(split)} records" for split in info.splits),
