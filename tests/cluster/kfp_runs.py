@@ -22,7 +22,7 @@ from kfp_server_api.exceptions import ApiException  # type: ignore[import-untype
 
 from tests.cluster import verified
 from tools.cluster import images, node_config
-from tools.cluster.controlplane import STATE, Cluster
+from tools.cluster.controlplane import STATE, Cluster, ControlPlaneError
 from tools.cluster.kfp import backend, manifests, services_venv
 from tools.cluster.kfp.manifests import NAMESPACE
 from tools.cluster.node import paths as node_paths
@@ -92,7 +92,23 @@ class KfpBackend:
             lines.append(f"{workflow['metadata']['name']} {status.get('phase')} {status.get('message', '')}")
             lines += [f"  node {node.get('displayName')} {node.get('phase')}: {node.get('message', '')}"
                       for node in status.get("nodes", {}).values() if node.get("phase") in ("Failed", "Error")]  # fmt: skip
+            lines += self._failed_pod_logs(workflow["metadata"]["name"])
         return "\n".join(lines) or "(no workflow)"
+
+    def _failed_pod_logs(self, workflow: str) -> list[str]:
+        """The last lines of each failed step pod's `main` container: why a step exited non-zero is
+        there, and the pod is gone once the cluster is (a red run in CI kept only 'exit code 1')."""
+        pods = json.loads(self.kubectl("get", "pods", "-l", f"workflows.argoproj.io/workflow={workflow}",
+                                       "--field-selector=status.phase=Failed", "-o", "json"))  # fmt: skip
+        lines = []
+        for pod in pods.get("items", []):
+            name = pod["metadata"]["name"]
+            try:
+                tail = self.kubectl("logs", name, "-c", "main", "--tail=25")
+            except ControlPlaneError as e:
+                tail = f"(no log: {e})"
+            lines += [f"  pod {name}, main's last lines:", *(f"    {line}" for line in tail.splitlines())]
+        return lines
 
     def store_keys(self) -> tuple[str, str]:
         """The object store keys the runs' steps use: KFP's own in standalone, the profile's (minted by
