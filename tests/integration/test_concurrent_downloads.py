@@ -1,10 +1,10 @@
 """Runs that start at once on one workspace claim: each gets the data set, none fails.
 
 Found in the e2e tier (2026-11-30): the KFP backend module starts its runs side by side, and on a
-fresh claim two `download_dataset` steps of the same source wrote the same directory at once. The
-second rename of a finished copy onto the first's failed (ENOTEMPTY) and so did its run. A sweep of
-N runs started together on a new claim is what a user does, so these tests start real processes
-together, released by one barrier.
+fresh claim its `download_dataset` steps of one source wrote the same directory at once, with
+nothing between one writer's check of the target and its rename onto it, and a step failed. A
+sweep of N runs started together on a new claim is what a user does, so these tests start real
+processes together, released by one barrier.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_refreshes_started_together_all_succeed_and_leave_one_complete_copy(tmp_
 
 
 def test_writers_of_one_directory_at_once_all_succeed_and_the_last_copy_is_whole(tmp_path: Path) -> None:
-    """`kubetrain download --out DIR` twice at once: no lock here, so the last rename wins, whole."""
+    """`kubetrain download --out DIR` twice at once: the writers take turns, and the last copy stands, whole."""
     out = tmp_path / "data"
     outcomes = _together(_write, [(str(out), seed) for seed in range(WRITERS)])
     assert all(kind == "ok" for kind, _, _ in outcomes), outcomes

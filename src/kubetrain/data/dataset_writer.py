@@ -28,8 +28,8 @@ from kubetrain.data.dataset_format import (
     read_dataset_info,
     shard_file_name,
 )
-from kubetrain.data.dir_lock import directory_turn
 from kubetrain.data.errors import write_error
+from kubetrain.data.locks import directory_turn
 from kubetrain.errors import DataError
 
 
@@ -133,7 +133,7 @@ def _plain_file(path: Path) -> bool:
 def _replace_dir(tmp: Path, out: Path) -> None:
     """Move the finished `tmp` dir to `out`, replacing an earlier dataset or an empty dir only.
 
-    Writers of one `out` take turns (dir_lock): another's swap between this check and this rename
+    Writers of one `out` take turns (locks.py): another's swap between this check and this rename
     failed the rename, or the check itself.
     """
     with directory_turn(out):

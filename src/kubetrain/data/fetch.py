@@ -9,7 +9,6 @@ Local files (`file://` and plain paths) are read in place.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -18,8 +17,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
+from kubetrain.data import locks
 from kubetrain.data.dataset_format import file_sha256
 from kubetrain.data.errors import CACHE_FIX, ChecksumError, DataError, write_error
 from kubetrain.data.http import RetryPolicy, fetch_http
@@ -111,35 +111,19 @@ def _entry_name(url: str) -> str:
     return f"{key}-{name}"
 
 
-def _open_lock(lock_path: Path) -> BinaryIO:
-    """The lock file, locked: the one at `lock_path` now, not one its holder removed while we waited."""
-    while True:
-        try:
-            lock = open(lock_path, "a+b")  # noqa: SIM115 - the caller closes it
-        except OSError as e:
-            raise write_error(lock_path, e, fix=CACHE_FIX) from e
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            current = os.stat(lock_path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(lock.fileno()).st_ino:
-            return lock
-        lock.close()  # its holder removed it when done: lock the file there now
-
-
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    # An advisory lock per cache entry: a second process waits, then finds the finished file. The
-    # holder removes the lock file before it lets go, so the cache keeps no `.lock` per URL.
+    # A lock per cache entry (locks.py): a second process waits, then finds the finished file, and
+    # the cache keeps no `.lock` per URL.
     lock_path = path.with_name(path.name + ".lock")
-    lock = _open_lock(lock_path)
-    with lock:
-        try:
-            yield
-        finally:
-            lock_path.unlink(missing_ok=True)
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    try:
+        fd = locks.acquire(lock_path)
+    except OSError as e:
+        raise write_error(lock_path, e, fix=CACHE_FIX) from e
+    try:
+        yield
+    finally:
+        locks.release(lock_path, fd)
 
 
 def _cached(

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.data.dataset_format import DATASET_JSON, DatasetInfo, read_dataset_info
-from kubetrain.data.dir_lock import directory_turn
 from kubetrain.data.errors import write_error
+from kubetrain.data.locks import directory_turn
 from kubetrain.data.sources import Source, check_source
 from kubetrain.errors import DataError, InvalidInputError
 from kubetrain.kfp_runtime.artifacts import ArtifactLike, write_text
@@ -112,11 +112,10 @@ def dataset_metadata(info: DatasetInfo, *, claim: str, pod_path: str, source: st
 def _fetch_or_reuse(request: DownloadRequest, local_dir: Path) -> tuple[DatasetInfo, bool]:
     """The data set at `local_dir`, downloaded unless an earlier one from this source is there; and whether reused.
 
-    Steps of runs started together on one claim take turns here (dir_lock), so the first
+    Steps of runs started together on one claim take turns here (locks.py), so the first
     downloads and the others reuse its copy instead of each writing the same directory at once.
     """
     try:
-        local_dir.parent.mkdir(parents=True, exist_ok=True)
         with directory_turn(local_dir):
             info = None if request.refresh else request.reusable(local_dir)
             if info is not None:
