@@ -229,7 +229,8 @@ def _both_halves(step: Step, pytest: list[str], kfp: list[str], others: list[str
             rc_kfp = step("e2e-kfp", [*pytest, *kfp])
         finally:
             rc_others = background.wait()
-    print(f"\n----- the other half (tests/cluster, not test_kfp_*), side by side: {log} -----\n{log.read_text()}")
+    banner = "the other half (the other modules and the built pieces' tests), side by side"
+    print(f"\n----- {banner}: {log} -----\n{log.read_text()}")
     lines.append(phase_line("e2e-others", start, rc_others, cpu=(cpu, cpu_jiffies())))
     print(lines[-1], flush=True)
     return rc_kfp or rc_others
